@@ -1,0 +1,40 @@
+//! # ruda-comm
+//!
+//! Communicators and transports over plain host buffers: the collective
+//! layer of ruda, with no tensor framework.
+//!
+//! - [`Communicator`]: the contract (all-reduce, all-gather(v),
+//!   reduce-scatter(v), broadcast, all-to-all(v), send/recv, barrier, split).
+//! - [`LocalWorld`] / [`LocalCommunicator`]: ranks as threads of this process.
+//! - [`Element`]: the types that travel; [`CommError`]: what goes wrong.
+//! - [`bench`]: bandwidth measurement in the conventions of nccl-tests.
+//!
+//! ```
+//! use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+//! let out = LocalWorld::new(4).run(|comm| {
+//!     let mut grad = vec![comm.rank() as f32; 3];
+//!     comm.all_reduce(&mut grad, ReduceOp::Avg)?;
+//!     Ok::<_, ruda_comm::CommError>(grad)
+//! }).unwrap();
+//! assert!(out.iter().all(|g| g == &vec![1.5; 3]));
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod bench;
+mod communicator;
+pub mod conformance;
+mod element;
+mod error;
+mod fingerprint;
+mod local;
+mod reduce_op;
+
+pub use communicator::Communicator;
+pub use element::{Accumulator, DType, Element};
+pub use error::{BufferRole, CommError, InvalidArgument, PeerFailureCause};
+pub use fingerprint::{Fingerprint, OpKind};
+pub use local::{
+    DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, RankError, TIMEOUT_ENV, WorldError,
+};
+pub use reduce_op::ReduceOp;

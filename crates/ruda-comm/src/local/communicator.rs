@@ -1,0 +1,630 @@
+//! `LocalCommunicator`: one rank of a group of threads in this process.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::group::{Group, Slot};
+use super::kernels;
+use super::validate;
+use crate::{
+    BufferRole, CommError, Communicator, Element, Fingerprint, InvalidArgument, OpKind,
+    PeerFailureCause, ReduceOp,
+};
+
+/// One rank of an in-process group; made by [`crate::LocalWorld`] or by
+/// [`Communicator::split`].
+///
+/// Collectives read peers' buffers directly: an all-reduce reads each
+/// input once and writes each output once, with the work split between
+/// ranks. Every call is fingerprinted and checked on every rank before any
+/// data moves; every wait has the world's deadline; a rank that panics
+/// poisons its groups, and one that drops its communicator fails the calls
+/// that wait for it.
+///
+/// Calls on one communicator must not overlap (two threads using the same
+/// rank at once get [`InvalidArgument::ConcurrentUse`]).
+///
+/// # Example
+/// ```
+/// use ruda_comm::{Communicator, LocalWorld};
+/// let out = LocalWorld::new(2).run(|comm| {
+///     let mut all = [0i64; 2];
+///     comm.all_gather(&[comm.rank() as i64 * 7], &mut all).map(|_| all)
+/// }).unwrap();
+/// assert_eq!(out, vec![[0, 7], [0, 7]]);
+/// ```
+pub struct LocalCommunicator {
+    group: Arc<Group>,
+    rank: usize,
+    seq: AtomicU64,
+    busy: AtomicBool,
+}
+
+impl fmt::Debug for LocalCommunicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalCommunicator")
+            .field("rank", &self.rank)
+            .field("size", &self.group.size())
+            .finish()
+    }
+}
+
+impl Drop for LocalCommunicator {
+    fn drop(&mut self) {
+        let cause = if std::thread::panicking() {
+            PeerFailureCause::Panicked
+        } else {
+            PeerFailureCause::LeftGroup
+        };
+        self.group.sync.leave(self.rank, cause);
+    }
+}
+
+/// Clears the busy flag of a communicator when a call ends.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Arrives at the completion episode when dropped, also while unwinding, so
+/// that no rank leaves while a peer may still read its buffers.
+struct Completion<'a> {
+    comm: &'a LocalCommunicator,
+    op: OpKind,
+    started: Instant,
+}
+
+impl Drop for Completion<'_> {
+    fn drop(&mut self) {
+        // A completion episode cannot fail.
+        let _ = self
+            .comm
+            .group
+            .sync
+            .arrive(self.comm.rank, self.op, false, self.started);
+    }
+}
+
+impl LocalCommunicator {
+    pub(crate) fn new(group: Arc<Group>, rank: usize) -> Self {
+        LocalCommunicator {
+            group,
+            rank,
+            seq: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+        }
+    }
+
+    fn fingerprint<T: Element>(&self, op: OpKind, count: usize) -> Fingerprint {
+        Fingerprint::new(
+            self.seq.fetch_add(1, Ordering::Relaxed),
+            op,
+            Some(T::DTYPE),
+            count,
+        )
+    }
+
+    fn enter(&self, op: OpKind) -> Result<Busy<'_>, CommError> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Err(self.invalid(op, InvalidArgument::ConcurrentUse));
+        }
+        Ok(Busy(&self.busy))
+    }
+
+    fn invalid(&self, op: OpKind, reason: InvalidArgument) -> CommError {
+        CommError::InvalidArgument {
+            op,
+            rank: self.rank,
+            reason,
+        }
+    }
+
+    /// Run one collective: publish `slot`, pass the checked episode, check
+    /// every rank's arguments with `validate` (the same verdict on every
+    /// rank), run `work` on success, and pass the completion episode.
+    fn collective<R>(
+        &self,
+        slot: Slot,
+        validate: impl FnOnce(&[Slot]) -> Result<(), CommError>,
+        work: impl FnOnce(&[Slot]) -> R,
+    ) -> Result<R, CommError> {
+        let op = slot.fp.op;
+        let _busy = self.enter(op)?;
+        let started = Instant::now();
+        self.group.publish(self.rank, slot);
+        self.group.sync.arrive(self.rank, op, true, started)?;
+        let _completion = Completion {
+            comm: self,
+            op,
+            started,
+        };
+        let slots = self.group.snapshot();
+        validate::same_call(&slots, self.rank)?;
+        validate(&slots)?;
+        Ok(work(&slots))
+    }
+
+    fn sync(&self) -> &super::sync::GroupSync {
+        &self.group.sync
+    }
+
+    fn check_peer(&self, op: OpKind, peer: usize) -> Result<(), CommError> {
+        if peer >= self.size() {
+            return Err(self.invalid(
+                op,
+                InvalidArgument::Peer {
+                    peer,
+                    size: self.size(),
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn ptr<T>(s: &Slot) -> (*const T, *mut T) {
+    (s.send as *const T, s.recv as *mut T)
+}
+
+impl Communicator for LocalCommunicator {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.group.size()
+    }
+
+    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, CommError> {
+        let me = self.rank;
+        let mut slot = Slot::new(Fingerprint::new(
+            self.seq.fetch_add(1, Ordering::Relaxed),
+            OpKind::Split,
+            None,
+            0,
+        ));
+        slot.color = color;
+        slot.key = key;
+        let group = &self.group;
+        let joined = self.collective(
+            slot,
+            |_| Ok(()),
+            |slots| {
+                let color = color?;
+                let mut members: Vec<usize> = (0..slots.len())
+                    .filter(|&r| slots[r].color == Some(color))
+                    .collect();
+                members.sort_by_key(|&r| (slots[r].key, r));
+                let leader = *members.iter().min().expect("this rank is a member");
+                if leader == me {
+                    let sub = Group::new(members.len(), group.sync.timeout, group.world_size);
+                    *group.split_out[me]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(sub);
+                }
+                let new_rank = members.iter().position(|&r| r == me).expect("member");
+                Some((leader, new_rank))
+            },
+        )?;
+        // The completion episode has passed, so every leader has published;
+        // members collect, and one more episode keeps the leaders' slots until
+        // everyone has.
+        let started = Instant::now();
+        let out = joined.map(|(leader, new_rank)| {
+            let sub = group.split_out[leader]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .expect("the leader published the sub-group");
+            LocalCommunicator::new(sub, new_rank)
+        });
+        self.sync().arrive(me, OpKind::Split, false, started)?;
+        *group.split_out[me]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(out)
+    }
+
+    fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), CommError> {
+        let me = self.rank;
+        let mut slot = Slot::new(
+            self.fingerprint::<T>(OpKind::AllReduce, buf.len())
+                .with_reduce(op),
+        );
+        slot.recv = buf.as_mut_ptr().cast();
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, OpKind::AllReduce, me)?;
+                validate::reduction(slots, me)
+            },
+            |slots| {
+                let n = slots.len();
+                let (lo, hi) = kernels::partition::<T>(slots[0].fp.count, me, n);
+                let ptrs: Vec<*mut T> = slots
+                    .iter()
+                    .map(|s| unsafe { ptr::<T>(s).1.add(lo) })
+                    .collect();
+                let ins: Vec<*const T> = ptrs.iter().map(|&p| p as *const T).collect();
+                // SAFETY: every rank's buffer has `count` elements (checked);
+                // this rank alone touches `lo..hi` of every buffer until the
+                // completion episode.
+                unsafe { kernels::reduce(&ins, &ptrs, hi - lo, op) }
+            },
+        )
+    }
+
+    fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
+        let me = self.rank;
+        let mut slot = Slot::new(self.fingerprint::<T>(OpKind::AllGather, send.len()));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, OpKind::AllGather, me)?;
+                let n = slots.len();
+                for (r, s) in slots.iter().enumerate() {
+                    let want = n * s.send_len;
+                    validate::length(
+                        OpKind::AllGather,
+                        me,
+                        r,
+                        BufferRole::Receive,
+                        want,
+                        s.recv_len,
+                    )?;
+                }
+                Ok(())
+            },
+            |slots| {
+                let c = slots[0].fp.count;
+                let dst = ptr::<T>(&slots[me]).1;
+                for (p, s) in slots.iter().enumerate() {
+                    // SAFETY: lengths checked; only this rank writes its receive buffer.
+                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(p * c), c) }
+                }
+            },
+        )
+    }
+
+    fn all_gather_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let op = OpKind::AllGatherV;
+        let mut slot = Slot::new(self.fingerprint::<T>(op, 0));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        slot.counts = counts.as_ptr();
+        slot.counts_len = counts.len();
+        self.collective(
+            slot,
+            |slots| {
+                // SAFETY: inside the call's barrier window.
+                unsafe {
+                    validate::count_lists(slots, op, me, false)?;
+                    for (r, s) in slots.iter().enumerate() {
+                        for (p, peer) in slots.iter().enumerate() {
+                            let expected = s.counts()[p];
+                            if expected != peer.send_len {
+                                return Err(CommError::CountMismatch {
+                                    op,
+                                    rank: me,
+                                    offender: r,
+                                    peer: p,
+                                    expected,
+                                    got: peer.send_len,
+                                });
+                            }
+                        }
+                        let total = s.counts().iter().sum();
+                        validate::length(op, me, r, BufferRole::Receive, total, s.recv_len)?;
+                    }
+                }
+                Ok(())
+            },
+            |slots| {
+                let dst = ptr::<T>(&slots[me]).1;
+                let mut off = 0;
+                for s in slots {
+                    // SAFETY: counts and lengths checked above.
+                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(off), s.send_len) }
+                    off += s.send_len;
+                }
+            },
+        )
+    }
+
+    fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::ReduceScatter;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, recv.len()).with_reduce(op));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, kind, me)?;
+                validate::reduction(slots, me)?;
+                let n = slots.len();
+                for (r, s) in slots.iter().enumerate() {
+                    validate::length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
+                }
+                Ok(())
+            },
+            |slots| {
+                let c = slots[0].fp.count;
+                let ins: Vec<*const T> = slots
+                    .iter()
+                    .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
+                    .collect();
+                // SAFETY: lengths checked; only this rank writes its receive buffer.
+                unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
+            },
+        )
+    }
+
+    fn reduce_scatter_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::ReduceScatterV;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, 0).with_reduce(op));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        slot.counts = counts.as_ptr();
+        slot.counts_len = counts.len();
+        self.collective(
+            slot,
+            |slots| {
+                validate::reduction(slots, me)?;
+                // SAFETY: inside the call's barrier window.
+                unsafe {
+                    validate::count_lists(slots, kind, me, false)?;
+                    for (r, s) in slots.iter().enumerate() {
+                        for (p, peer) in slots.iter().enumerate() {
+                            let expected = s.counts()[p];
+                            if expected != peer.recv_len {
+                                return Err(CommError::CountMismatch {
+                                    op: kind,
+                                    rank: me,
+                                    offender: r,
+                                    peer: p,
+                                    expected,
+                                    got: peer.recv_len,
+                                });
+                            }
+                        }
+                        let total = s.counts().iter().sum();
+                        validate::length(kind, me, r, BufferRole::Send, total, s.send_len)?;
+                    }
+                }
+                Ok(())
+            },
+            |slots| {
+                // SAFETY: inside the barrier window; counts checked equal.
+                let offsets = kernels::offsets(unsafe { slots[me].counts() });
+                let c = slots[me].recv_len;
+                let ins: Vec<*const T> = slots
+                    .iter()
+                    .map(|s| unsafe { ptr::<T>(s).0.add(offsets[me]) })
+                    .collect();
+                // SAFETY: lengths checked; only this rank writes its receive buffer.
+                unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
+            },
+        )
+    }
+
+    fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::Broadcast;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, buf.len()).with_root(root));
+        slot.recv = buf.as_mut_ptr().cast();
+        slot.send = slot.recv;
+        self.collective(
+            slot,
+            |slots| {
+                let size = slots.len();
+                if root >= size {
+                    return Err(self.invalid(kind, InvalidArgument::Root { root, size }));
+                }
+                validate::equal_counts(slots, kind, me)
+            },
+            |slots| {
+                if me != root {
+                    // SAFETY: lengths equal; the root only reads its buffer
+                    // and only this rank writes its own.
+                    unsafe {
+                        kernels::copy(
+                            ptr::<T>(&slots[root]).0,
+                            ptr::<T>(&slots[me]).1,
+                            slots[0].fp.count,
+                        )
+                    }
+                }
+            },
+        )
+    }
+
+    fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::AllToAll;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, send.len()));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, kind, me)?;
+                let n = slots.len();
+                for (r, s) in slots.iter().enumerate() {
+                    validate::divisible(kind, me, r, s.send_len, n)?;
+                    validate::length(kind, me, r, BufferRole::Receive, s.send_len, s.recv_len)?;
+                }
+                Ok(())
+            },
+            |slots| {
+                let c = slots[0].fp.count / slots.len();
+                let dst = ptr::<T>(&slots[me]).1;
+                for (p, s) in slots.iter().enumerate() {
+                    // SAFETY: lengths checked; only this rank writes its receive buffer.
+                    unsafe { kernels::copy(ptr::<T>(s).0.add(me * c), dst.add(p * c), c) }
+                }
+            },
+        )
+    }
+
+    fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::AllToAllV;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, 0));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv.as_mut_ptr().cast();
+        slot.recv_len = recv.len();
+        slot.counts = send_counts.as_ptr();
+        slot.counts_len = send_counts.len();
+        slot.counts2 = recv_counts.as_ptr();
+        slot.counts2_len = recv_counts.len();
+        self.collective(
+            slot,
+            |slots| {
+                // SAFETY: inside the call's barrier window.
+                unsafe {
+                    validate::count_lists(slots, kind, me, false)?;
+                    validate::count_lists(slots, kind, me, true)?;
+                    for (r, s) in slots.iter().enumerate() {
+                        let sent = s.counts().iter().sum();
+                        validate::length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
+                        let received = s.counts2().iter().sum();
+                        validate::length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
+                    }
+                    for (r, s) in slots.iter().enumerate() {
+                        for (p, peer) in slots.iter().enumerate() {
+                            let (expected, got) = (s.counts2()[p], peer.counts()[r]);
+                            if expected != got {
+                                return Err(CommError::CountMismatch {
+                                    op: kind,
+                                    rank: me,
+                                    offender: r,
+                                    peer: p,
+                                    expected,
+                                    got,
+                                });
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            },
+            |slots| {
+                let dst = ptr::<T>(&slots[me]).1;
+                // SAFETY: inside the barrier window; counts checked to match.
+                let recv_off = kernels::offsets(unsafe { slots[me].counts2() });
+                for (p, s) in slots.iter().enumerate() {
+                    // SAFETY: as above.
+                    let counts = unsafe { s.counts() };
+                    let from: usize = counts[..me].iter().sum();
+                    // SAFETY: lengths checked; only this rank writes its receive buffer.
+                    unsafe {
+                        kernels::copy(ptr::<T>(s).0.add(from), dst.add(recv_off[p]), counts[me])
+                    }
+                }
+            },
+        )
+    }
+
+    fn send<T: Element>(&self, buf: &[T], dest: usize) -> Result<(), CommError> {
+        let op = OpKind::Send;
+        let _busy = self.enter(op)?;
+        self.check_peer(op, dest)?;
+        if dest == self.rank {
+            return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
+        }
+        let started = Instant::now();
+        super::p2p::post(self.sync(), self.rank, dest, buf);
+        super::p2p::await_delivery(self.sync(), op, self.rank, dest, started)
+    }
+
+    fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError> {
+        let op = OpKind::Recv;
+        let _busy = self.enter(op)?;
+        self.check_peer(op, source)?;
+        if source == self.rank {
+            return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
+        }
+        super::p2p::receive(self.sync(), op, self.rank, source, buf, Instant::now())
+    }
+
+    fn send_recv<T: Element>(
+        &self,
+        send: &[T],
+        dest: usize,
+        recv: &mut [T],
+        source: usize,
+    ) -> Result<(), CommError> {
+        let op = OpKind::SendRecv;
+        let _busy = self.enter(op)?;
+        self.check_peer(op, dest)?;
+        self.check_peer(op, source)?;
+        let me = self.rank;
+        match (dest == me, source == me) {
+            (true, true) => {
+                validate::length(op, me, me, BufferRole::Receive, send.len(), recv.len())?;
+                recv.copy_from_slice(send);
+                return Ok(());
+            }
+            (false, false) => {}
+            _ => return Err(self.invalid(op, InvalidArgument::SelfMessage { op })),
+        }
+        let started = Instant::now();
+        super::p2p::post(self.sync(), me, dest, send);
+        let received = super::p2p::receive(self.sync(), op, me, source, recv, started);
+        let delivered = super::p2p::await_delivery(self.sync(), op, me, dest, started);
+        received.and(delivered)
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        let slot = Slot::new(Fingerprint::new(
+            self.seq.fetch_add(1, Ordering::Relaxed),
+            OpKind::Barrier,
+            None,
+            0,
+        ));
+        self.collective(slot, |_| Ok(()), |_| ())
+    }
+}

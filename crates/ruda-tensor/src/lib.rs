@@ -1,0 +1,3 @@
+//! # ruda-tensor
+//!
+//! The tensor layer of ruda on Burn (work in progress).
