@@ -34,7 +34,7 @@ use crate::staging;
 ///     let coll = HostCollective::new(comm);
 ///     let x = Flex::float_from_data(TensorData::new(vec![r, r], [1, 2]), &FlexDevice);
 ///     let all = TensorCollective::<Flex>::all_gather_float(&coll, x)?;
-///     Ok::<_, ruda_tensor::TensorCollectiveError>(read_sync(Flex::float_into_data(all)).unwrap().to_vec::<f32>().unwrap())
+///     Ok::<_, ruda_tensor::TensorCollectiveError>(read_sync(Flex::float_into_data(all)).unwrap().try_to_vec::<f32>().unwrap())
 /// }).unwrap();
 /// assert_eq!(out[1], vec![0.0, 0.0, 1.0, 1.0]);
 /// ```

@@ -22,7 +22,7 @@
 //!     let grads = Ad::backward(Ad::float_sum(all));
 //!     // every rank's shard appears once in every rank's loss: gradient = world size
 //!     let g = Ad::grad(&x, &grads).unwrap();
-//!     Ok::<_, ruda_tensor::TensorCollectiveError>(read_sync(Flex::float_into_data(g)).unwrap().to_vec::<f64>().unwrap())
+//!     Ok::<_, ruda_tensor::TensorCollectiveError>(read_sync(Flex::float_into_data(g)).unwrap().try_to_vec::<f64>().unwrap())
 //! }).unwrap();
 //! assert_eq!(grads[0], vec![2.0, 2.0]);
 //! ```

@@ -1,0 +1,193 @@
+//! Helpers shared by the tensor-layer tests: building tensors from vectors
+//! on Flex and Autodiff<Flex>, reading them back, generating inputs.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use burn_autodiff::Autodiff;
+use burn_backend::ops::{FloatTensorOps, IntTensorOps};
+use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::{AutodiffBackend, Element as BurnElement, TensorData, read_sync};
+use burn_flex::{Flex, FlexDevice};
+use ruda_comm::conformance::{Sample, mix};
+use ruda_comm::{Communicator, LocalWorld};
+
+pub type Ad = Autodiff<Flex>;
+
+pub fn world(n: usize) -> LocalWorld {
+    LocalWorld::new(n).timeout(Duration::from_secs(60))
+}
+
+pub fn float<T: BurnElement>(v: Vec<T>, shape: &[usize]) -> FloatTensor<Flex> {
+    Flex::float_from_data(TensorData::new(v, shape.to_vec()), &FlexDevice)
+}
+
+pub fn int<T: BurnElement>(v: Vec<T>, shape: &[usize]) -> IntTensor<Flex> {
+    Flex::int_from_data(TensorData::new(v, shape.to_vec()), &FlexDevice)
+}
+
+pub fn read_float<T: BurnElement>(t: FloatTensor<Flex>) -> (Vec<T>, Vec<usize>) {
+    let d = read_sync(Flex::float_into_data(t)).unwrap();
+    (d.try_to_vec::<T>().unwrap(), d.shape().to_vec())
+}
+
+pub fn read_int<T: BurnElement>(t: IntTensor<Flex>) -> (Vec<T>, Vec<usize>, burn_backend::DType) {
+    let d = read_sync(Flex::int_into_data(t)).unwrap();
+    (d.try_to_vec::<T>().unwrap(), d.shape().to_vec(), d.dtype())
+}
+
+/// A tracked f64 leaf on Autodiff<Flex>.
+pub fn leaf(v: Vec<f64>, shape: &[usize]) -> FloatTensor<Ad> {
+    Ad::float_set_require_grad(
+        Ad::float_from_data(TensorData::new(v, shape.to_vec()), &FlexDevice),
+        true,
+    )
+}
+
+/// An untracked constant on Autodiff<Flex>.
+pub fn constant(v: Vec<f64>, shape: &[usize]) -> FloatTensor<Ad> {
+    Ad::float_from_data(TensorData::new(v, shape.to_vec()), &FlexDevice)
+}
+
+/// `sum(w ⊙ y)` on Autodiff.
+pub fn weighted_sum(y: FloatTensor<Ad>, w: FloatTensor<Ad>) -> FloatTensor<Ad> {
+    Ad::float_sum(Ad::float_mul(y, w))
+}
+
+/// The gradient of `x` after `backward(loss)`, as a vector (zeros when the
+/// loss does not depend on `x`, where Burn records no gradient).
+pub fn grad_of(loss: FloatTensor<Ad>, x: &FloatTensor<Ad>) -> Vec<f64> {
+    let grads = Ad::backward(loss);
+    match Ad::grad(x, &grads) {
+        Some(g) => read_float::<f64>(g).0,
+        None => vec![0.0; burn_backend::TensorMetadata::shape(x).num_elements()],
+    }
+}
+
+pub fn read_ad(t: FloatTensor<Ad>) -> (Vec<f64>, Vec<usize>) {
+    read_float::<f64>(Ad::inner(t))
+}
+
+/// Rank `r`'s generated input of `len` values for test `tag`.
+pub fn input<T: Sample>(seed: u64, tag: u64, r: usize, len: usize) -> Vec<T> {
+    (0..len)
+        .map(|i| T::sample(mix(&[seed, tag, r as u64, i as u64]), false))
+        .collect()
+}
+
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+pub fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            "{what}: element {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// Row counts per rank for uneven layouts: rank r of n sends `counts[r][p]` rows to p.
+pub fn counts(seed: u64, n: usize, max: usize) -> Vec<Vec<usize>> {
+    (0..n)
+        .map(|r| {
+            (0..n)
+                .map(|p| (mix(&[seed, 99, r as u64, p as u64]) % (max as u64 + 1)) as usize)
+                .collect()
+        })
+        .collect()
+}
+
+/// All ranks' inputs to all ranks' outputs, serially.
+pub type SerialModel = dyn Fn(&[Vec<f64>]) -> Vec<Vec<f64>> + Sync;
+
+/// A linear distributed operation under test: its distributed forward on
+/// Autodiff, and its serial model from all ranks' inputs to all ranks'
+/// outputs (flat vectors, one per rank).
+pub struct LinearCase<'a, C> {
+    pub name: &'a str,
+    /// Rows of rank r's input (trailing size `cols`).
+    pub rows: &'a (dyn Fn(usize) -> usize + Sync),
+    pub cols: usize,
+    pub forward: &'a (dyn Fn(&C, FloatTensor<Ad>) -> FloatTensor<Ad> + Sync),
+    pub serial: &'a SerialModel,
+}
+
+/// On every rank of a world of `n`: (a) forward equals the serial model,
+/// (b) the gradient of Σ_r sum(w_r ⊙ A(x)_r) equals the serial model's
+/// (derived column by column from the serial forward, since A is linear),
+/// (c) Σ_r ⟨A x, w⟩ = Σ_r ⟨x, Aᵀ w⟩ with Aᵀ w from autodiff.
+pub fn check_linear<C>(
+    n: usize,
+    seed: u64,
+    make: impl Fn(ruda_comm::LocalCommunicator) -> C + Sync,
+    case: &LinearCase<'_, C>,
+) {
+    let xs: Vec<Vec<f64>> = (0..n)
+        .map(|r| input::<f64>(seed, 11, r, (case.rows)(r) * case.cols))
+        .collect();
+    let outs = (case.serial)(&xs);
+    let ws: Vec<Vec<f64>> = (0..n)
+        .map(|r| input::<f64>(seed, 12, r, outs[r].len()))
+        .collect();
+    // Serial gradient: dL/dx_p[i] = Σ_r ⟨A(e_{p,i})_r, w_r⟩.
+    let grads: Vec<Vec<f64>> = (0..n)
+        .map(|p| {
+            (0..xs[p].len())
+                .map(|i| {
+                    let mut e: Vec<Vec<f64>> = xs.iter().map(|x| vec![0.0; x.len()]).collect();
+                    e[p][i] = 1.0;
+                    let a = (case.serial)(&e);
+                    (0..n).map(|r| dot(&a[r], &ws[r])).sum()
+                })
+                .collect()
+        })
+        .collect();
+    let lhs_serial: f64 = (0..n).map(|r| dot(&outs[r], &ws[r])).sum();
+    let results = world(n).run(|c| {
+        let me = c.rank();
+        let sums = HostSums(std::sync::Arc::new(c.split(Some(0), 0).unwrap().unwrap()));
+        let comm = make(c);
+        let x = leaf(xs[me].clone(), &[(case.rows)(me), case.cols]);
+        let out = (case.forward)(&comm, x.clone());
+        let (got, _) = read_ad(out.clone());
+        assert_close(
+            &got,
+            &outs[me],
+            &format!("{} forward, n={n}, rank {me}", case.name),
+        );
+        let shape: Vec<usize> = burn_backend::TensorMetadata::shape(&out).to_vec();
+        let loss = weighted_sum(out, constant(ws[me].clone(), &shape));
+        let g = grad_of(loss, &x);
+        assert_close(
+            &g,
+            &grads[me],
+            &format!("{} gradient, n={n}, rank {me}", case.name),
+        );
+        let lhs = sums.sum(dot(&got, &ws[me]));
+        let rhs = sums.sum(dot(&xs[me], &g));
+        assert!(
+            (lhs - rhs).abs() <= 1e-10 * (1.0 + lhs.abs()),
+            "{} adjoint identity n={n}: {lhs} vs {rhs}",
+            case.name
+        );
+        assert!((lhs - lhs_serial).abs() <= 1e-10 * (1.0 + lhs.abs()));
+        Ok::<_, ()>(())
+    });
+    results.unwrap_or_else(|e| panic!("{} n={n}: {e:?}", case.name));
+}
+
+/// Scalar sums over all ranks, on a communicator of their own.
+pub struct HostSums(pub std::sync::Arc<ruda_comm::LocalCommunicator>);
+
+impl HostSums {
+    pub fn sum(&self, v: f64) -> f64 {
+        let mut b = [v];
+        self.0.all_reduce(&mut b, ruda_comm::ReduceOp::Sum).unwrap();
+        b[0]
+    }
+}
