@@ -235,6 +235,73 @@ pub trait Communicator: Send + Sync + Sized {
         recv_counts: &[usize],
     ) -> Result<(), CommError>;
 
+    /// [`Communicator::all_gather`] into a new vector of `size() * send.len()`
+    /// elements. Transports override it to skip initialising the output.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather`].
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let r = LocalWorld::new(2).run(|c| c.all_gather_vec(&[c.rank() as u32])).unwrap();
+    /// assert_eq!(r[0], vec![0, 1]);
+    /// ```
+    fn all_gather_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, CommError> {
+        let mut out = vec![T::zeroed(); send.len() * self.size()];
+        self.all_gather(send, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Communicator::reduce_scatter`] into a new vector of
+    /// `send.len() / size()` elements.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter`] (a `send` that does not split into
+    /// `size()` blocks is a [`CommError::LengthMismatch`]).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+    /// let r = LocalWorld::new(2).run(|c| c.reduce_scatter_vec(&[1i64, 2], ReduceOp::Sum)).unwrap();
+    /// assert_eq!(r, vec![vec![2], vec![4]]);
+    /// ```
+    fn reduce_scatter_vec<T: Element>(
+        &self,
+        send: &[T],
+        op: ReduceOp,
+    ) -> Result<Vec<T>, CommError> {
+        let mut out = vec![T::zeroed(); send.len() / self.size()];
+        self.reduce_scatter(send, &mut out, op)?;
+        Ok(out)
+    }
+
+    /// [`Communicator::all_to_all_v`] into a new vector of
+    /// `recv_counts.iter().sum()` elements.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_to_all_v`].
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let r = LocalWorld::new(2).run(|c| {
+    ///     let me = c.rank() as u8;
+    ///     c.all_to_all_v_vec(&[me, me], &[1, 1], &[1, 1])
+    /// }).unwrap();
+    /// assert_eq!(r[1], vec![0, 1]);
+    /// ```
+    fn all_to_all_v_vec<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        let mut out = vec![T::zeroed(); recv_counts.iter().sum()];
+        self.all_to_all_v(send, send_counts, &mut out, recv_counts)?;
+        Ok(out)
+    }
+
     /// Send `buf` to rank `dest`; returns once `dest` has received it.
     ///
     /// # Errors

@@ -102,10 +102,6 @@ fn in_place<W: Pod, R>(bytes: &mut [u8], f: impl FnOnce(&mut [W]) -> R) -> R {
     }
 }
 
-fn zeroed<W: Pod>(len: usize) -> Vec<W> {
-    bytemuck::zeroed_vec(len)
-}
-
 fn rebuild<W: Pod + Send + Sync>(words: Vec<W>, shape: Vec<usize>, dtype: DType) -> TensorData {
     TensorData::from_bytes(Bytes::from_elems(words), shape, dtype)
 }
@@ -145,8 +141,7 @@ pub(crate) fn all_gather<C: Communicator>(
     let out_shape = with_leading(&shape, n * shape[0]);
     with_word!(word.unwrap_or(1), W, {
         let src = view::<W>(data.as_bytes());
-        let mut out = zeroed::<W>(n * src.len());
-        comm.all_gather(&src, &mut out)?;
+        let out = comm.all_gather_vec(&src)?;
         Ok(rebuild(out, out_shape, dtype))
     })
 }
@@ -178,8 +173,7 @@ pub(crate) fn reduce_scatter_sum<C: Communicator>(
     let out_shape = with_leading(&shape, shape[0] / n);
     with_float!(dtype, T, {
         let src = view::<T>(data.as_bytes());
-        let mut out = zeroed::<T>(src.len() / n);
-        comm.reduce_scatter(&src, &mut out, ReduceOp::Sum)?;
+        let out = comm.reduce_scatter_vec(&src, ReduceOp::Sum)?;
         Ok(rebuild(out, out_shape, dtype))
     })
 }
@@ -289,8 +283,7 @@ pub(crate) fn all_to_all_v<C: Communicator>(
     let recv_elems: Vec<usize> = receive_counts.iter().map(|c| c * row).collect();
     let out = with_word!(word.unwrap_or(1), W, {
         let src = view::<W>(data.as_bytes());
-        let mut out = zeroed::<W>(recv_elems.iter().sum());
-        comm.all_to_all_v(&src, &send_elems, &mut out, &recv_elems)?;
+        let out = comm.all_to_all_v_vec(&src, &send_elems, &recv_elems)?;
         rebuild(out, out_shape, dtype)
     });
     Ok((out, receive_counts))

@@ -315,6 +315,15 @@ impl<C: Communicator> Checker<'_, C> {
             &out,
             &inputs,
             me * len,
+        )?;
+        let out = self.comm.reduce_scatter_vec(&inputs[me], op)?;
+        self.check_reduced(
+            OpKind::ReduceScatter,
+            op,
+            &format!("vec, block {len}"),
+            &out,
+            &inputs,
+            me * len,
         )
     }
 
@@ -441,6 +450,17 @@ impl<C: Communicator> Checker<'_, C> {
             me,
             n,
             &format!("send counts {counts:?}"),
+            &out,
+            &want,
+        )?;
+        let out = self
+            .comm
+            .all_to_all_v_vec(&inputs[me], &counts[me], &recv_counts)?;
+        compare(
+            OpKind::AllToAllV,
+            me,
+            n,
+            &format!("vec, send counts {counts:?}"),
             &out,
             &want,
         )

@@ -149,6 +149,157 @@ impl LocalCommunicator {
         Ok(work(&slots))
     }
 
+    /// `all_gather` into `recv_len` elements at `recv_ptr`, which it writes
+    /// completely on success and never reads.
+    fn all_gather_raw<T: Element>(
+        &self,
+        send: &[T],
+        recv_ptr: *mut T,
+        recv_len: usize,
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let mut slot = Slot::new(self.fingerprint::<T>(OpKind::AllGather, send.len()));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv_ptr.cast();
+        slot.recv_len = recv_len;
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, OpKind::AllGather, me)?;
+                let n = slots.len();
+                for (r, s) in slots.iter().enumerate() {
+                    let want = n * s.send_len;
+                    validate::length(
+                        OpKind::AllGather,
+                        me,
+                        r,
+                        BufferRole::Receive,
+                        want,
+                        s.recv_len,
+                    )?;
+                }
+                Ok(())
+            },
+            |slots| {
+                let c = slots[0].fp.count;
+                let dst = ptr::<T>(&slots[me]).1;
+                for (p, s) in slots.iter().enumerate() {
+                    // SAFETY: lengths checked; only this rank writes its receive buffer.
+                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(p * c), c) }
+                }
+            },
+        )
+    }
+
+    /// `reduce_scatter` into `recv_len` elements at `recv_ptr`, which it writes
+    /// completely on success and never reads.
+    fn reduce_scatter_raw<T: Element>(
+        &self,
+        send: &[T],
+        recv_ptr: *mut T,
+        recv_len: usize,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::ReduceScatter;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, recv_len).with_reduce(op));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv_ptr.cast();
+        slot.recv_len = recv_len;
+        self.collective(
+            slot,
+            |slots| {
+                validate::equal_counts(slots, kind, me)?;
+                validate::reduction(slots, me)?;
+                let n = slots.len();
+                for (r, s) in slots.iter().enumerate() {
+                    validate::length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
+                }
+                Ok(())
+            },
+            |slots| {
+                let c = slots[0].fp.count;
+                let ins: Vec<*const T> = slots
+                    .iter()
+                    .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
+                    .collect();
+                // SAFETY: lengths checked; only this rank writes its receive buffer.
+                unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
+            },
+        )
+    }
+
+    /// `all_to_all_v` into `recv_len` elements at `recv_ptr`, which it writes
+    /// completely on success and never reads.
+    fn all_to_all_v_raw<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_ptr: *mut T,
+        recv_len: usize,
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let kind = OpKind::AllToAllV;
+        let mut slot = Slot::new(self.fingerprint::<T>(kind, 0));
+        slot.send = send.as_ptr().cast();
+        slot.send_len = send.len();
+        slot.recv = recv_ptr.cast();
+        slot.recv_len = recv_len;
+        slot.counts = send_counts.as_ptr();
+        slot.counts_len = send_counts.len();
+        slot.counts2 = recv_counts.as_ptr();
+        slot.counts2_len = recv_counts.len();
+        self.collective(
+            slot,
+            |slots| {
+                // SAFETY: inside the call's barrier window.
+                unsafe {
+                    validate::count_lists(slots, kind, me, false)?;
+                    validate::count_lists(slots, kind, me, true)?;
+                    for (r, s) in slots.iter().enumerate() {
+                        let sent = s.counts().iter().sum();
+                        validate::length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
+                        let received = s.counts2().iter().sum();
+                        validate::length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
+                    }
+                    for (r, s) in slots.iter().enumerate() {
+                        for (p, peer) in slots.iter().enumerate() {
+                            let (expected, got) = (s.counts2()[p], peer.counts()[r]);
+                            if expected != got {
+                                return Err(CommError::CountMismatch {
+                                    op: kind,
+                                    rank: me,
+                                    offender: r,
+                                    peer: p,
+                                    expected,
+                                    got,
+                                });
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            },
+            |slots| {
+                let dst = ptr::<T>(&slots[me]).1;
+                // SAFETY: inside the barrier window; counts checked to match.
+                let recv_off = kernels::offsets(unsafe { slots[me].counts2() });
+                for (p, s) in slots.iter().enumerate() {
+                    // SAFETY: as above.
+                    let counts = unsafe { s.counts() };
+                    let from: usize = counts[..me].iter().sum();
+                    // SAFETY: lengths checked; only this rank writes its receive buffer.
+                    unsafe {
+                        kernels::copy(ptr::<T>(s).0.add(from), dst.add(recv_off[p]), counts[me])
+                    }
+                }
+            },
+        )
+    }
+
     fn sync(&self) -> &super::sync::GroupSync {
         &self.group.sync
     }
@@ -260,39 +411,7 @@ impl Communicator for LocalCommunicator {
     }
 
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
-        let me = self.rank;
-        let mut slot = Slot::new(self.fingerprint::<T>(OpKind::AllGather, send.len()));
-        slot.send = send.as_ptr().cast();
-        slot.send_len = send.len();
-        slot.recv = recv.as_mut_ptr().cast();
-        slot.recv_len = recv.len();
-        self.collective(
-            slot,
-            |slots| {
-                validate::equal_counts(slots, OpKind::AllGather, me)?;
-                let n = slots.len();
-                for (r, s) in slots.iter().enumerate() {
-                    let want = n * s.send_len;
-                    validate::length(
-                        OpKind::AllGather,
-                        me,
-                        r,
-                        BufferRole::Receive,
-                        want,
-                        s.recv_len,
-                    )?;
-                }
-                Ok(())
-            },
-            |slots| {
-                let c = slots[0].fp.count;
-                let dst = ptr::<T>(&slots[me]).1;
-                for (p, s) in slots.iter().enumerate() {
-                    // SAFETY: lengths checked; only this rank writes its receive buffer.
-                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(p * c), c) }
-                }
-            },
-        )
+        self.all_gather_raw(send, recv.as_mut_ptr(), recv.len())
     }
 
     fn all_gather_v<T: Element>(
@@ -354,34 +473,7 @@ impl Communicator for LocalCommunicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), CommError> {
-        let me = self.rank;
-        let kind = OpKind::ReduceScatter;
-        let mut slot = Slot::new(self.fingerprint::<T>(kind, recv.len()).with_reduce(op));
-        slot.send = send.as_ptr().cast();
-        slot.send_len = send.len();
-        slot.recv = recv.as_mut_ptr().cast();
-        slot.recv_len = recv.len();
-        self.collective(
-            slot,
-            |slots| {
-                validate::equal_counts(slots, kind, me)?;
-                validate::reduction(slots, me)?;
-                let n = slots.len();
-                for (r, s) in slots.iter().enumerate() {
-                    validate::length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
-                }
-                Ok(())
-            },
-            |slots| {
-                let c = slots[0].fp.count;
-                let ins: Vec<*const T> = slots
-                    .iter()
-                    .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
-                    .collect();
-                // SAFETY: lengths checked; only this rank writes its receive buffer.
-                unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
-            },
-        )
+        self.reduce_scatter_raw(send, recv.as_mut_ptr(), recv.len(), op)
     }
 
     fn reduce_scatter_v<T: Element>(
@@ -509,63 +601,50 @@ impl Communicator for LocalCommunicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<(), CommError> {
-        let me = self.rank;
-        let kind = OpKind::AllToAllV;
-        let mut slot = Slot::new(self.fingerprint::<T>(kind, 0));
-        slot.send = send.as_ptr().cast();
-        slot.send_len = send.len();
-        slot.recv = recv.as_mut_ptr().cast();
-        slot.recv_len = recv.len();
-        slot.counts = send_counts.as_ptr();
-        slot.counts_len = send_counts.len();
-        slot.counts2 = recv_counts.as_ptr();
-        slot.counts2_len = recv_counts.len();
-        self.collective(
-            slot,
-            |slots| {
-                // SAFETY: inside the call's barrier window.
-                unsafe {
-                    validate::count_lists(slots, kind, me, false)?;
-                    validate::count_lists(slots, kind, me, true)?;
-                    for (r, s) in slots.iter().enumerate() {
-                        let sent = s.counts().iter().sum();
-                        validate::length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
-                        let received = s.counts2().iter().sum();
-                        validate::length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
-                    }
-                    for (r, s) in slots.iter().enumerate() {
-                        for (p, peer) in slots.iter().enumerate() {
-                            let (expected, got) = (s.counts2()[p], peer.counts()[r]);
-                            if expected != got {
-                                return Err(CommError::CountMismatch {
-                                    op: kind,
-                                    rank: me,
-                                    offender: r,
-                                    peer: p,
-                                    expected,
-                                    got,
-                                });
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            },
-            |slots| {
-                let dst = ptr::<T>(&slots[me]).1;
-                // SAFETY: inside the barrier window; counts checked to match.
-                let recv_off = kernels::offsets(unsafe { slots[me].counts2() });
-                for (p, s) in slots.iter().enumerate() {
-                    // SAFETY: as above.
-                    let counts = unsafe { s.counts() };
-                    let from: usize = counts[..me].iter().sum();
-                    // SAFETY: lengths checked; only this rank writes its receive buffer.
-                    unsafe {
-                        kernels::copy(ptr::<T>(s).0.add(from), dst.add(recv_off[p]), counts[me])
-                    }
-                }
-            },
+        self.all_to_all_v_raw(
+            send,
+            send_counts,
+            recv.as_mut_ptr(),
+            recv.len(),
+            recv_counts,
         )
+    }
+
+    fn all_gather_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, CommError> {
+        let len = send.len() * self.size();
+        let mut out = Vec::with_capacity(len);
+        self.all_gather_raw(send, out.as_mut_ptr(), len)?;
+        // SAFETY: on success every one of the `len` elements was written.
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
+    fn reduce_scatter_vec<T: Element>(
+        &self,
+        send: &[T],
+        op: ReduceOp,
+    ) -> Result<Vec<T>, CommError> {
+        let len = send.len() / self.size();
+        let mut out = Vec::with_capacity(len);
+        self.reduce_scatter_raw(send, out.as_mut_ptr(), len, op)?;
+        // SAFETY: on success every one of the `len` elements was written.
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
+    fn all_to_all_v_vec<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        let len = recv_counts.iter().sum();
+        let mut out = Vec::with_capacity(len);
+        self.all_to_all_v_raw(send, send_counts, out.as_mut_ptr(), len, recv_counts)?;
+        // SAFETY: on success every one of the `len` elements was written
+        // (receive counts are checked against what every peer sends).
+        unsafe { out.set_len(len) };
+        Ok(out)
     }
 
     fn send<T: Element>(&self, buf: &[T], dest: usize) -> Result<(), CommError> {

@@ -1,0 +1,147 @@
+//! Tensor-level `all_reduce_sum` / `all_gather_float` on Flex f32 against the
+//! raw slice collective of the same size, measured in the same run.
+//!
+//! Run with `cargo bench -p ruda-tensor --bench tensor_vs_raw`. Each timed
+//! call gets a fresh, uniquely owned tensor (as a gradient would be), built
+//! outside the timer; time is the slowest rank's, median over iterations.
+
+use std::time::Instant;
+
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::{TensorData, read_sync};
+use burn_flex::{Flex, FlexDevice};
+use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+use ruda_tensor::{HostCollective, ReplicatedTensorCollective, TensorCollective};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median over `iters` of the slowest rank's time of `f`, run after `prep`.
+fn time<C: Communicator, S>(
+    comm: &C,
+    iters: usize,
+    mut prep: impl FnMut() -> S,
+    mut f: impl FnMut(S),
+) -> f64 {
+    let mut times = Vec::new();
+    for i in 0..iters + 2 {
+        let s = prep();
+        comm.barrier().unwrap();
+        let t = Instant::now();
+        f(s);
+        let mut e = [t.elapsed().as_secs_f64()];
+        comm.all_reduce(&mut e, ReduceOp::Max).unwrap();
+        if i >= 2 {
+            times.push(e[0]);
+        }
+    }
+    median(times)
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if quick {
+        &[4 << 10]
+    } else {
+        &[4 << 10, 1 << 20, 16 << 20, 64 << 20]
+    };
+    println!(
+        "{:>6} {:>10} {:>16} {:>12} {:>12} {:>8}",
+        "ranks", "bytes", "op", "raw (us)", "tensor (us)", "ratio"
+    );
+    for n in [2, 4] {
+        for &bytes in sizes {
+            let iters = if bytes >= 16 << 20 {
+                8
+            } else if bytes >= 1 << 20 {
+                40
+            } else {
+                400
+            };
+            let rows = LocalWorld::new(n)
+                .run(|c| {
+                    let count = bytes / 4;
+                    let coll = HostCollective::new(c);
+                    let comm = coll.comm();
+                    let data = vec![1f32; count];
+                    let raw_ar = time(
+                        comm,
+                        iters,
+                        || data.clone(),
+                        |mut v| comm.all_reduce(&mut v, ReduceOp::Sum).unwrap(),
+                    );
+                    let t_ar = time(
+                        comm,
+                        iters,
+                        || {
+                            Flex::float_from_data(
+                                TensorData::new(data.clone(), [count]),
+                                &FlexDevice,
+                            )
+                        },
+                        |x| {
+                            let y = ReplicatedTensorCollective::<Flex>::all_reduce_sum(&coll, x)
+                                .unwrap();
+                            std::hint::black_box(y);
+                        },
+                    );
+                    let shard = &data[..count / n];
+                    let raw_ag = time(
+                        comm,
+                        iters,
+                        || vec![0f32; count],
+                        |mut out| comm.all_gather(shard, &mut out).unwrap(),
+                    );
+                    let raw_ag_vec = time(
+                        comm,
+                        iters,
+                        || (),
+                        |_| {
+                            std::hint::black_box(comm.all_gather_vec(shard).unwrap());
+                        },
+                    );
+                    let t_ag = time(
+                        comm,
+                        iters,
+                        || {
+                            Flex::float_from_data(
+                                TensorData::new(shard.to_vec(), [count / n]),
+                                &FlexDevice,
+                            )
+                        },
+                        |x| {
+                            let y = TensorCollective::<Flex>::all_gather_float(&coll, x).unwrap();
+                            std::hint::black_box(y);
+                        },
+                    );
+                    // Check the tensor results once.
+                    let x =
+                        Flex::float_from_data(TensorData::new(data.clone(), [count]), &FlexDevice);
+                    let y = read_sync(Flex::float_into_data(
+                        ReplicatedTensorCollective::<Flex>::all_reduce_sum(&coll, x).unwrap(),
+                    ))
+                    .unwrap();
+                    assert!(y.as_slice::<f32>().unwrap().iter().all(|&v| v == n as f32));
+                    Ok::<_, ()>([(raw_ar, f64::NAN, t_ar), (raw_ag, raw_ag_vec, t_ag)])
+                })
+                .unwrap();
+            for (name, (raw, raw_vec, tensor)) in
+                ["all_reduce_sum", "all_gather_float"].iter().zip(rows[0])
+            {
+                println!(
+                    "{:>6} {:>10} {:>16} {:>10.1} {:>13.1} {:>12.1} {:>11.2} {:>15.2}",
+                    n,
+                    bytes,
+                    name,
+                    raw * 1e6,
+                    raw_vec * 1e6,
+                    tensor * 1e6,
+                    tensor / raw,
+                    tensor / raw_vec
+                );
+            }
+        }
+    }
+}
