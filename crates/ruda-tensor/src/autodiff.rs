@@ -34,12 +34,12 @@ use crate::backend::CollectiveBackend;
 use crate::error::TensorCollectiveError;
 
 /// The adjoint's result, or a panic naming the forward it belongs to.
-fn adjoint<T>(of: &str, r: Result<T, TensorCollectiveError>) -> T {
+pub(crate) fn adjoint<T>(of: &str, r: Result<T, TensorCollectiveError>) -> T {
     r.unwrap_or_else(|e| panic!("ruda: the backward pass of {of} failed: {e}"))
 }
 
 /// Register `out` as the result of a one-input collective with backward `bw`.
-fn record<B, CK, BO>(
+pub(crate) fn record<B, CK, BO>(
     bw: BO,
     guard: NodeGuard,
     state: BO::State,

@@ -36,7 +36,10 @@ mod backend;
 pub mod collective;
 mod contract;
 mod error;
+pub mod grid;
 mod host_collective;
+pub mod layout;
+pub mod primitives;
 mod staging;
 
 pub use backend::{CollectiveBackend, HostStaged};
@@ -46,6 +49,7 @@ pub use collective::{
     ReplicatedTensorCollective, TensorCollective, VariableTensorCollective, VariableTensorExchange,
 };
 pub use error::{CountProblem, ShapeProblem, TensorCollectiveError, TensorOp};
+pub use grid::{Axis, ProcessGrid};
 pub use host_collective::HostCollective;
 
 /// Burn's tensor primitive aliases, as the contract names them.

@@ -104,55 +104,121 @@ pub fn counts(seed: u64, n: usize, max: usize) -> Vec<Vec<usize>> {
 
 /// All ranks' inputs to all ranks' outputs, serially.
 pub type SerialModel = dyn Fn(&[Vec<f64>]) -> Vec<Vec<f64>> + Sync;
+/// A distributed forward on Autodiff.
+pub type Forward<C> = dyn Fn(&C, FloatTensor<Ad>) -> FloatTensor<Ad> + Sync;
 
-/// A linear distributed operation under test: its distributed forward on
-/// Autodiff, and its serial model from all ranks' inputs to all ranks'
-/// outputs (flat vectors, one per rank).
+/// A linear distributed operation under test on varying inputs and outputs.
 pub struct LinearCase<'a, C> {
     pub name: &'a str,
     /// Rows of rank r's input (trailing size `cols`).
     pub rows: &'a (dyn Fn(usize) -> usize + Sync),
     pub cols: usize,
-    pub forward: &'a (dyn Fn(&C, FloatTensor<Ad>) -> FloatTensor<Ad> + Sync),
+    pub forward: &'a Forward<C>,
     pub serial: &'a SerialModel,
 }
 
-/// On every rank of a world of `n`: (a) forward equals the serial model,
-/// (b) the gradient of Σ_r sum(w_r ⊙ A(x)_r) equals the serial model's
-/// (derived column by column from the serial forward, since A is linear),
-/// (c) Σ_r ⟨A x, w⟩ = Σ_r ⟨x, Aᵀ w⟩ with Aᵀ w from autodiff.
+/// [`check_op`] for varying inputs and outputs of shape `[rows(r), cols]`.
 pub fn check_linear<C>(
     n: usize,
     seed: u64,
     make: impl Fn(ruda_comm::LocalCommunicator) -> C + Sync,
     case: &LinearCase<'_, C>,
 ) {
+    let cols = case.cols;
+    let singletons: Vec<Vec<usize>> = (0..n).map(|r| vec![r]).collect();
+    check_op(
+        n,
+        seed,
+        make,
+        &OpCase {
+            name: case.name,
+            in_shape: &|r| vec![(case.rows)(r), cols],
+            in_groups: singletons.clone(),
+            out_groups: singletons,
+            forward: case.forward,
+            serial: case.serial,
+        },
+    );
+}
+
+/// A linear distributed operation under test. Ranks in one of `in_groups`
+/// hold one replicated input value (varying inputs: one rank per group);
+/// likewise `out_groups` for the output. A replicated value is one value:
+/// its weight in the loss and its gradient are counted once.
+pub struct OpCase<'a, C> {
+    pub name: &'a str,
+    pub in_shape: &'a (dyn Fn(usize) -> Vec<usize> + Sync),
+    pub in_groups: Vec<Vec<usize>>,
+    pub out_groups: Vec<Vec<usize>>,
+    pub forward: &'a Forward<C>,
+    pub serial: &'a SerialModel,
+}
+
+fn group_of(groups: &[Vec<usize>], r: usize) -> usize {
+    groups
+        .iter()
+        .position(|g| g.contains(&r))
+        .expect("every rank is in a group")
+}
+
+/// On every rank of a world of `n`: (a) forward equals the serial model,
+/// (b) the gradient of L = Σ over output values ⟨w, A(x)⟩ equals the serial
+/// model's (derived column by column from the serial forward, since A is
+/// linear), (c) the adjoint identity Σ⟨A x, w⟩ = Σ⟨x, Aᵀ w⟩ with replicated
+/// operands counted once, Aᵀ w coming from autodiff.
+pub fn check_op<C>(
+    n: usize,
+    seed: u64,
+    make: impl Fn(ruda_comm::LocalCommunicator) -> C + Sync,
+    case: &OpCase<'_, C>,
+) {
+    let in_len = |r: usize| (case.in_shape)(r).iter().product::<usize>();
     let xs: Vec<Vec<f64>> = (0..n)
-        .map(|r| input::<f64>(seed, 11, r, (case.rows)(r) * case.cols))
+        .map(|r| input::<f64>(seed, 11, group_of(&case.in_groups, r), in_len(r)))
         .collect();
     let outs = (case.serial)(&xs);
     let ws: Vec<Vec<f64>> = (0..n)
-        .map(|r| input::<f64>(seed, 12, r, outs[r].len()))
+        .map(|r| input::<f64>(seed, 12, group_of(&case.out_groups, r), outs[r].len()))
         .collect();
-    // Serial gradient: dL/dx_p[i] = Σ_r ⟨A(e_{p,i})_r, w_r⟩.
+    // L counts each output value once: on the first rank of its group.
+    let loss = |outs: &[Vec<f64>]| -> f64 {
+        case.out_groups
+            .iter()
+            .map(|g| dot(&outs[g[0]], &ws[g[0]]))
+            .sum()
+    };
+    for g in &case.out_groups {
+        for &r in g {
+            assert_close(
+                &outs[r],
+                &outs[g[0]],
+                &format!("{}: serial model replicates its output", case.name),
+            );
+        }
+    }
+    // Serial gradient of each input value: perturb it on every rank holding it.
     let grads: Vec<Vec<f64>> = (0..n)
-        .map(|p| {
-            (0..xs[p].len())
+        .map(|r| {
+            let members = &case.in_groups[group_of(&case.in_groups, r)];
+            (0..xs[r].len())
                 .map(|i| {
                     let mut e: Vec<Vec<f64>> = xs.iter().map(|x| vec![0.0; x.len()]).collect();
-                    e[p][i] = 1.0;
-                    let a = (case.serial)(&e);
-                    (0..n).map(|r| dot(&a[r], &ws[r])).sum()
+                    for &m in members {
+                        e[m][i] = 1.0;
+                    }
+                    loss(&(case.serial)(&e))
                 })
                 .collect()
         })
         .collect();
-    let lhs_serial: f64 = (0..n).map(|r| dot(&outs[r], &ws[r])).sum();
+    let lhs_serial = loss(&outs);
+    let first_in = |r: usize| case.in_groups.iter().any(|g| g[0] == r);
+    let first_out = |r: usize| case.out_groups.iter().any(|g| g[0] == r);
     let results = world(n).run(|c| {
         let me = c.rank();
         let sums = HostSums(std::sync::Arc::new(c.split(Some(0), 0).unwrap().unwrap()));
         let comm = make(c);
-        let x = leaf(xs[me].clone(), &[(case.rows)(me), case.cols]);
+        let x = leaf(xs[me].clone(), &(case.in_shape)(me));
         let out = (case.forward)(&comm, x.clone());
         let (got, _) = read_ad(out.clone());
         assert_close(
@@ -161,15 +227,22 @@ pub fn check_linear<C>(
             &format!("{} forward, n={n}, rank {me}", case.name),
         );
         let shape: Vec<usize> = burn_backend::TensorMetadata::shape(&out).to_vec();
-        let loss = weighted_sum(out, constant(ws[me].clone(), &shape));
-        let g = grad_of(loss, &x);
+        // Every rank seeds its backward with the weight of the value it
+        // holds: a replicated output's loss is computed redundantly, so each
+        // rank sees the full gradient of that one value.
+        let l = weighted_sum(out, constant(ws[me].clone(), &shape));
+        let g = grad_of(l, &x);
         assert_close(
             &g,
             &grads[me],
             &format!("{} gradient, n={n}, rank {me}", case.name),
         );
-        let lhs = sums.sum(dot(&got, &ws[me]));
-        let rhs = sums.sum(dot(&xs[me], &g));
+        let lhs = sums.sum(if first_out(me) {
+            dot(&got, &ws[me])
+        } else {
+            0.0
+        });
+        let rhs = sums.sum(if first_in(me) { dot(&xs[me], &g) } else { 0.0 });
         assert!(
             (lhs - rhs).abs() <= 1e-10 * (1.0 + lhs.abs()),
             "{} adjoint identity n={n}: {lhs} vs {rhs}",
