@@ -107,9 +107,9 @@ fn brute_radius(lin: &[f64], lout: &[f64], cutoff: f64, sin: &[usize], sout: &[u
     }
     let (mut i0, mut o0, mut r) = (0usize, 0usize, 0isize);
     for (ni, no) in sin.iter().zip(sout) {
-        for o in o0..o0 + no {
+        for &to in &lout[o0..o0 + no] {
             for (i, &t) in lin.iter().enumerate() {
-                if (t - lout[o]).abs() <= cutoff {
+                if (t - to).abs() <= cutoff {
                     r = r
                         .max(i0 as isize - i as isize)
                         .max(i as isize - (i0 + ni - 1) as isize);
