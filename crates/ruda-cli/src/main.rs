@@ -1,16 +1,21 @@
-//! `ruda`: the command-line face of ruda.
-//!
-//! `ruda demo` runs the stack end to end and prints what it verified.
+//! `ruda`: the command-line face of ruda — `ruda demo` trains a spatially
+//! decomposed model and proves it matches the serial model; `ruda bench`
+//! measures collective bandwidth in the conventions of nccl-tests.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
-use clap::{Parser, Subcommand};
-use ruda_comm::{Communicator, LocalWorld, ReduceOp, conformance};
+use clap::{Parser, Subcommand, ValueEnum};
+use ruda_cli::bench_cmd::{self, BenchConfig, Report};
+use ruda_cli::demo::{self, DemoConfig};
+use ruda_cli::{plot, sizes};
+use ruda_comm::DType;
+use ruda_comm::bench::BenchOp;
 
 /// Differentiable collective communication for Rust tensors.
 #[derive(Parser, Debug)]
-#[command(name = "ruda", version, about)]
+#[command(name = "ruda", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,54 +23,234 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run collectives on in-process ranks and verify every result against a
-    /// serial reference.
+    /// Train a small model on a polar × azimuth grid of in-process ranks, run
+    /// it serially too, and check that losses and gradients agree at every
+    /// step (exit status 1 if they do not).
     Demo {
-        /// Largest world size to run (1 to 8 ranks as threads).
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=8))]
-        max_ranks: u16,
+        /// The process grid, polar × azimuth ranks, e.g. 2x2 or 4x1.
+        #[arg(long, default_value = "2x2", value_parser = parse_grid)]
+        grid: (usize, usize),
+        /// Optimisation steps.
+        #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        steps: u32,
+    },
+    /// Measure collective bandwidth over a sweep of sizes, with a memcpy
+    /// reference line of each size from the same run.
+    Bench {
+        /// The collective to time.
+        #[arg(long, value_enum, default_value_t = OpArg::All)]
+        op: OpArg,
+        /// Element type.
+        #[arg(long, value_enum, default_value_t = DTypeArg::F32)]
+        dtype: DTypeArg,
+        /// Sizes in bytes: one size (64M) or a doubling range (4K:64M).
+        #[arg(long, default_value = "4K:64M")]
+        sizes: String,
+        /// Ranks (threads of this process with the local transport).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+        ranks: u16,
+        /// Transport: `local` (threads); `mpi` needs a build with MPI support.
+        #[arg(long, value_enum, default_value_t = TransportArg::Local)]
+        transport: TransportArg,
+        /// Timed iterations per size (the median of the slowest rank is reported).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        iters: u32,
+        /// Untimed warm-up iterations per size.
+        #[arg(long, default_value_t = 5)]
+        warmup: u32,
+        /// Time the ruda-tensor layer on Burn's Flex backend instead of the raw communicator.
+        #[arg(long)]
+        tensor: bool,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Also draw busbw against size as an SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
     },
 }
 
-fn demo(max_ranks: usize) -> Result<(), String> {
-    for n in 1..=max_ranks {
-        let t = Instant::now();
-        let sums = LocalWorld::new(n)
-            .run(|c| {
-                conformance::check_all_dtypes(&c, 37, n as u64)?;
-                conformance::check_split(&c, n as u64)?;
-                let mut v = vec![c.rank() as f64 + 1.0; 1 << 16];
-                c.all_reduce(&mut v, ReduceOp::Sum)?;
-                Ok::<_, conformance::ConformanceError>(v[0])
-            })
-            .map_err(|e| format!("{n} ranks: {e}"))?;
-        let expected = (n * (n + 1) / 2) as f64;
-        if sums.iter().any(|&s| s != expected) {
-            return Err(format!(
-                "{n} ranks: all-reduce gave {sums:?}, expected {expected}"
-            ));
-        }
-        println!(
-            "{n} rank(s): every collective × 8 element types and sub-groups match the serial reference ({:.0} ms)",
-            t.elapsed().as_secs_f64() * 1e3
-        );
-    }
-    Ok(())
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OpArg {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Broadcast,
+    All,
 }
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DTypeArg {
+    F16,
+    Bf16,
+    F32,
+    F64,
+    U8,
+    U32,
+    I32,
+    I64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TransportArg {
+    Local,
+    Mpi,
+}
+
+fn parse_grid(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{s}` is not a grid: write polar × azimuth ranks as PxA, e.g. 2x2");
+    let (p, a) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (p, a) = (
+        p.trim().parse::<usize>().map_err(|_| bad())?,
+        a.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if p == 0 || a == 0 || p * a > 64 {
+        return Err(format!(
+            "a {p}x{a} grid is not allowed: each side at least 1, at most 64 ranks in all"
+        ));
+    }
+    Ok((p, a))
+}
+
+fn ops(op: OpArg) -> Vec<BenchOp> {
+    match op {
+        OpArg::AllReduce => vec![BenchOp::AllReduce],
+        OpArg::AllGather => vec![BenchOp::AllGather],
+        OpArg::ReduceScatter => vec![BenchOp::ReduceScatter],
+        OpArg::AllToAll => vec![BenchOp::AllToAll],
+        OpArg::Broadcast => vec![BenchOp::Broadcast],
+        OpArg::All => BenchOp::ALL.to_vec(),
+    }
+}
+
+fn dtype(d: DTypeArg) -> DType {
+    match d {
+        DTypeArg::F16 => DType::F16,
+        DTypeArg::Bf16 => DType::BF16,
+        DTypeArg::F32 => DType::F32,
+        DTypeArg::F64 => DType::F64,
+        DTypeArg::U8 => DType::U8,
+        DTypeArg::U32 => DType::U32,
+        DTypeArg::I32 => DType::I32,
+        DTypeArg::I64 => DType::I64,
+    }
+}
+
+/// Exit status for usage errors, as clap's own.
+const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Demo { max_ranks } => demo(max_ranks as usize),
-    };
-    match result {
-        Ok(()) => {
-            println!("verdict: OK");
-            ExitCode::SUCCESS
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Demo {
+            grid: (polar, azimuth),
+            steps,
+        } => {
+            let cfg = DemoConfig {
+                polar,
+                azimuth,
+                steps: steps as usize,
+                ..DemoConfig::default()
+            };
+            match demo::run(&cfg, &mut out) {
+                Ok(v) if v.agree => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::FAILURE,
+                Err(e @ demo::DemoError::Grid { .. }) => {
+                    eprintln!("ruda demo: {e}");
+                    ExitCode::from(USAGE)
+                }
+                Err(e) => {
+                    eprintln!("ruda demo: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
-        Err(e) => {
-            eprintln!("verdict: FAILED: {e}");
-            ExitCode::FAILURE
+        Command::Bench {
+            op,
+            dtype: d,
+            sizes: s,
+            ranks,
+            transport,
+            iters,
+            warmup,
+            tensor,
+            json,
+            plot: plot_file,
+        } => {
+            if let TransportArg::Mpi = transport {
+                eprintln!("ruda bench: this build has no MPI transport yet; use --transport local");
+                return ExitCode::from(USAGE);
+            }
+            let sizes = match sizes::parse_sizes(&s) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("ruda bench: --sizes: {e}");
+                    return ExitCode::from(USAGE);
+                }
+            };
+            let cfg = BenchConfig {
+                ops: ops(op),
+                dtype: dtype(d),
+                sizes,
+                ranks: ranks as usize,
+                iters: iters as usize,
+                warmup: warmup as usize,
+                tensor,
+            };
+            if tensor && !cfg.dtype.is_float() {
+                eprintln!(
+                    "ruda bench: {}",
+                    bench_cmd::BenchError::TensorDType(cfg.dtype)
+                );
+                return ExitCode::from(USAGE);
+            }
+            let bar = bench_cmd::progress((cfg.sizes.len() * cfg.ops.len()) as u64);
+            let rows = match bench_cmd::run(&cfg, &bar) {
+                Ok(r) => r,
+                Err(e) => {
+                    bar.finish_and_clear();
+                    eprintln!("ruda bench: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            bar.finish_and_clear();
+            let written = if json {
+                let report = Report {
+                    ranks: cfg.ranks,
+                    dtype: cfg.dtype.name(),
+                    transport: "local",
+                    tensor,
+                    rows: &rows,
+                };
+                serde_json::to_writer_pretty(&mut out, &report)
+                    .map_err(std::io::Error::other)
+                    .and_then(|_| writeln!(out))
+            } else {
+                bench_cmd::print_table(&cfg, &rows, &mut out)
+            };
+            if let Err(e) = written {
+                eprintln!("ruda bench: writing the output: {e}");
+                return ExitCode::FAILURE;
+            }
+            if let Some(path) = plot_file {
+                let title = format!(
+                    "ruda {} bench, {} ranks, {}",
+                    if tensor { "tensor" } else { "collective" },
+                    cfg.ranks,
+                    cfg.dtype
+                );
+                if let Err(e) = plot::plot(&rows, &title, &path) {
+                    eprintln!("ruda bench: --plot {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            if rows.iter().any(|r| r.wrong > 0) {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
     }
 }

@@ -1,0 +1,196 @@
+//! The `ruda` binary from the outside: the demo's verdict, the bench's
+//! output (table, JSON, plot), and argument errors.
+
+use std::process::Command;
+
+use ruda_cli::demo::{DemoConfig, StepRecord, TOLERANCE, compare, train};
+
+fn ruda(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ruda"))
+        .args(args)
+        .output()
+        .expect("run ruda")
+}
+
+#[test]
+fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
+    let cfg = DemoConfig {
+        steps: 3,
+        ..DemoConfig::default()
+    };
+    let bar = indicatif::ProgressBar::hidden();
+    let dist = train(&cfg, 2, 2, &bar).unwrap();
+    let serial = train(&cfg, 1, 1, &bar).unwrap();
+    let v = compare(&dist, &serial, TOLERANCE);
+    assert!(v.agree, "worst {}", v.worst);
+    assert_eq!(v.steps.len(), 3);
+    // The loss goes down under SGD.
+    assert!(dist[2].loss < dist[0].loss);
+    // A deliberately wrong gradient (one element off by 1e-8) is caught.
+    let mut wrong = dist.clone();
+    wrong[1].grads[3] += 1e-8;
+    let v = compare(&wrong, &serial, TOLERANCE);
+    assert!(!v.agree && v.worst >= 1e-8 / 2.0);
+    // So are a wrong loss, a missing step and a NaN.
+    let mut wrong = dist.clone();
+    wrong[0].loss *= 1.0 + 1e-9;
+    assert!(!compare(&wrong, &serial, TOLERANCE).agree);
+    assert!(!compare(&dist[..2], &serial, TOLERANCE).agree);
+    let mut wrong = dist.clone();
+    wrong[2].grads[0] = f64::NAN;
+    assert!(!compare(&wrong, &serial, TOLERANCE).agree);
+    assert!(!compare(&[], &[], TOLERANCE).agree);
+    let _ = StepRecord {
+        loss: 0.0,
+        grads: vec![],
+    };
+}
+
+#[test]
+fn demo_command_prints_steps_and_a_verdict() {
+    let out = ruda(&["demo", "--grid", "4x1", "--steps", "2"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verdict: OK"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn bench_json_follows_the_bandwidth_conventions() {
+    let out = ruda(&[
+        "bench", "--op", "all", "--sizes", "4K:8K", "--ranks", "3", "--iters", "2", "--warmup",
+        "1", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["ranks"], 3);
+    assert_eq!(doc["dtype"], "f32");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * (1 + 5),
+        "a memcpy row and five ops per size"
+    );
+    for r in rows {
+        for key in [
+            "kind", "op", "dtype", "ranks", "bytes", "count", "time_us", "algbw", "busbw", "wrong",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key} in {r}");
+        }
+        let (algbw, busbw, t, bytes) = (
+            r["algbw"].as_f64().unwrap(),
+            r["busbw"].as_f64().unwrap(),
+            r["time_us"].as_f64().unwrap(),
+            r["bytes"].as_f64().unwrap(),
+        );
+        assert!(
+            (algbw - bytes / (t * 1e-6) / 1e9).abs() <= 1e-6 * algbw,
+            "{r}"
+        );
+        let n = 3.0;
+        let factor = match r["op"].as_str().unwrap() {
+            "all-reduce" => 2.0 * (n - 1.0) / n,
+            "all-gather" | "reduce-scatter" | "all-to-all" => (n - 1.0) / n,
+            "broadcast" | "memcpy" => 1.0,
+            other => panic!("unknown op {other}"),
+        };
+        assert!(
+            (busbw - algbw * factor).abs() <= 1e-9 * algbw.max(1.0),
+            "{r}"
+        );
+        assert_eq!(r["wrong"], 0);
+        if r["kind"] != "memcpy" {
+            assert_eq!(
+                r["count"].as_u64().unwrap() % 3,
+                0,
+                "counts divide over the ranks"
+            );
+        }
+    }
+}
+
+#[test]
+fn bench_table_tensor_mode_and_plot() {
+    let dir = std::env::temp_dir().join(format!("ruda-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("bw.svg");
+    let out = ruda(&[
+        "bench",
+        "--op",
+        "all-gather",
+        "--dtype",
+        "bf16",
+        "--sizes",
+        "4K",
+        "--ranks",
+        "2",
+        "--iters",
+        "2",
+        "--tensor",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("#wrong")
+            && text.contains("memcpy")
+            && text.contains("all-gather")
+            && text.contains("bf16"),
+        "{text}"
+    );
+    assert!(text.contains("out of bounds values: 0 OK"));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("all-gather") && plot.contains("memcpy"));
+}
+
+#[test]
+fn argument_errors_exit_2_with_a_clear_message() {
+    for (args, needle) in [
+        (vec!["bench", "--sizes", "4Q"], "not a size"),
+        (vec!["bench", "--sizes", "8K:4K"], "ends below its start"),
+        (vec!["bench", "--op", "all-sum"], "all-reduce"),
+        (
+            vec!["bench", "--tensor", "--dtype", "i32"],
+            "floating element type",
+        ),
+        (vec!["bench", "--transport", "mpi"], "no MPI transport"),
+        (vec!["demo", "--grid", "2by2"], "PxA"),
+        (vec!["demo", "--grid", "0x2"], "at least 1"),
+        (vec!["demo", "--grid", "1x8"], "does not fit"),
+        (vec!["demo", "--steps", "0"], "steps"),
+        (vec!["frobnicate"], "unrecognized subcommand"),
+    ] {
+        let out = ruda(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let out = ruda(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("demo") && text.contains("bench"));
+    let out = ruda(&["bench", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--sizes") && text.contains("doubling range") && text.contains("--plot"));
+}
