@@ -41,6 +41,8 @@ mod host_collective;
 pub mod layout;
 pub mod primitives;
 mod staging;
+#[cfg(feature = "tensor-api")]
+pub mod tensor_api;
 
 pub use backend::{CollectiveBackend, HostStaged};
 pub use burn_backend::Backend;

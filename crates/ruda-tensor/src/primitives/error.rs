@@ -115,6 +115,12 @@ pub enum PrimitiveError {
         /// The radius it passed.
         radius: usize,
     },
+    /// A user-facing tensor on a backend the primitives do not run on.
+    #[error("this tensor cannot take part: {message}")]
+    UnsupportedTensor {
+        /// What the conversion reported.
+        message: alloc::string::String,
+    },
     /// A halo-padded tensor whose rows are not `local_rows + 2 × radius`.
     #[error(
         "halo_reduce on rank {rank}: {rows} rows along the latitude dimension, expected {expected}"
