@@ -39,6 +39,28 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every element type, in code order.
+    pub const ALL: [DType; 8] = [
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+        DType::U8,
+        DType::U32,
+        DType::I32,
+        DType::I64,
+    ];
+
+    /// A small stable number for the type (its index in [`DType::ALL`]).
+    pub fn code(self) -> u8 {
+        Self::ALL.iter().position(|&d| d == self).expect("listed") as u8
+    }
+
+    /// The type of [`DType::code`] `c`.
+    pub fn from_code(c: u8) -> Option<DType> {
+        Self::ALL.get(c as usize).copied()
+    }
+
     /// Size of one element in bytes.
     pub const fn size_in_bytes(self) -> usize {
         match self {

@@ -92,6 +92,14 @@ pub enum InvalidArgument {
         /// The number of blocks (the group size).
         parts: usize,
     },
+    /// More elements in one call than the transport can address.
+    #[error("{count} elements in one call exceed the transport's limit of {max}")]
+    TooLarge {
+        /// Elements requested.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A world of zero ranks.
     #[error("a communicator needs at least one rank")]
     EmptyWorld,

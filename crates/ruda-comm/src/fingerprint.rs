@@ -38,6 +38,35 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Every operation, in code order (see [`OpKind::code`]).
+    pub const ALL: [OpKind; 14] = [
+        OpKind::Init,
+        OpKind::Split,
+        OpKind::Barrier,
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::AllGatherV,
+        OpKind::ReduceScatter,
+        OpKind::ReduceScatterV,
+        OpKind::Broadcast,
+        OpKind::AllToAll,
+        OpKind::AllToAllV,
+        OpKind::Send,
+        OpKind::Recv,
+        OpKind::SendRecv,
+    ];
+
+    /// A small stable number for the operation, for transports that send
+    /// fingerprints over the wire.
+    pub fn code(self) -> u8 {
+        Self::ALL.iter().position(|&o| o == self).expect("listed") as u8
+    }
+
+    /// The operation of [`OpKind::code`] `c`.
+    pub fn from_code(c: u8) -> Option<OpKind> {
+        Self::ALL.get(c as usize).copied()
+    }
+
     /// The snake-case name of the operation, as in the `Communicator` method.
     pub const fn name(self) -> &'static str {
         match self {

@@ -28,6 +28,8 @@ mod element;
 mod error;
 mod fingerprint;
 mod local;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod reduce_op;
 
 pub use communicator::Communicator;
@@ -38,3 +40,6 @@ pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, RankError, TIMEOUT_ENV, WorldError,
 };
 pub use reduce_op::ReduceOp;
+
+#[cfg(feature = "mpi")]
+pub use mpi::{MpiCommunicator, MpiWorld};

@@ -165,22 +165,7 @@ impl LocalCommunicator {
         slot.recv_len = recv_len;
         self.collective(
             slot,
-            |slots| {
-                validate::equal_counts(slots, OpKind::AllGather, me)?;
-                let n = slots.len();
-                for (r, s) in slots.iter().enumerate() {
-                    let want = n * s.send_len;
-                    validate::length(
-                        OpKind::AllGather,
-                        me,
-                        r,
-                        BufferRole::Receive,
-                        want,
-                        s.recv_len,
-                    )?;
-                }
-                Ok(())
-            },
+            |slots| validate::all_gather(slots, me),
             |slots| {
                 let c = slots[0].fp.count;
                 let dst = ptr::<T>(&slots[me]).1;
@@ -210,15 +195,7 @@ impl LocalCommunicator {
         slot.recv_len = recv_len;
         self.collective(
             slot,
-            |slots| {
-                validate::equal_counts(slots, kind, me)?;
-                validate::reduction(slots, me)?;
-                let n = slots.len();
-                for (r, s) in slots.iter().enumerate() {
-                    validate::length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
-                }
-                Ok(())
-            },
+            |slots| validate::reduce_scatter(slots, me),
             |slots| {
                 let c = slots[0].fp.count;
                 let ins: Vec<*const T> = slots
@@ -254,35 +231,7 @@ impl LocalCommunicator {
         slot.counts2_len = recv_counts.len();
         self.collective(
             slot,
-            |slots| {
-                // SAFETY: inside the call's barrier window.
-                unsafe {
-                    validate::count_lists(slots, kind, me, false)?;
-                    validate::count_lists(slots, kind, me, true)?;
-                    for (r, s) in slots.iter().enumerate() {
-                        let sent = s.counts().iter().sum();
-                        validate::length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
-                        let received = s.counts2().iter().sum();
-                        validate::length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
-                    }
-                    for (r, s) in slots.iter().enumerate() {
-                        for (p, peer) in slots.iter().enumerate() {
-                            let (expected, got) = (s.counts2()[p], peer.counts()[r]);
-                            if expected != got {
-                                return Err(CommError::CountMismatch {
-                                    op: kind,
-                                    rank: me,
-                                    offender: r,
-                                    peer: p,
-                                    expected,
-                                    got,
-                                });
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            },
+            |slots| validate::all_to_all_v(slots, me),
             |slots| {
                 let dst = ptr::<T>(&slots[me]).1;
                 // SAFETY: inside the barrier window; counts checked to match.
@@ -390,10 +339,7 @@ impl Communicator for LocalCommunicator {
         slot.recv = buf.as_mut_ptr().cast();
         self.collective(
             slot,
-            |slots| {
-                validate::equal_counts(slots, OpKind::AllReduce, me)?;
-                validate::reduction(slots, me)
-            },
+            |slots| validate::all_reduce(slots, me),
             |slots| {
                 let n = slots.len();
                 let (lo, hi) = kernels::partition::<T>(slots[0].fp.count, me, n);
@@ -431,30 +377,7 @@ impl Communicator for LocalCommunicator {
         slot.counts_len = counts.len();
         self.collective(
             slot,
-            |slots| {
-                // SAFETY: inside the call's barrier window.
-                unsafe {
-                    validate::count_lists(slots, op, me, false)?;
-                    for (r, s) in slots.iter().enumerate() {
-                        for (p, peer) in slots.iter().enumerate() {
-                            let expected = s.counts()[p];
-                            if expected != peer.send_len {
-                                return Err(CommError::CountMismatch {
-                                    op,
-                                    rank: me,
-                                    offender: r,
-                                    peer: p,
-                                    expected,
-                                    got: peer.send_len,
-                                });
-                            }
-                        }
-                        let total = s.counts().iter().sum();
-                        validate::length(op, me, r, BufferRole::Receive, total, s.recv_len)?;
-                    }
-                }
-                Ok(())
-            },
+            |slots| validate::all_gather_v(slots, me),
             |slots| {
                 let dst = ptr::<T>(&slots[me]).1;
                 let mut off = 0;
@@ -494,31 +417,7 @@ impl Communicator for LocalCommunicator {
         slot.counts_len = counts.len();
         self.collective(
             slot,
-            |slots| {
-                validate::reduction(slots, me)?;
-                // SAFETY: inside the call's barrier window.
-                unsafe {
-                    validate::count_lists(slots, kind, me, false)?;
-                    for (r, s) in slots.iter().enumerate() {
-                        for (p, peer) in slots.iter().enumerate() {
-                            let expected = s.counts()[p];
-                            if expected != peer.recv_len {
-                                return Err(CommError::CountMismatch {
-                                    op: kind,
-                                    rank: me,
-                                    offender: r,
-                                    peer: p,
-                                    expected,
-                                    got: peer.recv_len,
-                                });
-                            }
-                        }
-                        let total = s.counts().iter().sum();
-                        validate::length(kind, me, r, BufferRole::Send, total, s.send_len)?;
-                    }
-                }
-                Ok(())
-            },
+            |slots| validate::reduce_scatter_v(slots, me),
             |slots| {
                 // SAFETY: inside the barrier window; counts checked equal.
                 let offsets = kernels::offsets(unsafe { slots[me].counts() });
@@ -541,13 +440,7 @@ impl Communicator for LocalCommunicator {
         slot.send = slot.recv;
         self.collective(
             slot,
-            |slots| {
-                let size = slots.len();
-                if root >= size {
-                    return Err(self.invalid(kind, InvalidArgument::Root { root, size }));
-                }
-                validate::equal_counts(slots, kind, me)
-            },
+            |slots| validate::broadcast(slots, me, root),
             |slots| {
                 if me != root {
                     // SAFETY: lengths equal; the root only reads its buffer
@@ -574,15 +467,7 @@ impl Communicator for LocalCommunicator {
         slot.recv_len = recv.len();
         self.collective(
             slot,
-            |slots| {
-                validate::equal_counts(slots, kind, me)?;
-                let n = slots.len();
-                for (r, s) in slots.iter().enumerate() {
-                    validate::divisible(kind, me, r, s.send_len, n)?;
-                    validate::length(kind, me, r, BufferRole::Receive, s.send_len, s.recv_len)?;
-                }
-                Ok(())
-            },
+            |slots| validate::all_to_all(slots, me),
             |slots| {
                 let c = slots[0].fp.count / slots.len();
                 let dst = ptr::<T>(&slots[me]).1;

@@ -1,11 +1,11 @@
 //! The local transport: ranks are threads of one process sharing memory.
 
 mod communicator;
-mod group;
+pub(crate) mod group;
 mod kernels;
 mod p2p;
 mod sync;
-mod validate;
+pub(crate) mod validate;
 mod world;
 
 pub use communicator::LocalCommunicator;

@@ -128,3 +128,177 @@ pub(crate) fn divisible(
         })
     }
 }
+
+/// Every rank's arguments of `all_gather` fit together.
+pub(crate) fn all_gather(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::AllGather;
+    equal_counts(slots, kind, me)?;
+    let n = slots.len();
+    for (r, s) in slots.iter().enumerate() {
+        let want = n * s.send_len;
+        length(kind, me, r, BufferRole::Receive, want, s.recv_len)?;
+    }
+    Ok(())
+}
+
+/// Every rank's arguments of `reduce_scatter` fit together.
+pub(crate) fn reduce_scatter(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::ReduceScatter;
+    equal_counts(slots, kind, me)?;
+    reduction(slots, me)?;
+    let n = slots.len();
+    for (r, s) in slots.iter().enumerate() {
+        length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
+    }
+    Ok(())
+}
+
+/// Every rank's arguments of `all_to_all_v` fit together.
+///
+/// Reads the published count lists, so it must run between the two
+/// barrier episodes of the call (or on owned copies).
+pub(crate) fn all_to_all_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::AllToAllV;
+    // SAFETY: inside the call's barrier window.
+    unsafe {
+        count_lists(slots, kind, me, false)?;
+        count_lists(slots, kind, me, true)?;
+        for (r, s) in slots.iter().enumerate() {
+            let sent = s.counts().iter().sum();
+            length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
+            let received = s.counts2().iter().sum();
+            length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
+        }
+        for (r, s) in slots.iter().enumerate() {
+            for (p, peer) in slots.iter().enumerate() {
+                let (expected, got) = (s.counts2()[p], peer.counts()[r]);
+                if expected != got {
+                    return Err(CommError::CountMismatch {
+                        op: kind,
+                        rank: me,
+                        offender: r,
+                        peer: p,
+                        expected,
+                        got,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's arguments of `all_reduce` fit together.
+pub(crate) fn all_reduce(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::AllReduce;
+    equal_counts(slots, kind, me)?;
+    reduction(slots, me)
+}
+
+/// Every rank's arguments of `all_gather_v` fit together.
+///
+/// Reads the published count lists, so it must run between the two
+/// barrier episodes of the call (or on owned copies).
+pub(crate) fn all_gather_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::AllGatherV;
+    // SAFETY: inside the call's barrier window.
+    unsafe {
+        count_lists(slots, kind, me, false)?;
+        for (r, s) in slots.iter().enumerate() {
+            for (p, peer) in slots.iter().enumerate() {
+                let expected = s.counts()[p];
+                if expected != peer.send_len {
+                    return Err(CommError::CountMismatch {
+                        op: kind,
+                        rank: me,
+                        offender: r,
+                        peer: p,
+                        expected,
+                        got: peer.send_len,
+                    });
+                }
+            }
+            let total = s.counts().iter().sum();
+            length(kind, me, r, BufferRole::Receive, total, s.recv_len)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's arguments of `reduce_scatter_v` fit together.
+///
+/// Reads the published count lists, so it must run between the two
+/// barrier episodes of the call (or on owned copies).
+pub(crate) fn reduce_scatter_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::ReduceScatterV;
+    reduction(slots, me)?;
+    // SAFETY: inside the call's barrier window.
+    unsafe {
+        count_lists(slots, kind, me, false)?;
+        for (r, s) in slots.iter().enumerate() {
+            for (p, peer) in slots.iter().enumerate() {
+                let expected = s.counts()[p];
+                if expected != peer.recv_len {
+                    return Err(CommError::CountMismatch {
+                        op: kind,
+                        rank: me,
+                        offender: r,
+                        peer: p,
+                        expected,
+                        got: peer.recv_len,
+                    });
+                }
+            }
+            let total = s.counts().iter().sum();
+            length(kind, me, r, BufferRole::Send, total, s.send_len)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's arguments of `broadcast` fit together.
+pub(crate) fn broadcast(slots: &[Slot], me: usize, root: usize) -> Result<(), CommError> {
+    let kind = OpKind::Broadcast;
+    let size = slots.len();
+    if root >= size {
+        return Err(CommError::InvalidArgument {
+            op: kind,
+            rank: me,
+            reason: InvalidArgument::Root { root, size },
+        });
+    }
+    equal_counts(slots, kind, me)
+}
+
+/// Every rank's arguments of `all_to_all` fit together.
+pub(crate) fn all_to_all(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    let kind = OpKind::AllToAll;
+    equal_counts(slots, kind, me)?;
+    let n = slots.len();
+    for (r, s) in slots.iter().enumerate() {
+        divisible(kind, me, r, s.send_len, n)?;
+        length(kind, me, r, BufferRole::Receive, s.send_len, s.recv_len)?;
+    }
+    Ok(())
+}
+/// The checks of whichever collective `slots[me]` describes, after
+/// [`same_call`]: used by transports that gather every rank's slot
+/// (the MPI transport's debug mode).
+///
+/// Reads the count lists the slots point to.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn by_op(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    same_call(slots, me)?;
+    let fp = slots[me].fp;
+    match fp.op {
+        OpKind::AllReduce => all_reduce(slots, me),
+        OpKind::AllGather => all_gather(slots, me),
+        OpKind::AllGatherV => all_gather_v(slots, me),
+        OpKind::ReduceScatter => reduce_scatter(slots, me),
+        OpKind::ReduceScatterV => reduce_scatter_v(slots, me),
+        OpKind::Broadcast => broadcast(slots, me, fp.root.unwrap_or(0)),
+        OpKind::AllToAll => all_to_all(slots, me),
+        OpKind::AllToAllV => all_to_all_v(slots, me),
+        _ => Ok(()),
+    }
+}
