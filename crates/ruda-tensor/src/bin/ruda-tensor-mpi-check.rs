@@ -1,0 +1,143 @@
+//! The tensor contract and a primitive on the MPI transport, one rank per
+//! process: run under `mpirun -n N ruda-tensor-mpi-check`. Proves the
+//! tensor layer is transport-independent: forward values against a serial
+//! reference, and adjoints by the inner-product identity summed over ranks.
+
+use burn_autodiff::Autodiff;
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{AutodiffBackend, TensorData, TensorMetadata, read_sync};
+use burn_flex::{Flex, FlexDevice};
+use ruda_comm::{Communicator, MpiCommunicator, MpiWorld, ReduceOp};
+use ruda_tensor::primitives;
+use ruda_tensor::{
+    HostCollective, ProcessGrid, ReplicatedTensorCollective, TensorCollective,
+    VariableTensorCollective,
+};
+
+type Ad = Autodiff<Flex>;
+
+fn values(t: FloatTensor<Flex>) -> Vec<f64> {
+    read_sync(Flex::float_into_data(t))
+        .expect("host")
+        .try_to_vec::<f64>()
+        .expect("f64")
+}
+
+fn input(rank: usize, len: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((rank * 31 + i * 7) % 13) as f64 - 6.0)
+        .collect()
+}
+
+fn sum_all(c: &MpiCommunicator, v: f64) -> f64 {
+    let mut b = [v];
+    c.all_reduce(&mut b, ReduceOp::Sum).expect("sum");
+    b[0]
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Σ_ranks ⟨A x, w⟩ = Σ_ranks ⟨x, Aᵀ w⟩ with Aᵀ w from autodiff.
+fn adjoint(
+    sums: &MpiCommunicator,
+    x: Vec<f64>,
+    shape: &[usize],
+    f: impl Fn(FloatTensor<Ad>) -> FloatTensor<Ad>,
+) -> Result<(), String> {
+    let me = sums.rank();
+    let leaf = Ad::float_set_require_grad(
+        Ad::float_from_data(TensorData::new(x.clone(), shape.to_vec()), &FlexDevice),
+        true,
+    );
+    let y = f(leaf.clone());
+    let out_shape = y.shape().to_vec();
+    let w = input(me + 100, out_shape.iter().product());
+    let yv = values(Ad::inner(y.clone()));
+    let wt = Ad::float_from_data(TensorData::new(w.clone(), out_shape), &FlexDevice);
+    let grads = Ad::backward(Ad::float_sum(Ad::float_mul(y, wt)));
+    let g = Ad::grad(&leaf, &grads)
+        .map(values)
+        .unwrap_or_else(|| vec![0.0; x.len()]);
+    let (lhs, rhs) = (sum_all(sums, dot(&yv, &w)), sum_all(sums, dot(&x, &g)));
+    if (lhs - rhs).abs() > 1e-10 * (1.0 + lhs.abs()) {
+        return Err(format!("adjoint identity: {lhs} vs {rhs}"));
+    }
+    Ok(())
+}
+
+fn run(world: MpiCommunicator) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    let sums = world
+        .split(Some(0), 0)
+        .map_err(|e| e.to_string())?
+        .expect("a colour");
+    let grid_comm = world
+        .split(Some(0), 0)
+        .map_err(|e| e.to_string())?
+        .expect("a colour");
+    let coll = HostCollective::new(world);
+    let e = |e: ruda_tensor::TensorCollectiveError| e.to_string();
+    let mut passed = 0;
+    // Forward against the serial reference.
+    let x = |r: usize| {
+        Flex::float_from_data(
+            TensorData::new(input(r, 2 * n * 3), [2 * n, 3]),
+            &FlexDevice,
+        )
+    };
+    let all: Vec<f64> = (0..n).flat_map(|r| input(r, 2 * n * 3)).collect();
+    if values(TensorCollective::<Flex>::all_gather_float(&coll, x(me)).map_err(e)?) != all {
+        return Err("all_gather_float".into());
+    }
+    let sum: Vec<f64> = (0..2 * n * 3)
+        .map(|i| (0..n).map(|r| input(r, 2 * n * 3)[i]).sum())
+        .collect();
+    if values(ReplicatedTensorCollective::<Flex>::all_reduce_sum(&coll, x(me)).map_err(e)?) != sum {
+        return Err("all_reduce_sum".into());
+    }
+    if values(TensorCollective::<Flex>::reduce_scatter_sum(&coll, x(me)).map_err(e)?)
+        != sum[me * 6..(me + 1) * 6]
+    {
+        return Err("reduce_scatter_sum".into());
+    }
+    passed += 3;
+    // Adjoints: all-gather, reduce-scatter, uneven all-to-all.
+    adjoint(&sums, input(me, 4 * 2), &[4, 2], |t| {
+        TensorCollective::<Ad>::all_gather_float(&coll, t).expect("gather")
+    })?;
+    adjoint(&sums, input(me, 2 * n * 2), &[2 * n, 2], |t| {
+        TensorCollective::<Ad>::reduce_scatter_sum(&coll, t).expect("rs")
+    })?;
+    let counts: Vec<usize> = (0..n).map(|p| (me + p) % 3).collect();
+    let rows: usize = counts.iter().sum();
+    adjoint(&sums, input(me, rows * 2), &[rows, 2], |t| {
+        VariableTensorCollective::<Ad>::all_to_all_v_float(&coll, t, &counts)
+            .expect("a2av")
+            .value
+    })?;
+    passed += 3;
+    // A primitive: the polar halo exchange on an n × 1 grid, uneven rows.
+    let grid = ProcessGrid::new(grid_comm, n, 1).map_err(|e| e.to_string())?;
+    let h = 2 + me % 2;
+    adjoint(&sums, input(me, 2 * h * 3), &[2, h, 3], |t| {
+        primitives::polar_halo_exchange::<Ad, _>(&grid, t, 1).expect("halo")
+    })?;
+    passed += 1;
+    Ok(passed)
+}
+
+fn main() {
+    let world = MpiWorld::init().expect("MPI starts");
+    let (me, n) = (world.rank(), world.size());
+    match run(world) {
+        Ok(passed) if me == 0 => {
+            println!("tensor layer on mpi, {n} ranks: {passed} passed, 0 failed")
+        }
+        Ok(_) => {}
+        // Panicking aborts the whole job (see MpiWorld::init).
+        Err(e) => panic!("rank {me} of {n}: tensor layer on mpi FAILED: {e}"),
+    }
+}
