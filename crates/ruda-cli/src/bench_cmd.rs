@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::bench::{self, BenchOp, Measurement};
 use ruda_comm::conformance::Sample;
-use ruda_comm::{Communicator, DType, LocalCommunicator, LocalWorld, ReduceOp};
+use ruda_comm::{Communicator, DType, LocalWorld, ReduceOp};
 use ruda_tensor::{
     BroadcastTensorCollective, HostCollective, ReplicatedTensorCollective, TensorCollective,
     VariableTensorCollective,
@@ -102,11 +102,71 @@ impl Row {
     }
 }
 
-/// Run the sweep; rows in size order, each size's memcpy row first.
+/// Run the sweep on threads; rows in size order, each size's memcpy row
+/// first.
 ///
 /// # Errors
 /// [`BenchError::Run`] when a rank fails; [`BenchError::TensorDType`].
 pub fn run(cfg: &BenchConfig, progress: &ProgressBar) -> Result<Vec<Row>, BenchError> {
+    sweep(cfg, progress, |op, bytes| measure_dtype(cfg, op, bytes))
+}
+
+/// Run the sweep with one rank per MPI process (every process calls this;
+/// every rank gets the same rows). `cfg.ranks` is ignored: the world's size
+/// counts.
+///
+/// # Errors
+/// As [`run`].
+#[cfg(feature = "mpi")]
+pub fn run_mpi(
+    cfg: &BenchConfig,
+    world: ruda_comm::MpiCommunicator,
+    progress: &ProgressBar,
+) -> Result<Vec<Row>, BenchError> {
+    let tensor_comm = world
+        .split(Some(0), 0)
+        .map_err(|e| BenchError::Run {
+            op: "split",
+            bytes: 0,
+            message: e.to_string(),
+        })?
+        .expect("a colour");
+    let tensor_comm = std::sync::Arc::new(tensor_comm);
+    sweep(cfg, progress, |op, bytes| {
+        macro_rules! go {
+            ($t:ty) => {
+                if cfg.tensor {
+                    measure_tensor::<_, $t>(
+                        HostCollective::from_arc(tensor_comm.clone()),
+                        op,
+                        bytes,
+                        cfg.warmup,
+                        cfg.iters,
+                    )
+                } else {
+                    bench::measure::<_, $t>(&world, op, bytes, cfg.warmup, cfg.iters)
+                        .map_err(|e| e.to_string())
+                }
+            };
+        }
+        match cfg.dtype {
+            DType::F16 => go!(f16),
+            DType::BF16 => go!(bf16),
+            DType::F32 => go!(f32),
+            DType::F64 => go!(f64),
+            DType::U8 => go!(u8),
+            DType::U32 => go!(u32),
+            DType::I32 => go!(i32),
+            DType::I64 => go!(i64),
+        }
+    })
+}
+
+fn sweep(
+    cfg: &BenchConfig,
+    progress: &ProgressBar,
+    mut measure: impl FnMut(BenchOp, usize) -> Result<Measurement, String>,
+) -> Result<Vec<Row>, BenchError> {
     if cfg.tensor && !cfg.dtype.is_float() {
         return Err(BenchError::TensorDType(cfg.dtype));
     }
@@ -127,7 +187,7 @@ pub fn run(cfg: &BenchConfig, progress: &ProgressBar) -> Result<Vec<Row>, BenchE
         });
         for &op in &cfg.ops {
             progress.set_message(format!("{} {}", op.name(), crate::sizes::human(bytes)));
-            let m = measure_dtype(cfg, op, bytes).map_err(|message| BenchError::Run {
+            let m = measure(op, bytes).map_err(|message| BenchError::Run {
                 op: op.name(),
                 bytes,
                 message,
@@ -167,7 +227,7 @@ fn measure_one<T: Sample + burn_backend::Element>(
 ) -> Result<Measurement, String> {
     let rows = LocalWorld::new(cfg.ranks).run(|c| {
         if cfg.tensor {
-            measure_tensor::<T>(c, op, bytes, cfg.warmup, cfg.iters)
+            measure_tensor::<_, T>(HostCollective::new(c), op, bytes, cfg.warmup, cfg.iters)
         } else {
             bench::measure::<_, T>(&c, op, bytes, cfg.warmup, cfg.iters).map_err(|e| e.to_string())
         }
@@ -178,17 +238,19 @@ fn measure_one<T: Sample + burn_backend::Element>(
 
 /// Time the tensor-layer version of `op` on Flex: every timed call gets a
 /// fresh tensor built before the timer, as a gradient would be.
-fn measure_tensor<T: Sample + burn_backend::Element>(
-    comm: LocalCommunicator,
+fn measure_tensor<
+    C: Communicator + std::fmt::Debug + 'static,
+    T: Sample + burn_backend::Element,
+>(
+    coll: HostCollective<C>,
     op: BenchOp,
     bytes: usize,
     warmup: usize,
     iters: usize,
 ) -> Result<Measurement, String> {
-    let n = comm.size();
+    let n = coll.comm().size();
     let count = bench::elements_for::<T>(bytes, n);
-    let fill = T::from_small(comm.rank() as u8 + 1);
-    let coll = HostCollective::new(comm);
+    let fill = T::from_small(coll.comm().rank() as u8 + 1);
     let input_len = if op == BenchOp::AllGather {
         count / n
     } else {

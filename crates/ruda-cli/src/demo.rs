@@ -21,14 +21,13 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, Slice, TensorData, TensorMetadata, read_sync};
 use burn_flex::{Flex, FlexDevice};
 use indicatif::{ProgressBar, ProgressStyle};
-use ruda_comm::{LocalCommunicator, LocalWorld, WorldError};
+use ruda_comm::{Communicator, LocalWorld, WorldError};
 use ruda_tensor::ProcessGrid;
 use ruda_tensor::layout::compute_split_shapes;
 use ruda_tensor::primitives::{self as p, PrimitiveError};
 use thiserror::Error;
 
 type Ad = Autodiff<Flex>;
-type Grid = ProcessGrid<LocalCommunicator>;
 
 /// What the demo trains and on how many ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +93,16 @@ pub enum DemoError {
         /// Longitudes.
         nlon: usize,
     },
+    /// Under MPI, the grid does not match the number of processes.
+    #[error("a {polar}x{azimuth} grid needs {} MPI processes, mpirun started {ranks}", polar * azimuth)]
+    WorldSize {
+        /// Polar ranks.
+        polar: usize,
+        /// Azimuth ranks.
+        azimuth: usize,
+        /// Processes started.
+        ranks: usize,
+    },
     /// Writing the report failed.
     #[error("writing the report: {0}")]
     Io(#[from] std::io::Error),
@@ -147,8 +156,8 @@ fn fields(cfg: &DemoConfig) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// The replicated loss on `grid`, from this rank's patches.
-fn loss(
-    grid: &Grid,
+fn loss<C: Communicator + std::fmt::Debug + 'static>(
+    grid: &ProcessGrid<C>,
     cfg: &DemoConfig,
     x: &FloatTensor<Ad>,
     target: &FloatTensor<Ad>,
@@ -183,18 +192,7 @@ fn loss(
     Ok(Ad::float_mul_scalar(total, (1.0 / n).into()))
 }
 
-/// Train on a `polar × azimuth` grid of threads; every rank's records (they
-/// are replicated, so rank 0's are returned after checking they agree).
-///
-/// # Errors
-/// [`DemoError::Grid`] for a grid that does not fit the field;
-/// [`DemoError::Rank`] when a rank fails.
-pub fn train(
-    cfg: &DemoConfig,
-    polar: usize,
-    azimuth: usize,
-    progress: &ProgressBar,
-) -> Result<Vec<StepRecord>, DemoError> {
+fn check_grid(cfg: &DemoConfig, polar: usize, azimuth: usize) -> Result<(), DemoError> {
     if polar == 0
         || azimuth == 0
         || polar > cfg.nlat
@@ -209,44 +207,74 @@ pub fn train(
             nlon: cfg.nlon,
         });
     }
+    Ok(())
+}
+
+/// Train as one rank of a `polar × azimuth` grid built on `comm` (every
+/// rank of `comm` calls this); returns this rank's records.
+///
+/// # Errors
+/// The primitives' errors.
+pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
+    comm: C,
+    cfg: &DemoConfig,
+    polar: usize,
+    azimuth: usize,
+    progress: &ProgressBar,
+) -> Result<Vec<StepRecord>, PrimitiveError> {
     let (field, target) = fields(cfg);
     let shape = [cfg.channels, cfg.nlat, cfg.nlon];
-    let grid_name = format!("{polar}x{azimuth}");
-    let runs = LocalWorld::new(polar * azimuth).run(|comm| {
-        let grid = ProcessGrid::new(comm, polar, azimuth)?;
-        let patch = |v: &Vec<f64>| -> Result<FloatTensor<Ad>, PrimitiveError> {
-            let x = p::scatter_to_polar_region::<Ad, _>(&grid, tensor(v.clone(), &shape), -2)?;
-            p::scatter_to::<Ad, _>(grid.azimuth(), x, -1)
-        };
-        let (x, tgt) = (patch(&field)?, patch(&target)?);
-        let mut weights = vec![1.0; cfg.channels];
-        let mut taps = vec![0.2, 0.6, 0.2];
-        let mut records = Vec::with_capacity(cfg.steps);
-        for _ in 0..cfg.steps {
-            let wt =
-                Ad::float_set_require_grad(tensor(weights.clone(), &[cfg.channels, 1, 1]), true);
-            let tt = Ad::float_set_require_grad(tensor(taps.clone(), &[3, 1, 1]), true);
-            let l = loss(&grid, cfg, &x, &tgt, wt.clone(), tt.clone())?;
-            let value = values(Ad::inner(l.clone()))[0];
-            let grads = Ad::backward(l);
-            let gw = values(Ad::grad(&wt, &grads).expect("weights are used"));
-            let gt = values(Ad::grad(&tt, &grads).expect("taps are used"));
-            for (w, g) in weights.iter_mut().zip(&gw) {
-                *w -= cfg.learning_rate * g;
-            }
-            for (t, g) in taps.iter_mut().zip(&gt) {
-                *t -= cfg.learning_rate * g;
-            }
-            records.push(StepRecord {
-                loss: value,
-                grads: gw.into_iter().chain(gt).collect(),
-            });
-            if ruda_comm::Communicator::rank(grid.world().comm()) == 0 {
-                progress.inc(1);
-            }
+    let grid = ProcessGrid::new(comm, polar, azimuth)?;
+    let patch = |v: &Vec<f64>| -> Result<FloatTensor<Ad>, PrimitiveError> {
+        let x = p::scatter_to_polar_region::<Ad, _>(&grid, tensor(v.clone(), &shape), -2)?;
+        p::scatter_to::<Ad, _>(grid.azimuth(), x, -1)
+    };
+    let (x, tgt) = (patch(&field)?, patch(&target)?);
+    let mut weights = vec![1.0; cfg.channels];
+    let mut taps = vec![0.2, 0.6, 0.2];
+    let mut records = Vec::with_capacity(cfg.steps);
+    let lead = grid.world().comm().rank() == 0;
+    for _ in 0..cfg.steps {
+        let wt = Ad::float_set_require_grad(tensor(weights.clone(), &[cfg.channels, 1, 1]), true);
+        let tt = Ad::float_set_require_grad(tensor(taps.clone(), &[3, 1, 1]), true);
+        let l = loss(&grid, cfg, &x, &tgt, wt.clone(), tt.clone())?;
+        let value = values(Ad::inner(l.clone()))[0];
+        let grads = Ad::backward(l);
+        let gw = values(Ad::grad(&wt, &grads).expect("weights are used"));
+        let gt = values(Ad::grad(&tt, &grads).expect("taps are used"));
+        for (w, g) in weights.iter_mut().zip(&gw) {
+            *w -= cfg.learning_rate * g;
         }
-        Ok::<_, PrimitiveError>(records)
-    });
+        for (t, g) in taps.iter_mut().zip(&gt) {
+            *t -= cfg.learning_rate * g;
+        }
+        records.push(StepRecord {
+            loss: value,
+            grads: gw.into_iter().chain(gt).collect(),
+        });
+        if lead {
+            progress.inc(1);
+        }
+    }
+    Ok(records)
+}
+
+/// Train on a `polar × azimuth` grid of threads; every rank's records (they
+/// are replicated, so rank 0's are returned after checking they agree).
+///
+/// # Errors
+/// [`DemoError::Grid`] for a grid that does not fit the field;
+/// [`DemoError::Rank`] when a rank fails.
+pub fn train(
+    cfg: &DemoConfig,
+    polar: usize,
+    azimuth: usize,
+    progress: &ProgressBar,
+) -> Result<Vec<StepRecord>, DemoError> {
+    check_grid(cfg, polar, azimuth)?;
+    let grid_name = format!("{polar}x{azimuth}");
+    let runs = LocalWorld::new(polar * azimuth)
+        .run(|comm| train_rank(comm, cfg, polar, azimuth, progress));
     let runs = runs.map_err(|e| match e {
         WorldError::Empty => DemoError::Grid {
             polar,
@@ -348,11 +376,115 @@ pub fn compare(distributed: &[StepRecord], serial: &[StepRecord], tolerance: f64
 /// different order, with margin.
 pub const TOLERANCE: f64 = 1e-10;
 
-/// Run the demo and write its report; returns the verdict.
+/// Run the demo on threads and write its report; returns the verdict.
 ///
 /// # Errors
 /// As [`train`], and [`DemoError::Io`].
 pub fn run(cfg: &DemoConfig, out: &mut impl Write) -> Result<Verdict, DemoError> {
+    header(cfg, "threads", out)?;
+    let bar = progress(cfg);
+    let t = Instant::now();
+    let distributed = train(cfg, cfg.polar, cfg.azimuth, &bar)?;
+    let t_dist = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let serial = train(cfg, 1, 1, &bar)?;
+    let t_serial = t.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    report(cfg, &distributed, &serial, (t_dist, t_serial), out)
+}
+
+/// Run the demo with one rank per MPI process (every process calls this);
+/// rank 0 also runs the serial model and writes the report, and every
+/// rank returns rank 0's verdict.
+///
+/// # Errors
+/// [`DemoError::Grid`] when the grid does not match the world or the
+/// field; [`DemoError::Rank`]; [`DemoError::Io`].
+#[cfg(feature = "mpi")]
+pub fn run_mpi(
+    cfg: &DemoConfig,
+    world: ruda_comm::MpiCommunicator,
+    out: &mut impl Write,
+) -> Result<Verdict, DemoError> {
+    use ruda_comm::ReduceOp;
+    check_grid(cfg, cfg.polar, cfg.azimuth)?;
+    let (me, n) = (world.rank(), world.size());
+    if n != cfg.polar * cfg.azimuth {
+        return Err(DemoError::WorldSize {
+            polar: cfg.polar,
+            azimuth: cfg.azimuth,
+            ranks: n,
+        });
+    }
+    let rank_err = |e: &dyn std::fmt::Display| DemoError::Rank {
+        grid: format!("{}x{}", cfg.polar, cfg.azimuth),
+        rank: me,
+        message: e.to_string(),
+    };
+    let check = world
+        .split(Some(0), 0)
+        .map_err(|e| rank_err(&e))?
+        .expect("a colour");
+    if me == 0 {
+        header(cfg, "MPI processes", out)?;
+    }
+    let bar = if me == 0 {
+        progress(cfg)
+    } else {
+        ProgressBar::hidden()
+    };
+    let t = Instant::now();
+    let distributed =
+        train_rank(world, cfg, cfg.polar, cfg.azimuth, &bar).map_err(|e| rank_err(&e))?;
+    let t_dist = t.elapsed().as_secs_f64();
+    // Replicated: the same numbers on every rank.
+    let flat: Vec<f64> = distributed
+        .iter()
+        .flat_map(|r| std::iter::once(r.loss).chain(r.grads.iter().copied()))
+        .collect();
+    let (mut hi, mut lo) = (flat.clone(), flat);
+    check
+        .all_reduce(&mut hi, ReduceOp::Max)
+        .map_err(|e| rank_err(&e))?;
+    check
+        .all_reduce(&mut lo, ReduceOp::Min)
+        .map_err(|e| rank_err(&e))?;
+    if hi != lo {
+        return Err(rank_err(
+            &"the replicated loss or gradients differ between ranks",
+        ));
+    }
+    let mut agree = [0u8];
+    let verdict = if me == 0 {
+        let t = Instant::now();
+        let serial = train(cfg, 1, 1, &bar)?;
+        let t_serial = t.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let v = report(cfg, &distributed, &serial, (t_dist, t_serial), out)?;
+        agree[0] = u8::from(v.agree);
+        Some(v)
+    } else {
+        None
+    };
+    check.broadcast(&mut agree, 0).map_err(|e| rank_err(&e))?;
+    Ok(verdict.unwrap_or(Verdict {
+        steps: Vec::new(),
+        worst: 0.0,
+        agree: agree[0] == 1,
+    }))
+}
+
+fn progress(cfg: &DemoConfig) -> ProgressBar {
+    let bar = ProgressBar::new(2 * cfg.steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} steps")
+            .expect("valid template"),
+    );
+    bar.set_message("training");
+    bar
+}
+
+fn header(cfg: &DemoConfig, ranks: &str, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "ruda demo: {} channels × {} latitudes × {} longitudes, {} SGD steps",
@@ -360,23 +492,20 @@ pub fn run(cfg: &DemoConfig, out: &mut impl Write) -> Result<Verdict, DemoError>
     )?;
     writeln!(
         out,
-        "distributed on a {}x{} polar × azimuth grid of threads; serial on one rank",
+        "distributed on a {}x{} polar × azimuth grid of {ranks}; serial on one rank",
         cfg.polar, cfg.azimuth
-    )?;
-    let bar = ProgressBar::new(2 * cfg.steps as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} steps")
-            .expect("valid template"),
-    );
-    bar.set_message("training");
-    let t = Instant::now();
-    let distributed = train(cfg, cfg.polar, cfg.azimuth, &bar)?;
-    let t_dist = t.elapsed();
-    let t = Instant::now();
-    let serial = train(cfg, 1, 1, &bar)?;
-    let t_serial = t.elapsed();
-    bar.finish_and_clear();
-    let verdict = compare(&distributed, &serial, TOLERANCE);
+    )
+}
+
+/// Compare the runs, print the table and the verdict line.
+fn report(
+    cfg: &DemoConfig,
+    distributed: &[StepRecord],
+    serial: &[StepRecord],
+    (t_dist, t_serial): (f64, f64),
+    out: &mut impl Write,
+) -> Result<Verdict, DemoError> {
+    let verdict = compare(distributed, serial, TOLERANCE);
     writeln!(
         out,
         "{:>5} {:>22} {:>22} {:>14}",
@@ -391,9 +520,7 @@ pub fn run(cfg: &DemoConfig, out: &mut impl Write) -> Result<Verdict, DemoError>
     }
     writeln!(
         out,
-        "distributed run {:.2} s, serial run {:.2} s",
-        t_dist.as_secs_f64(),
-        t_serial.as_secs_f64()
+        "distributed run {t_dist:.2} s, serial run {t_serial:.2} s"
     )?;
     if verdict.agree {
         writeln!(

@@ -137,6 +137,52 @@ fn dtype(d: DTypeArg) -> DType {
     }
 }
 
+/// Whether this process was started by `mpirun` (Open MPI, or a PMI launcher).
+#[cfg(feature = "mpi")]
+fn under_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// The demo on threads, or on MPI processes when started by `mpirun`.
+fn run_demo(cfg: &DemoConfig, out: &mut impl Write) -> Result<demo::Verdict, demo::DemoError> {
+    #[cfg(feature = "mpi")]
+    if under_mpirun() {
+        let world = ruda_comm::MpiWorld::init().map_err(|e| demo::DemoError::Rank {
+            grid: "mpi".into(),
+            rank: 0,
+            message: e.to_string(),
+        })?;
+        return demo::run_mpi(cfg, world, out);
+    }
+    demo::run(cfg, out)
+}
+
+/// The bench rows, whether this process writes them, and the ranks.
+fn run_bench(
+    cfg: &BenchConfig,
+    mpi: bool,
+    bar: &indicatif::ProgressBar,
+) -> Result<(Vec<bench_cmd::Row>, bool, usize), bench_cmd::BenchError> {
+    #[cfg(feature = "mpi")]
+    if mpi {
+        use ruda_comm::Communicator;
+        let world = ruda_comm::MpiWorld::init().map_err(|e| bench_cmd::BenchError::Run {
+            op: "init",
+            bytes: 0,
+            message: e.to_string(),
+        })?;
+        let (lead, ranks) = (world.rank() == 0, world.size());
+        if !lead {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        return Ok((bench_cmd::run_mpi(cfg, world, bar)?, lead, ranks));
+    }
+    let _ = mpi;
+    Ok((bench_cmd::run(cfg, bar)?, true, cfg.ranks))
+}
+
 /// Exit status for usage errors, as clap's own.
 const USAGE: u8 = 2;
 
@@ -154,7 +200,7 @@ fn main() -> ExitCode {
                 steps: steps as usize,
                 ..DemoConfig::default()
             };
-            match demo::run(&cfg, &mut out) {
+            match run_demo(&cfg, &mut out) {
                 Ok(v) if v.agree => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
                 Err(e @ demo::DemoError::Grid { .. }) => {
@@ -179,8 +225,11 @@ fn main() -> ExitCode {
             json,
             plot: plot_file,
         } => {
-            if let TransportArg::Mpi = transport {
-                eprintln!("ruda bench: this build has no MPI transport yet; use --transport local");
+            let mpi = matches!(transport, TransportArg::Mpi);
+            if mpi && !cfg!(feature = "mpi") {
+                eprintln!(
+                    "ruda bench: this ruda was built without MPI; rebuild with --features mpi and start it under mpirun"
+                );
                 return ExitCode::from(USAGE);
             }
             let sizes = match sizes::parse_sizes(&s) {
@@ -207,7 +256,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(USAGE);
             }
             let bar = bench_cmd::progress((cfg.sizes.len() * cfg.ops.len()) as u64);
-            let rows = match bench_cmd::run(&cfg, &bar) {
+            let (rows, lead, ranks) = match run_bench(&cfg, mpi, &bar) {
                 Ok(r) => r,
                 Err(e) => {
                     bar.finish_and_clear();
@@ -216,11 +265,21 @@ fn main() -> ExitCode {
                 }
             };
             bar.finish_and_clear();
+            let cfg = BenchConfig { ranks, ..cfg };
+            let wrong = rows.iter().any(|r| r.wrong > 0);
+            if !lead {
+                // Under MPI only rank 0 writes.
+                return if wrong {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
             let written = if json {
                 let report = Report {
                     ranks: cfg.ranks,
                     dtype: cfg.dtype.name(),
-                    transport: "local",
+                    transport: if mpi { "mpi" } else { "local" },
                     tensor,
                     rows: &rows,
                 };
@@ -246,7 +305,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             }
-            if rows.iter().any(|r| r.wrong > 0) {
+            if wrong {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

@@ -171,7 +171,7 @@ fn argument_errors_exit_2_with_a_clear_message() {
             vec!["bench", "--tensor", "--dtype", "i32"],
             "floating element type",
         ),
-        (vec!["bench", "--transport", "mpi"], "no MPI transport"),
+        (vec!["bench", "--transport", "mpi"], "built without MPI"),
         (vec!["demo", "--grid", "2by2"], "PxA"),
         (vec!["demo", "--grid", "0x2"], "at least 1"),
         (vec!["demo", "--grid", "1x8"], "does not fit"),

@@ -1,0 +1,104 @@
+//! `ruda demo` and `ruda bench --transport mpi` under real `mpirun` (feature
+//! `mpi`). Without `mpirun` the tests say so and pass, unless
+//! `RUDA_REQUIRE_MPI=1`.
+#![cfg(feature = "mpi")]
+
+use std::process::{Command, Output, Stdio};
+
+fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
+    if Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        assert!(
+            std::env::var("RUDA_REQUIRE_MPI").as_deref() != Ok("1"),
+            "RUDA_REQUIRE_MPI=1 but mpirun is missing"
+        );
+        eprintln!("mpirun not found: MPI tests not run");
+        return None;
+    }
+    let out = Command::new("timeout")
+        .args([
+            "300",
+            "mpirun",
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "--bind-to",
+            "none",
+            "-n",
+            &n.to_string(),
+        ])
+        .arg(env!("CARGO_BIN_EXE_ruda"))
+        .args(args)
+        .output()
+        .expect("start mpirun");
+    Some(out)
+}
+
+#[test]
+fn demo_runs_one_rank_per_process() {
+    for (n, grid) in [(4, "2x2"), (2, "1x2")] {
+        let Some(out) = mpirun(n, &["demo", "--grid", grid, "--steps", "3"]) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("grid of MPI processes") && text.contains("verdict: OK"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("verdict").count(),
+            1,
+            "only rank 0 reports: {text}"
+        );
+    }
+    // A grid that does not match the processes is refused.
+    let Some(out) = mpirun(2, &["demo", "--grid", "2x2"]) else {
+        return;
+    };
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs 4 MPI processes"));
+}
+
+#[test]
+fn bench_over_mpi_writes_one_json_report() {
+    let Some(out) = mpirun(
+        3,
+        &[
+            "bench",
+            "--transport",
+            "mpi",
+            "--sizes",
+            "4K",
+            "--iters",
+            "3",
+            "--json",
+        ],
+    ) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON document from rank 0");
+    assert_eq!(doc["transport"], "mpi");
+    assert_eq!(doc["ranks"], 3);
+    assert!(
+        doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["wrong"] == 0)
+    );
+}
