@@ -15,19 +15,6 @@ use ruda_tensor::{
     TensorCollective, TensorCollectiveError, TensorOp, VariableTensorCollective,
 };
 
-/// Every rank's error, checking each names itself as the reporter.
-fn errors<R: std::fmt::Debug>(
-    results: Vec<Result<R, RankError<TensorCollectiveError>>>,
-) -> Vec<TensorCollectiveError> {
-    results
-        .into_iter()
-        .map(|r| match r {
-            Err(RankError::Failed(e)) => e,
-            other => panic!("expected an error, got {other:?}"),
-        })
-        .collect()
-}
-
 #[test]
 fn unequal_shards_are_a_shape_mismatch_everywhere() {
     for n in [2, 3, 5] {

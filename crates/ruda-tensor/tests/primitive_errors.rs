@@ -12,18 +12,6 @@ use ruda_tensor::ProcessGrid;
 use ruda_tensor::layout::LayoutError;
 use ruda_tensor::primitives::{self, PrimitiveError, PrimitiveOp};
 
-fn errors<R: std::fmt::Debug>(
-    results: Vec<Result<R, RankError<PrimitiveError>>>,
-) -> Vec<PrimitiveError> {
-    results
-        .into_iter()
-        .map(|r| match r {
-            Err(RankError::Failed(e)) => e,
-            other => panic!("expected an error, got {other:?}"),
-        })
-        .collect()
-}
-
 #[test]
 fn a_grid_that_does_not_fit_the_world() {
     for e in errors(world(6).run_each(|c| ProcessGrid::new(c, 4, 2).map(|_| ()))) {

@@ -308,6 +308,62 @@ impl MpiCommunicator {
         Ok(peer as c_int)
     }
 
+    /// Run the reducing MPI call `call(send, recv, datatype)` from `send`
+    /// into `recv` in the type MPI should reduce in: u8 sums and products
+    /// in u32 (Open MPI 4.1's vectorised 8-bit sum saturates; u32's
+    /// wrap-around is a multiple of 256), f16/bf16 in f32 (rounded once);
+    /// then divide averages by the group size.
+    fn reduce_into<T: Element>(
+        &self,
+        kind: OpKind,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        call: impl Fn(*const c_void, *mut c_void, ffi::MPI_Datatype) -> c_int,
+    ) -> Result<(), CommError> {
+        let n = self.size;
+        if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
+            let wide: Vec<u32> = bytemuck::cast_slice::<T, u8>(send)
+                .iter()
+                .map(|&b| b as u32)
+                .collect();
+            let mut out = vec![0u32; recv.len()];
+            check(
+                kind,
+                self.rank,
+                call(ptr(&wide), mut_ptr(&mut out), datatype(DType::U32)),
+            )?;
+            for (b, w) in bytemuck::cast_slice_mut::<T, u8>(recv).iter_mut().zip(&out) {
+                *b = *w as u8;
+            }
+            return Ok(());
+        }
+        if is_half(T::DTYPE) {
+            let wide = widen(send);
+            let mut out = vec![0f32; recv.len()];
+            // SAFETY: reading MPI's predefined datatype handle.
+            check(
+                kind,
+                self.rank,
+                call(ptr(&wide), mut_ptr(&mut out), unsafe { ffi::RSMPI_FLOAT }),
+            )?;
+            if op == ReduceOp::Avg {
+                out.iter_mut().for_each(|x| *x /= n as f32);
+            }
+            narrow(&out, recv);
+            return Ok(());
+        }
+        check(
+            kind,
+            self.rank,
+            call(ptr(send), mut_ptr(recv), datatype(T::DTYPE)),
+        )?;
+        if op == ReduceOp::Avg {
+            divide(recv, n);
+        }
+        Ok(())
+    }
+
     /// In-place all-reduce of `len` elements of `dt` at `p`, in chunks that
     /// fit a C `int`.
     fn all_reduce_raw(
@@ -603,67 +659,10 @@ impl Communicator for MpiCommunicator {
         self.avg_on_integers::<T>(kind, op)?;
         let c = count(kind, self.rank, recv.len())?;
         count(kind, self.rank, send.len())?;
-        if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
-            // As in all_reduce: Open MPI's 8-bit sum saturates; reduce in u32.
-            let wide: Vec<u32> = bytemuck::cast_slice::<T, u8>(send)
-                .iter()
-                .map(|&b| b as u32)
-                .collect();
-            let mut out = vec![0u32; recv.len()];
-            // SAFETY: u32 buffers of n × c and c elements.
-            let rc = unsafe {
-                ffi::MPI_Reduce_scatter_block(
-                    ptr(&wide),
-                    mut_ptr(&mut out),
-                    c,
-                    datatype(DType::U32),
-                    operator(op),
-                    self.comm,
-                )
-            };
-            check(kind, self.rank, rc)?;
-            for (b, w) in bytemuck::cast_slice_mut::<T, u8>(recv).iter_mut().zip(&out) {
-                *b = *w as u8;
-            }
-            return Ok(());
-        }
-        if is_half(T::DTYPE) {
-            let wide = widen(send);
-            let mut out = vec![0f32; recv.len()];
-            // SAFETY: f32 buffers of n × c and c elements.
-            let rc = unsafe {
-                ffi::MPI_Reduce_scatter_block(
-                    ptr(&wide),
-                    mut_ptr(&mut out),
-                    c,
-                    ffi::RSMPI_FLOAT,
-                    operator(op),
-                    self.comm,
-                )
-            };
-            check(kind, self.rank, rc)?;
-            if op == ReduceOp::Avg {
-                out.iter_mut().for_each(|x| *x /= n as f32);
-            }
-            narrow(&out, recv);
-            return Ok(());
-        }
-        // SAFETY: lengths checked.
-        let rc = unsafe {
-            ffi::MPI_Reduce_scatter_block(
-                ptr(send),
-                mut_ptr(recv),
-                c,
-                datatype(T::DTYPE),
-                operator(op),
-                self.comm,
-            )
-        };
-        check(kind, self.rank, rc)?;
-        if op == ReduceOp::Avg {
-            divide(recv, n);
-        }
-        Ok(())
+        self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
+            // SAFETY: buffers of n × c and c elements of `dt`.
+            unsafe { ffi::MPI_Reduce_scatter_block(sp, rp, c, dt, operator(op), self.comm) }
+        })
     }
 
     fn reduce_scatter_v<T: Element>(
@@ -693,67 +692,10 @@ impl Communicator for MpiCommunicator {
         )?;
         self.avg_on_integers::<T>(kind, op)?;
         let (c, _) = counts_and_displs(kind, me, counts)?;
-        if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
-            // As in all_reduce: Open MPI's 8-bit sum saturates; reduce in u32.
-            let wide: Vec<u32> = bytemuck::cast_slice::<T, u8>(send)
-                .iter()
-                .map(|&b| b as u32)
-                .collect();
-            let mut out = vec![0u32; recv.len()];
-            // SAFETY: u32 buffers of the checked lengths.
-            let rc = unsafe {
-                ffi::MPI_Reduce_scatter(
-                    ptr(&wide),
-                    mut_ptr(&mut out),
-                    c.as_ptr(),
-                    datatype(DType::U32),
-                    operator(op),
-                    self.comm,
-                )
-            };
-            check(kind, me, rc)?;
-            for (b, w) in bytemuck::cast_slice_mut::<T, u8>(recv).iter_mut().zip(&out) {
-                *b = *w as u8;
-            }
-            return Ok(());
-        }
-        if is_half(T::DTYPE) {
-            let wide = widen(send);
-            let mut out = vec![0f32; recv.len()];
-            // SAFETY: f32 buffers of the checked lengths.
-            let rc = unsafe {
-                ffi::MPI_Reduce_scatter(
-                    ptr(&wide),
-                    mut_ptr(&mut out),
-                    c.as_ptr(),
-                    ffi::RSMPI_FLOAT,
-                    operator(op),
-                    self.comm,
-                )
-            };
-            check(kind, me, rc)?;
-            if op == ReduceOp::Avg {
-                out.iter_mut().for_each(|x| *x /= n as f32);
-            }
-            narrow(&out, recv);
-            return Ok(());
-        }
-        // SAFETY: lengths checked.
-        let rc = unsafe {
-            ffi::MPI_Reduce_scatter(
-                ptr(send),
-                mut_ptr(recv),
-                c.as_ptr(),
-                datatype(T::DTYPE),
-                operator(op),
-                self.comm,
-            )
-        };
-        check(kind, me, rc)?;
-        if op == ReduceOp::Avg {
-            divide(recv, n);
-        }
-        Ok(())
+        self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
+            // SAFETY: buffers of the checked lengths, in elements of `dt`.
+            unsafe { ffi::MPI_Reduce_scatter(sp, rp, c.as_ptr(), dt, operator(op), self.comm) }
+        })
     }
 
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {

@@ -264,3 +264,17 @@ impl HostSums {
         b[0]
     }
 }
+
+/// Every rank's error from a run where every rank must fail (panics if one
+/// succeeded or panicked).
+pub fn errors<R: std::fmt::Debug, E: std::fmt::Debug>(
+    results: Vec<Result<R, ruda_comm::RankError<E>>>,
+) -> Vec<E> {
+    results
+        .into_iter()
+        .map(|r| match r {
+            Err(ruda_comm::RankError::Failed(e)) => e,
+            other => panic!("expected an error, got {other:?}"),
+        })
+        .collect()
+}
