@@ -118,9 +118,10 @@ pub enum InvalidArgument {
 
 /// Everything that can go wrong in a communicator call.
 ///
-/// Every variant names the operation and the rank that reports it (`rank`,
-/// in the communicator of the call); the variants that concern another rank
-/// name it too. Collective errors are reported on every rank of the call:
+/// Every variant names the operation and the rank that reports it (`rank`);
+/// the variants that concern another rank name it too. All ranks are ranks
+/// of the communicator the call was made on (for a sub-communicator from
+/// [`crate::Communicator::split`], its own numbering, not the world's). Collective errors are reported on every rank of the call:
 /// no rank moves data unless every rank's arguments are valid.
 ///
 /// # Example

@@ -7,7 +7,7 @@
 //!   reduce-scatter(v), broadcast, all-to-all(v), send/recv, barrier, split).
 //! - [`LocalWorld`] / [`LocalCommunicator`]: ranks as threads of this process.
 //! - [`Element`]: the types that travel; [`CommError`]: what goes wrong.
-//! - [`bench`]: bandwidth measurement in the conventions of nccl-tests.
+//! - [`bench`](mod@bench): bandwidth measurement in the conventions of nccl-tests.
 //!
 //! ```
 //! use ruda_comm::{Communicator, LocalWorld, ReduceOp};

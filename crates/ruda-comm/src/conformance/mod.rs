@@ -1,5 +1,5 @@
 //! The conformance suite every transport must pass, generic over
-//! [`Communicator`].
+//! [`Communicator`](crate::Communicator).
 //!
 //! Every rank generates every rank's input from a seed, so each can compute
 //! the serial reference of a collective by itself and compare it with what
