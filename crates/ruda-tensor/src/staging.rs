@@ -157,7 +157,8 @@ pub(crate) fn reduce_scatter_sum<C: Communicator>(
     let problem = contract::leading_axis_problem(&shape)
         .or_else(|| unsupported_unless(is_summable(dtype)))
         .or_else(|| {
-            (shape[0] % n != 0).then_some(Problem::Shape(ShapeProblem::NotDivisible { ranks: n }))
+            (!shape[0].is_multiple_of(n))
+                .then_some(Problem::Shape(ShapeProblem::NotDivisible { ranks: n }))
         });
     contract::agree(
         comm,

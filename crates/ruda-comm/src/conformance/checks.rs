@@ -220,7 +220,7 @@ impl<C: Communicator> Checker<'_, C> {
     fn counts(&self, tag: u64, len: usize) -> Vec<usize> {
         (0..self.n())
             .map(|r| {
-                if r == 0 && self.seed % 3 == 0 {
+                if r == 0 && self.seed.is_multiple_of(3) {
                     0
                 } else {
                     (mix(&[self.seed, tag, r as u64, 77]) % (len as u64 + 1)) as usize

@@ -243,7 +243,7 @@ impl GroupSync {
                 break;
             }
             i = i.wrapping_add(1);
-            if i % 16 == 0 {
+            if i.is_multiple_of(16) {
                 let now = Instant::now();
                 if now >= fast_until {
                     break;

@@ -114,7 +114,7 @@ pub(crate) fn divisible(
     len: usize,
     parts: usize,
 ) -> Result<(), CommError> {
-    if len % parts == 0 {
+    if len.is_multiple_of(parts) {
         Ok(())
     } else {
         Err(CommError::InvalidArgument {

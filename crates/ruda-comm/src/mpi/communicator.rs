@@ -86,6 +86,19 @@ struct Call<'a> {
     counts2: &'a [usize],
 }
 
+impl Call<'_> {
+    /// A call without count lists.
+    fn lens(fp: Fingerprint, send_len: usize, recv_len: usize) -> Self {
+        Call {
+            fp,
+            send_len,
+            recv_len,
+            counts: &[],
+            counts2: &[],
+        }
+    }
+}
+
 /// Open MPI's `MPI_IN_PLACE`, `(void *) 1` in its `mpi.h` (a macro, so
 /// absent from the bindings); used only when the library is Open MPI.
 #[allow(clippy::manual_dangling_ptr)]
@@ -467,16 +480,7 @@ impl Communicator for MpiCommunicator {
         let op = OpKind::Split;
         let _b = self.enter(op)?;
         let fp = Fingerprint::new(self.seq.fetch_add(1, Ordering::Relaxed), op, None, 0);
-        self.admit(
-            Call {
-                fp,
-                send_len: 0,
-                recv_len: 0,
-                counts: &[],
-                counts2: &[],
-            },
-            || Ok(()),
-        )?;
+        self.admit(Call::lens(fp, 0, 0), || Ok(()))?;
         let c = match color {
             None => unsafe { ffi::RSMPI_UNDEFINED },
             Some(c) => c_int::try_from(c).map_err(|_| CommError::InvalidArgument {
@@ -505,16 +509,7 @@ impl Communicator for MpiCommunicator {
         let kind = OpKind::AllReduce;
         let _b = self.enter(kind)?;
         let fp = self.fingerprint::<T>(kind, buf.len()).with_reduce(op);
-        self.admit(
-            Call {
-                fp,
-                send_len: 0,
-                recv_len: buf.len(),
-                counts: &[],
-                counts2: &[],
-            },
-            || Ok(()),
-        )?;
+        self.admit(Call::lens(fp, 0, buf.len()), || Ok(()))?;
         self.avg_on_integers::<T>(kind, op)?;
         if is_half(T::DTYPE) {
             let mut wide = widen(buf);
@@ -567,16 +562,9 @@ impl Communicator for MpiCommunicator {
         let _b = self.enter(kind)?;
         let fp = self.fingerprint::<T>(kind, send.len());
         let n = self.size;
-        self.admit(
-            Call {
-                fp,
-                send_len: send.len(),
-                recv_len: recv.len(),
-                counts: &[],
-                counts2: &[],
-            },
-            || self.length(kind, BufferRole::Receive, n * send.len(), recv.len()),
-        )?;
+        self.admit(Call::lens(fp, send.len(), recv.len()), || {
+            self.length(kind, BufferRole::Receive, n * send.len(), recv.len())
+        })?;
         let c = count(kind, self.rank, send.len())?;
         count(kind, self.rank, recv.len())?;
         let dt = datatype(T::DTYPE);
@@ -646,16 +634,9 @@ impl Communicator for MpiCommunicator {
         let _b = self.enter(kind)?;
         let fp = self.fingerprint::<T>(kind, recv.len()).with_reduce(op);
         let n = self.size;
-        self.admit(
-            Call {
-                fp,
-                send_len: send.len(),
-                recv_len: recv.len(),
-                counts: &[],
-                counts2: &[],
-            },
-            || self.length(kind, BufferRole::Send, n * recv.len(), send.len()),
-        )?;
+        self.admit(Call::lens(fp, send.len(), recv.len()), || {
+            self.length(kind, BufferRole::Send, n * recv.len(), send.len())
+        })?;
         self.avg_on_integers::<T>(kind, op)?;
         let c = count(kind, self.rank, recv.len())?;
         count(kind, self.rank, send.len())?;
@@ -702,16 +683,7 @@ impl Communicator for MpiCommunicator {
         let kind = OpKind::Broadcast;
         let _b = self.enter(kind)?;
         let fp = self.fingerprint::<T>(kind, buf.len()).with_root(root);
-        self.admit(
-            Call {
-                fp,
-                send_len: 0,
-                recv_len: buf.len(),
-                counts: &[],
-                counts2: &[],
-            },
-            || Ok(()),
-        )?;
+        self.admit(Call::lens(fp, 0, buf.len()), || Ok(()))?;
         if root >= self.size {
             return Err(CommError::InvalidArgument {
                 op: kind,
@@ -744,29 +716,20 @@ impl Communicator for MpiCommunicator {
         let _b = self.enter(kind)?;
         let fp = self.fingerprint::<T>(kind, send.len());
         let (me, n) = (self.rank, self.size);
-        self.admit(
-            Call {
-                fp,
-                send_len: send.len(),
-                recv_len: recv.len(),
-                counts: &[],
-                counts2: &[],
-            },
-            || {
-                if send.len() % n != 0 {
-                    return Err(CommError::InvalidArgument {
-                        op: kind,
+        self.admit(Call::lens(fp, send.len(), recv.len()), || {
+            if !send.len().is_multiple_of(n) {
+                return Err(CommError::InvalidArgument {
+                    op: kind,
+                    rank: me,
+                    reason: InvalidArgument::NotDivisible {
                         rank: me,
-                        reason: InvalidArgument::NotDivisible {
-                            rank: me,
-                            len: send.len(),
-                            parts: n,
-                        },
-                    });
-                }
-                self.length(kind, BufferRole::Receive, send.len(), recv.len())
-            },
-        )?;
+                        len: send.len(),
+                        parts: n,
+                    },
+                });
+            }
+            self.length(kind, BufferRole::Receive, send.len(), recv.len())
+        })?;
         let c = count(kind, me, send.len() / n)?;
         count(kind, me, send.len())?;
         let dt = datatype(T::DTYPE);
@@ -909,16 +872,7 @@ impl Communicator for MpiCommunicator {
         let kind = OpKind::Barrier;
         let _b = self.enter(kind)?;
         let fp = Fingerprint::new(self.seq.fetch_add(1, Ordering::Relaxed), kind, None, 0);
-        self.admit(
-            Call {
-                fp,
-                send_len: 0,
-                recv_len: 0,
-                counts: &[],
-                counts2: &[],
-            },
-            || Ok(()),
-        )?;
+        self.admit(Call::lens(fp, 0, 0), || Ok(()))?;
         // SAFETY: a valid communicator.
         check(kind, self.rank, unsafe { ffi::MPI_Barrier(self.comm) })
     }
