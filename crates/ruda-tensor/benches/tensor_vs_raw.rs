@@ -4,6 +4,12 @@
 //! Run with `cargo bench -p ruda-tensor --bench tensor_vs_raw`. Each timed
 //! call gets a fresh, uniquely owned tensor (as a gradient would be), built
 //! outside the timer; time is the slowest rank's, median over iterations.
+//!
+//! Columns: `raw`, the slice collective into a buffer allocated and touched
+//! before the timer; `raw_vec+free`, the slice collective allocating its
+//! output and freeing its input inside the timer, as the tensor call must
+//! (it consumes its input and returns a new tensor). Freeing a large buffer
+//! (munmap) is most of the difference between `raw` and the tensor call.
 
 use std::time::Instant;
 
@@ -48,8 +54,15 @@ fn main() {
         &[4 << 10, 1 << 20, 16 << 20, 64 << 20]
     };
     println!(
-        "{:>6} {:>10} {:>16} {:>12} {:>12} {:>8}",
-        "ranks", "bytes", "op", "raw (us)", "tensor (us)", "ratio"
+        "{:>6} {:>10} {:>16} {:>10} {:>13} {:>12} {:>11} {:>15}",
+        "ranks",
+        "bytes",
+        "op",
+        "raw (us)",
+        "raw_vec+free",
+        "tensor (us)",
+        "tensor/raw",
+        "t/raw_vec+free"
     );
     for n in [2, 4] {
         for &bytes in sizes {
@@ -94,12 +107,15 @@ fn main() {
                         || vec![0f32; count],
                         |mut out| comm.all_gather(shard, &mut out).unwrap(),
                     );
+                    // Like the tensor call: a fresh output, and the input
+                    // buffer consumed (freed) by the call.
                     let raw_ag_vec = time(
                         comm,
                         iters,
-                        || (),
-                        |_| {
-                            std::hint::black_box(comm.all_gather_vec(shard).unwrap());
+                        || shard.to_vec(),
+                        |input| {
+                            std::hint::black_box(comm.all_gather_vec(&input).unwrap());
+                            drop(input);
                         },
                     );
                     let t_ag = time(
