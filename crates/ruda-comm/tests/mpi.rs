@@ -91,6 +91,23 @@ fn debug_mode_turns_mismatches_into_errors_on_every_rank() {
 }
 
 #[test]
+fn point_to_point_mismatches_fail_on_both_sides() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(n, &["p2p-failures"], false, Duration::from_secs(120)) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(
+            t.contains(&format!(
+                "mpi p2p-failures on {n} ranks: 4 passed, 0 failed"
+            )),
+            "{t}"
+        );
+    }
+}
+
+#[test]
 fn a_panicking_rank_takes_the_job_down_promptly() {
     let Some((out, took)) = launch(3, &["panic"], false, Duration::from_secs(60)) else {
         return;

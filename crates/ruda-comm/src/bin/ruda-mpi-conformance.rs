@@ -7,6 +7,8 @@
 //!   and zero-length pieces, sub-groups; prints `N passed, 0 failed`.
 //! - `debug-failures` (with `RUDA_DEBUG=1`): mismatched lengths and
 //!   different collectives end in the documented error on every rank.
+//! - `p2p-failures`: point-to-point length and type mismatches end in the
+//!   same error on both sides, and large rings complete.
 //! - `panic`: rank 1 panics while the others wait in a collective; the job
 //!   must end promptly with a non-zero status.
 
@@ -72,6 +74,70 @@ fn debug_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
     Ok(passed + 1)
 }
 
+/// Point-to-point mismatches are errors on both sides, and the pair keeps
+/// working afterwards (the mismatched message was drained, not left in
+/// flight); large rings do not deadlock.
+fn p2p_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    if n < 2 {
+        return Ok(0);
+    }
+    let mut passed = 0;
+    if me < 2 {
+        // Rank 1 expects 3 elements where rank 0 sends 4.
+        let r = if me == 0 {
+            world.send(&[1f32; 4], 1)
+        } else {
+            world.recv(&mut [0f32; 3], 0)
+        };
+        match r {
+            Err(CommError::LengthMismatch {
+                offender: 1,
+                expected: 4,
+                got: 3,
+                ..
+            }) => passed += 1,
+            other => return Err(format!("length mismatch: {other:?}")),
+        }
+        // Other element types: a desync on both sides.
+        let r = if me == 0 {
+            world.send(&[1f32; 4], 1)
+        } else {
+            world.recv(&mut [0i32; 4], 0)
+        };
+        match r {
+            Err(CommError::Desync {
+                first_rank: 0,
+                other_rank: 1,
+                ..
+            }) => passed += 1,
+            other => return Err(format!("dtype mismatch: {other:?}")),
+        }
+        // The pair still works.
+        let mut v = [0u8; 2];
+        if me == 0 {
+            world.send(&[7u8, 8], 1)
+        } else {
+            world.recv(&mut v, 0)
+        }
+        .map_err(|e| e.to_string())?;
+        if me == 1 && v != [7, 8] {
+            return Err(format!("after the mismatches: {v:?}"));
+        }
+        passed += 1;
+    }
+    // A ring of large send_recv calls (rendezvous-sized) completes.
+    let big = vec![me as f64; 1 << 20];
+    let mut got = vec![0f64; 1 << 20];
+    world
+        .send_recv(&big, (me + 1) % n, &mut got, (me + n - 1) % n)
+        .map_err(|e| e.to_string())?;
+    if got[0] != ((me + n - 1) % n) as f64 {
+        return Err("ring".into());
+    }
+    Ok(passed + 1)
+}
+
 fn main() -> ExitCode {
     let mode = std::env::args()
         .nth(1)
@@ -87,6 +153,7 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "conformance" => conformance_suite(&world),
         "debug-failures" => debug_failures(&world),
+        "p2p-failures" => p2p_failures(&world),
         "panic" => {
             world.barrier().expect("barrier");
             if me == 1 % n {

@@ -377,6 +377,158 @@ impl MpiCommunicator {
         Ok(())
     }
 
+    fn self_message(&self, op: OpKind) -> CommError {
+        CommError::InvalidArgument {
+            op,
+            rank: self.rank,
+            reason: InvalidArgument::SelfMessage { op },
+        }
+    }
+
+    /// Point-to-point with both sides told of a mismatch: a header (length,
+    /// dtype) goes ahead of the data, the receiver drains a message that
+    /// does not fit into a scratch buffer instead of truncating it, and
+    /// acknowledges with its own length and type, so sender and receiver
+    /// report the same error. Tags: 2 header, 0 data, 1 acknowledgement.
+    fn p2p<T: Element>(
+        &self,
+        op: OpKind,
+        send: Option<(&[T], c_int)>,
+        recv: Option<(&mut [T], c_int)>,
+    ) -> Result<(), CommError> {
+        let me = self.rank;
+        let code = T::DTYPE.code() as i64;
+        let i64t = datatype(DType::I64);
+        // 1. Headers: [length, dtype code] to the destination, from the source.
+        let header_out = send.as_ref().map(|(b, _)| [b.len() as i64, code]);
+        let mut header_in = [0i64; 2];
+        self.exchange(
+            op,
+            send.as_ref()
+                .zip(header_out.as_ref())
+                .map(|((_, d), h)| (ptr(h), 2, i64t, *d)),
+            recv.as_ref()
+                .map(|(_, s)| (mut_ptr(&mut header_in), 2, i64t, *s)),
+            2,
+        )?;
+        // 2. Data: taken whole, into the receive buffer when it fits and into
+        // scratch otherwise (never truncated, never left in flight).
+        let (expected, their_code) = (header_in[0] as usize, header_in[1]);
+        let recv_ok = recv
+            .as_ref()
+            .is_some_and(|(b, _)| b.len() == expected && their_code == code);
+        let mut scratch: Vec<u8> = Vec::new();
+        let (recv_len, recv_src) = recv.as_ref().map_or((0, 0), |(b, s)| (b.len(), *s));
+        let into = match recv {
+            Some((buf, s)) if recv_ok => {
+                Some((mut_ptr(buf), expected as c_int, datatype(T::DTYPE), s))
+            }
+            Some((_, s)) => {
+                let their = DType::from_code(their_code as u8).unwrap_or(DType::U8);
+                scratch.resize(expected * their.size_in_bytes(), 0);
+                Some((mut_ptr(&mut scratch), expected as c_int, datatype(their), s))
+            }
+            None => None,
+        };
+        let has_recv = into.is_some();
+        self.exchange(
+            op,
+            send.as_ref()
+                .map(|(b, d)| (ptr(b), b.len() as c_int, datatype(T::DTYPE), *d)),
+            into,
+            0,
+        )?;
+        // 3. Acknowledgements: the receiver's [length, dtype] back to the sender.
+        let ack_out = [recv_len as i64, code];
+        let mut ack_in = [0i64; 2];
+        self.exchange(
+            op,
+            has_recv.then(|| (ptr(&ack_out), 2, i64t, recv_src)),
+            send.as_ref()
+                .map(|(_, d)| (mut_ptr(&mut ack_in), 2, i64t, *d)),
+            1,
+        )?;
+        if has_recv && !recv_ok {
+            return Err(self.p2p_error(
+                op,
+                me,
+                (expected, their_code),
+                (recv_len, code),
+                recv_src as usize,
+            ));
+        }
+        if let Some((buf, d)) = send
+            && (ack_in[0] as usize != buf.len() || ack_in[1] != code)
+        {
+            return Err(self.p2p_error(
+                op,
+                d as usize,
+                (buf.len(), code),
+                (ack_in[0] as usize, ack_in[1]),
+                me,
+            ));
+        }
+        Ok(())
+    }
+
+    /// One point-to-point phase: send, receive, or both at once (so rings
+    /// and pairwise exchanges cannot deadlock on large messages).
+    fn exchange(
+        &self,
+        op: OpKind,
+        send: Option<(*const c_void, c_int, ffi::MPI_Datatype, c_int)>,
+        recv: Option<(*mut c_void, c_int, ffi::MPI_Datatype, c_int)>,
+        tag: c_int,
+    ) -> Result<(), CommError> {
+        // SAFETY: each pointer addresses a buffer of its count and datatype
+        // (checked by the callers), peers are ranks of the group.
+        let rc = unsafe {
+            let ignore = ffi::RSMPI_STATUS_IGNORE;
+            match (send, recv) {
+                (Some((sp, sc, st, d)), Some((rp, rc, rt, s))) => {
+                    ffi::MPI_Sendrecv(sp, sc, st, d, tag, rp, rc, rt, s, tag, self.comm, ignore)
+                }
+                (Some((sp, sc, st, d)), None) => ffi::MPI_Send(sp, sc, st, d, tag, self.comm),
+                (None, Some((rp, rc, rt, s))) => {
+                    ffi::MPI_Recv(rp, rc, rt, s, tag, self.comm, ignore)
+                }
+                (None, None) => 0,
+            }
+        };
+        check(op, self.rank, rc)
+    }
+
+    /// The error of a message of `sent` (length, dtype code) from `sender`
+    /// meeting a receive of `got` at `receiver`, as both sides report it.
+    fn p2p_error(
+        &self,
+        op: OpKind,
+        receiver: usize,
+        sent: (usize, i64),
+        got: (usize, i64),
+        sender: usize,
+    ) -> CommError {
+        if sent.1 != got.1 {
+            let dt = |c: i64| DType::from_code(c as u8);
+            return CommError::Desync {
+                op,
+                rank: self.rank,
+                first_rank: sender,
+                first: Fingerprint::new(0, OpKind::Send, dt(sent.1), sent.0),
+                other_rank: receiver,
+                other: Fingerprint::new(0, OpKind::Recv, dt(got.1), got.0),
+            };
+        }
+        CommError::LengthMismatch {
+            op,
+            rank: self.rank,
+            offender: receiver,
+            buffer: BufferRole::Receive,
+            expected: sent.0,
+            got: got.0,
+        }
+    }
+
     /// In-place all-reduce of `len` elements of `dt` at `p`, in chunks that
     /// fit a C `int`.
     fn all_reduce_raw(
@@ -792,16 +944,10 @@ impl Communicator for MpiCommunicator {
         let _b = self.enter(kind)?;
         let d = self.peer(kind, dest)?;
         if dest == self.rank {
-            return Err(CommError::InvalidArgument {
-                op: kind,
-                rank: self.rank,
-                reason: InvalidArgument::SelfMessage { op: kind },
-            });
+            return Err(self.self_message(kind));
         }
-        let c = count(kind, self.rank, buf.len())?;
-        // SAFETY: `buf` holds c elements.
-        let rc = unsafe { ffi::MPI_Send(ptr(buf), c, datatype(T::DTYPE), d, 0, self.comm) };
-        check(kind, self.rank, rc)
+        count(kind, self.rank, buf.len())?;
+        self.p2p(kind, Some((buf, d)), None::<(&mut [T], c_int)>)
     }
 
     fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError> {
@@ -809,23 +955,10 @@ impl Communicator for MpiCommunicator {
         let _b = self.enter(kind)?;
         let s = self.peer(kind, source)?;
         if source == self.rank {
-            return Err(CommError::InvalidArgument {
-                op: kind,
-                rank: self.rank,
-                reason: InvalidArgument::SelfMessage { op: kind },
-            });
+            return Err(self.self_message(kind));
         }
-        let c = count(kind, self.rank, buf.len())?;
-        let dt = datatype(T::DTYPE);
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: `buf` holds c elements; MPI fills the status.
-        let rc =
-            unsafe { ffi::MPI_Recv(mut_ptr(buf), c, dt, s, 0, self.comm, status.as_mut_ptr()) };
-        check(kind, self.rank, rc)?;
-        let mut got: c_int = 0;
-        // SAFETY: the status was written by a successful receive.
-        unsafe { ffi::MPI_Get_count(status.as_ptr(), dt, &mut got) };
-        self.length(kind, BufferRole::Receive, got as usize, buf.len())
+        count(kind, self.rank, buf.len())?;
+        self.p2p(kind, None::<(&[T], c_int)>, Some((buf, s)))
     }
 
     fn send_recv<T: Element>(
@@ -838,34 +971,9 @@ impl Communicator for MpiCommunicator {
         let kind = OpKind::SendRecv;
         let _b = self.enter(kind)?;
         let (d, s) = (self.peer(kind, dest)?, self.peer(kind, source)?);
-        let (sc, rc_) = (
-            count(kind, self.rank, send.len())?,
-            count(kind, self.rank, recv.len())?,
-        );
-        let dt = datatype(T::DTYPE);
-        let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::uninit();
-        // SAFETY: buffers of the given counts; MPI fills the status.
-        let rc = unsafe {
-            ffi::MPI_Sendrecv(
-                ptr(send),
-                sc,
-                dt,
-                d,
-                0,
-                mut_ptr(recv),
-                rc_,
-                dt,
-                s,
-                0,
-                self.comm,
-                status.as_mut_ptr(),
-            )
-        };
-        check(kind, self.rank, rc)?;
-        let mut got: c_int = 0;
-        // SAFETY: the status was written by a successful receive.
-        unsafe { ffi::MPI_Get_count(status.as_ptr(), dt, &mut got) };
-        self.length(kind, BufferRole::Receive, got as usize, recv.len())
+        count(kind, self.rank, send.len())?;
+        count(kind, self.rank, recv.len())?;
+        self.p2p(kind, Some((send, d)), Some((recv, s)))
     }
 
     fn barrier(&self) -> Result<(), CommError> {
