@@ -62,7 +62,7 @@ pub fn plot(rows: &[Row], title: &str, path: &Path) -> Result<(), String> {
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
