@@ -279,6 +279,29 @@ fn variable_counts_are_checked_against_what_peers_send() {
             ..
         }
     ));
+    // Reduce-scatter counts that disagree with what a rank receives: rank 1
+    // declares a block of 2 for rank 0, whose receive buffer holds 1.
+    let results = world(2).run_each(|c| {
+        let counts = if c.rank() == 0 { [1, 1] } else { [2, 1] };
+        let mut out = vec![0f32; 1];
+        c.reduce_scatter_v(
+            &vec![1f32; counts.iter().sum()],
+            &mut out,
+            &counts,
+            ReduceOp::Sum,
+        )
+    });
+    assert!(matches!(
+        same_everywhere(&errors(results)),
+        CommError::CountMismatch {
+            op: OpKind::ReduceScatterV,
+            offender: 1,
+            peer: 0,
+            expected: 2,
+            got: 1,
+            ..
+        }
+    ));
     // An all-to-all whose buffer does not split into equal blocks.
     let results = world(2).run_each(|c| c.all_to_all(&[1u8; 3], &mut [0u8; 3]));
     assert!(matches!(

@@ -159,6 +159,25 @@ pub(crate) struct Local<'a> {
     pub extra: &'a [i64],
 }
 
+impl<'a> Local<'a> {
+    /// Facts of an operation whose whole shape must agree, with no extra words.
+    pub(crate) fn equal(
+        op: TensorOp,
+        problem: Option<Problem>,
+        dtype: DType,
+        shape: &'a [usize],
+    ) -> Self {
+        Local {
+            op,
+            problem,
+            dtype,
+            shape,
+            rule: ShapeRule::Equal,
+            extra: &[],
+        }
+    }
+}
+
 /// All-gather every rank's header (and extra words) and return the same
 /// verdict on every rank: the first problem in rank order, or a dtype or
 /// shape disagreement with rank 0. On success, every rank's extra words.

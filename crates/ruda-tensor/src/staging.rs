@@ -127,17 +127,7 @@ pub(crate) fn all_gather<C: Communicator>(
     let word = word_size(dtype);
     let problem =
         contract::leading_axis_problem(&shape).or_else(|| unsupported_unless(word.is_some()));
-    contract::agree(
-        comm,
-        Local {
-            op,
-            problem,
-            dtype,
-            shape: &shape,
-            rule: ShapeRule::Equal,
-            extra: &[],
-        },
-    )?;
+    contract::agree(comm, Local::equal(op, problem, dtype, &shape))?;
     let out_shape = with_leading(&shape, n * shape[0]);
     with_word!(word.unwrap_or(1), W, {
         let src = view::<W>(data.as_bytes());
@@ -160,17 +150,7 @@ pub(crate) fn reduce_scatter_sum<C: Communicator>(
             (!shape[0].is_multiple_of(n))
                 .then_some(Problem::Shape(ShapeProblem::NotDivisible { ranks: n }))
         });
-    contract::agree(
-        comm,
-        Local {
-            op,
-            problem,
-            dtype,
-            shape: &shape,
-            rule: ShapeRule::Equal,
-            extra: &[],
-        },
-    )?;
+    contract::agree(comm, Local::equal(op, problem, dtype, &shape))?;
     let out_shape = with_leading(&shape, shape[0] / n);
     with_float!(dtype, T, {
         let src = view::<T>(data.as_bytes());
@@ -188,17 +168,7 @@ pub(crate) fn all_reduce_sum<C: Communicator>(
     let dtype = data.dtype();
     let shape = data.shape().to_vec();
     let problem = unsupported_unless(is_summable(dtype));
-    contract::agree(
-        comm,
-        Local {
-            op,
-            problem,
-            dtype,
-            shape: &shape,
-            rule: ShapeRule::Equal,
-            extra: &[],
-        },
-    )?;
+    contract::agree(comm, Local::equal(op, problem, dtype, &shape))?;
     let (mut bytes, shape, dtype) = data.into_parts();
     with_float!(dtype, T, {
         in_place::<T, _>(&mut bytes, |s| comm.all_reduce(s, ReduceOp::Sum))?
@@ -219,17 +189,7 @@ pub(crate) fn broadcast<C: Communicator>(
     let problem = ((root as usize) >= n)
         .then_some(Problem::InvalidRoot { root, size: n })
         .or_else(|| unsupported_unless(word.is_some()));
-    contract::agree(
-        comm,
-        Local {
-            op,
-            problem,
-            dtype,
-            shape: &shape,
-            rule: ShapeRule::Equal,
-            extra: &[],
-        },
-    )?;
+    contract::agree(comm, Local::equal(op, problem, dtype, &shape))?;
     let (mut bytes, shape, dtype) = data.into_parts();
     with_word!(word.unwrap_or(1), W, {
         in_place::<W, _>(&mut bytes, |s| comm.broadcast(s, root as usize))?

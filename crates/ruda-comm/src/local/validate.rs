@@ -195,65 +195,81 @@ pub(crate) fn all_reduce(slots: &[Slot], me: usize) -> Result<(), CommError> {
     reduction(slots, me)
 }
 
-/// Every rank's arguments of `all_gather_v` fit together.
+/// Every rank's count list against what the peers hold: rank `r`'s
+/// `counts[p]` must equal `peer_len(p)`, and the sum of its counts must be
+/// the length of its own `total_role` buffer (`own_len(r)`).
 ///
-/// Reads the published count lists, so it must run between the two
-/// barrier episodes of the call (or on owned copies).
-pub(crate) fn all_gather_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
-    let kind = OpKind::AllGatherV;
-    // SAFETY: inside the call's barrier window.
+/// # Safety
+/// Reads the published count lists: only between the two barrier episodes
+/// of the call (or on owned copies).
+unsafe fn counts_against(
+    slots: &[Slot],
+    kind: OpKind,
+    me: usize,
+    peer_len: fn(&Slot) -> usize,
+    total_role: BufferRole,
+    own_len: fn(&Slot) -> usize,
+) -> Result<(), CommError> {
+    // SAFETY: forwarded from the caller.
     unsafe {
         count_lists(slots, kind, me, false)?;
         for (r, s) in slots.iter().enumerate() {
             for (p, peer) in slots.iter().enumerate() {
-                let expected = s.counts()[p];
-                if expected != peer.send_len {
+                let (expected, got) = (s.counts()[p], peer_len(peer));
+                if expected != got {
                     return Err(CommError::CountMismatch {
                         op: kind,
                         rank: me,
                         offender: r,
                         peer: p,
                         expected,
-                        got: peer.send_len,
+                        got,
                     });
                 }
             }
-            let total = s.counts().iter().sum();
-            length(kind, me, r, BufferRole::Receive, total, s.recv_len)?;
+            length(kind, me, r, total_role, s.counts().iter().sum(), own_len(s))?;
         }
     }
     Ok(())
 }
 
-/// Every rank's arguments of `reduce_scatter_v` fit together.
+/// Every rank's arguments of `all_gather_v` fit together: rank `r`'s
+/// `counts[p]` is what rank `p` sends, and its receive buffer holds them all.
+///
+/// Reads the published count lists, so it must run between the two
+/// barrier episodes of the call (or on owned copies).
+pub(crate) fn all_gather_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
+    // SAFETY: inside the call's barrier window (see above).
+    unsafe {
+        counts_against(
+            slots,
+            OpKind::AllGatherV,
+            me,
+            |p| p.send_len,
+            BufferRole::Receive,
+            |s| s.recv_len,
+        )
+    }
+}
+
+/// Every rank's arguments of `reduce_scatter_v` fit together: rank `r`'s
+/// `counts[p]` is what rank `p` receives, and its send buffer covers them all.
 ///
 /// Reads the published count lists, so it must run between the two
 /// barrier episodes of the call (or on owned copies).
 pub(crate) fn reduce_scatter_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
-    let kind = OpKind::ReduceScatterV;
     reduction(slots, me)?;
-    // SAFETY: inside the call's barrier window.
+    // SAFETY: inside the call's barrier window (see above).
     unsafe {
-        count_lists(slots, kind, me, false)?;
-        for (r, s) in slots.iter().enumerate() {
-            for (p, peer) in slots.iter().enumerate() {
-                let expected = s.counts()[p];
-                if expected != peer.recv_len {
-                    return Err(CommError::CountMismatch {
-                        op: kind,
-                        rank: me,
-                        offender: r,
-                        peer: p,
-                        expected,
-                        got: peer.recv_len,
-                    });
-                }
-            }
-            let total = s.counts().iter().sum();
-            length(kind, me, r, BufferRole::Send, total, s.send_len)?;
-        }
+        counts_against(
+            slots,
+            OpKind::ReduceScatterV,
+            me,
+            |p| p.recv_len,
+            BufferRole::Send,
+            |s| s.send_len,
+        )
     }
-    Ok(())
 }
 
 /// Every rank's arguments of `broadcast` fit together.
