@@ -156,6 +156,7 @@ impl MpiCommunicator {
                 op,
                 rank: self.rank,
                 reason: InvalidArgument::ConcurrentUse,
+                context: ErrorContext::none(),
             });
         }
         Ok(Busy(&self.busy))
@@ -281,6 +282,7 @@ impl MpiCommunicator {
                 op,
                 rank: self.rank,
                 reason: InvalidArgument::AverageOfIntegers { dtype: T::DTYPE },
+                context: ErrorContext::none(),
             });
         }
         Ok(())
@@ -303,6 +305,7 @@ impl MpiCommunicator {
                 buffer,
                 expected,
                 got,
+                context: ErrorContext::none(),
             })
         }
     }
@@ -316,6 +319,7 @@ impl MpiCommunicator {
                     peer,
                     size: self.size,
                 },
+                context: ErrorContext::none(),
             });
         }
         Ok(peer as c_int)
@@ -382,6 +386,7 @@ impl MpiCommunicator {
             op,
             rank: self.rank,
             reason: InvalidArgument::SelfMessage { op },
+            context: ErrorContext::none(),
         }
     }
 
@@ -514,9 +519,10 @@ impl MpiCommunicator {
                 op,
                 rank: self.rank,
                 first_rank: sender,
-                first: Fingerprint::new(0, OpKind::Send, dt(sent.1), sent.0),
+                first: Box::new(Fingerprint::new(0, OpKind::Send, dt(sent.1), sent.0)),
                 other_rank: receiver,
-                other: Fingerprint::new(0, OpKind::Recv, dt(got.1), got.0),
+                other: Box::new(Fingerprint::new(0, OpKind::Recv, dt(got.1), got.0)),
+                context: ErrorContext::none(),
             };
         }
         CommError::LengthMismatch {
@@ -526,6 +532,7 @@ impl MpiCommunicator {
             buffer: BufferRole::Receive,
             expected: sent.0,
             got: got.0,
+            context: ErrorContext::none(),
         }
     }
 
@@ -642,6 +649,7 @@ impl Communicator for MpiCommunicator {
                     color: c,
                     max: i32::MAX as u32,
                 },
+                context: ErrorContext::none(),
             })?,
         };
         // SAFETY: reading MPI's null communicator handle.
@@ -753,6 +761,7 @@ impl Communicator for MpiCommunicator {
                         peer: me,
                         expected: counts[me],
                         got: send.len(),
+                        context: ErrorContext::none(),
                     });
                 }
                 self.length(kind, BufferRole::Receive, counts.iter().sum(), recv.len())
@@ -844,6 +853,7 @@ impl Communicator for MpiCommunicator {
                     root,
                     size: self.size,
                 },
+                context: ErrorContext::none(),
             });
         }
         let dt = datatype(T::DTYPE);
@@ -878,6 +888,7 @@ impl Communicator for MpiCommunicator {
                         len: send.len(),
                         parts: n,
                     },
+                    context: ErrorContext::none(),
                 });
             }
             self.length(kind, BufferRole::Receive, send.len(), recv.len())

@@ -49,6 +49,7 @@ pub(crate) fn count(op: OpKind, rank: usize, n: usize) -> Result<c_int, CommErro
             count: n,
             max: MAX_COUNT,
         },
+        context: ErrorContext::none(),
     })
 }
 
@@ -95,6 +96,7 @@ pub(crate) fn check(op: OpKind, rank: usize, rc: c_int) -> Result<(), CommError>
             op,
             rank,
             message: error_string(rc),
+            context: ErrorContext::none(),
         })
     }
 }

@@ -91,6 +91,7 @@ fn start() -> Result<Session, CommError> {
             op: OpKind::Init,
             rank: 0,
             message: "MPI was already finalized in this process".into(),
+            context: ErrorContext::none(),
         });
     }
     if initialized == 0 {
