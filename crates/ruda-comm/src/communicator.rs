@@ -45,10 +45,12 @@ pub trait Communicator: Send + Sync + Sized {
     /// ```
     fn world_rank(&self, r: usize) -> usize;
 
-    /// How many calls this rank has made on this communicator (collectives
-    /// and point-to-point alike): the sequence number its next call takes.
-    /// A call refused before it starts (e.g. concurrent use) takes none.
-    /// Layers above use it to check that every rank is at the same call.
+    /// How many collective calls (every operation but `send`, `recv` and
+    /// `send_recv`) this rank has made on this communicator: the sequence
+    /// number its next collective takes. A call refused before it starts
+    /// (e.g. concurrent use) takes none. Every rank of a group sees the
+    /// same value between the same two collectives, so layers above use it
+    /// to check that every rank is at the same call.
     ///
     /// # Example
     /// ```

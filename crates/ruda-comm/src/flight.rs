@@ -65,7 +65,8 @@ impl fmt::Display for Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CallRecord {
     /// The call's fingerprint (sequence number, operation, type, count,
-    /// reduction, root).
+    /// reduction, root). A point-to-point call takes no sequence number of
+    /// its own: its `seq` is the number of collectives before it.
     pub fp: Fingerprint,
     /// Elements this rank passed (its send or in-place buffer; for `recv`,
     /// its receive buffer).

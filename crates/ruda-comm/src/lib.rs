@@ -48,4 +48,4 @@ pub use local::{
 pub use reduce_op::ReduceOp;
 
 #[cfg(feature = "mpi")]
-pub use mpi::{MpiCommunicator, MpiWorld};
+pub use mpi::{MPI_CHECKS_ENV, MpiCommunicator, MpiWorld, MpiWorldBuilder};

@@ -35,7 +35,10 @@ fn a_desync_dumps_every_ranks_history() {
         assert!(text.starts_with("collective desync"), "{text}");
         assert!(text.contains("rank 0 (world 0), last 2 calls"), "{text}");
         assert!(text.contains("rank 1 (world 1), last 2 calls"), "{text}");
-        assert!(text.contains("#0 all_reduce<f32>(count=4, op=sum)"), "{text}");
+        assert!(
+            text.contains("#0 all_reduce<f32>(count=4, op=sum)"),
+            "{text}"
+        );
         assert!(text.contains("#1 barrier"), "{text}");
         assert!(text.contains("#1 all_gather<u8>"), "{text}");
     }

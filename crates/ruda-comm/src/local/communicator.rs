@@ -200,11 +200,14 @@ impl LocalCommunicator {
     /// A point-to-point call: record it, run it, dress its error.
     fn point_to_point(
         &self,
-        fp: Fingerprint,
+        mut fp: Fingerprint,
         elements: usize,
         peer: usize,
         call: impl FnOnce() -> Result<(), CommError>,
     ) -> Result<(), CommError> {
+        // Between two ranks only: it records how many collectives came
+        // before and takes no sequence number.
+        fp.seq = self.seq.load(Ordering::Relaxed);
         let token = self
             .group
             .recorder(self.rank)

@@ -108,7 +108,12 @@ pub(crate) fn receive<T: Element>(
                     op,
                     rank: me,
                     first_rank: source,
-                    first: Box::new(Fingerprint::new(0, OpKind::Send, Some(offer.dtype), offer.len)),
+                    first: Box::new(Fingerprint::new(
+                        0,
+                        OpKind::Send,
+                        Some(offer.dtype),
+                        offer.len,
+                    )),
                     other_rank: me,
                     other: Box::new(Fingerprint::new(0, op, Some(T::DTYPE), buf.len())),
                     context: ErrorContext::none(),

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 
 use mpi::ffi;
 
-use crate::{CommError, DType, InvalidArgument, OpKind, ReduceOp};
+use crate::{CommError, DType, ErrorContext, InvalidArgument, OpKind, ReduceOp};
 
 /// The MPI datatype an element moves as. `f16` and `bf16` move as 2-byte
 /// words; their reductions are done in `f32` (see the communicator).

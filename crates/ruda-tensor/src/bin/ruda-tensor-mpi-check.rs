@@ -130,14 +130,18 @@ fn run(world: MpiCommunicator) -> Result<usize, String> {
 }
 
 fn main() {
-    let world = MpiWorld::init().expect("MPI starts");
+    let mpi = MpiWorld::builder()
+        .abort_on_panic(true)
+        .init()
+        .expect("MPI starts");
+    let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
     match run(world) {
         Ok(passed) if me == 0 => {
             println!("tensor layer on mpi, {n} ranks: {passed} passed, 0 failed")
         }
         Ok(_) => {}
-        // Panicking aborts the whole job (see MpiWorld::init).
+        // Panicking aborts the whole job (abort_on_panic).
         Err(e) => panic!("rank {me} of {n}: tensor layer on mpi FAILED: {e}"),
     }
 }
