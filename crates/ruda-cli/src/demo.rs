@@ -22,9 +22,9 @@ use burn_backend::{AutodiffBackend, Slice, TensorData, TensorMetadata, read_sync
 use burn_flex::{Flex, FlexDevice};
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{Communicator, LocalWorld, WorldError};
-use ruda_tensor::ProcessGrid;
 use ruda_tensor::layout::compute_split_shapes;
-use ruda_tensor::primitives::{self as p, PrimitiveError};
+use ruda_tensor::primitives as p;
+use ruda_tensor::{HostCollective, PrimitiveError, ProcessGrid};
 use thiserror::Error;
 
 type Ad = Autodiff<Flex>;
@@ -157,7 +157,7 @@ fn fields(cfg: &DemoConfig) -> (Vec<f64>, Vec<f64>) {
 
 /// The replicated loss on `grid`, from this rank's patches.
 fn loss<C: Communicator + std::fmt::Debug + 'static>(
-    grid: &ProcessGrid<C>,
+    grid: &ProcessGrid<HostCollective<C>>,
     cfg: &DemoConfig,
     x: &FloatTensor<Ad>,
     target: &FloatTensor<Ad>,
@@ -185,7 +185,7 @@ fn loss<C: Communicator + std::fmt::Debug + 'static>(
     let by_channel = p::distributed_transpose_azimuth::<Ad, _>(grid, sq, (0, -1), &lon)?;
     let per_lat = Ad::float_sum_dim(by_channel, 2);
     let channels = compute_split_shapes(cfg.channels, grid.azimuth_size()).expect("checked grid");
-    let gathered = p::gather_from::<Ad, _>(grid.azimuth(), per_lat, 0, &channels)?;
+    let gathered = p::gather_from_sizes::<Ad>(grid.azimuth(), per_lat, 0, &channels)?;
     let partial = Ad::float_sum(gathered);
     let total = p::reduce_from_polar_region::<Ad, _>(grid, partial)?;
     let n = (cfg.channels * cfg.nlat * cfg.nlon) as f64;
@@ -227,7 +227,7 @@ pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
     let grid = ProcessGrid::new(comm, polar, azimuth)?;
     let patch = |v: &Vec<f64>| -> Result<FloatTensor<Ad>, PrimitiveError> {
         let x = p::scatter_to_polar_region::<Ad, _>(&grid, tensor(v.clone(), &shape), -2)?;
-        p::scatter_to::<Ad, _>(grid.azimuth(), x, -1)
+        p::scatter_to::<Ad>(grid.azimuth(), x, -1)
     };
     let (x, tgt) = (patch(&field)?, patch(&target)?);
     let mut weights = vec![1.0; cfg.channels];
