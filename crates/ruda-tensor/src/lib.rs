@@ -46,6 +46,8 @@ extern crate alloc;
 mod agreement;
 mod backend;
 pub mod collective;
+#[cfg(feature = "train")]
+pub mod ddp;
 mod error;
 pub mod grid;
 mod group;
