@@ -89,10 +89,7 @@ impl Modes {
 
     fn factor(&self, m: usize) -> (f64, bool) {
         let edge = m == 0 || 2 * m == self.nlon;
-        (
-            self.scale * if edge { 1.0 } else { self.interior },
-            edge,
-        )
+        (self.scale * if edge { 1.0 } else { self.interior }, edge)
     }
 
     /// Forward kernel on host rows of `nlon` values.
@@ -226,10 +223,7 @@ impl LongitudeFourier for Flex {
 
     fn lon_inverse(c: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
         let mut shape = c.shape().to_vec();
-        assert!(
-            shape.ends_with(&[modes.mmax, 2]),
-            "checked before routing"
-        );
+        assert!(shape.ends_with(&[modes.mmax, 2]), "checked before routing");
         shape.truncate(shape.len() - 2);
         shape.push(modes.nlon);
         on_host(c, shape, |k| k.inverse(&modes))
@@ -276,7 +270,11 @@ impl<B: LongitudeFourier, C: CheckpointStrategy> LongitudeFourier for Autodiff<B
     fn lon_forward(x: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
         let (x, guard) = x.into_parts();
         let out = B::lon_forward(x, modes);
-        match ForwardBackward.prepare::<C>([guard]).compute_bound().stateful() {
+        match ForwardBackward
+            .prepare::<C>([guard])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => prep.finish(modes, out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
@@ -285,7 +283,11 @@ impl<B: LongitudeFourier, C: CheckpointStrategy> LongitudeFourier for Autodiff<B
     fn lon_inverse(c: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
         let (c, guard) = c.into_parts();
         let out = B::lon_inverse(c, modes);
-        match InverseBackward.prepare::<C>([guard]).compute_bound().stateful() {
+        match InverseBackward
+            .prepare::<C>([guard])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => prep.finish(modes, out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
@@ -362,12 +364,18 @@ mod tests {
             // <F x, y> = <x, Fᵀ y> and <I y, x> = <y, Iᵀ x>.
             let lhs = dot(&m.forward(&x), &y);
             let rhs = dot(&x, &m.adjoint_of_forward().inverse(&y));
-            assert!((lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0), "{lhs} {rhs}");
+            assert!(
+                (lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0),
+                "{lhs} {rhs}"
+            );
             let lhs = dot(&m.inverse(&y), &x);
             let rhs = dot(&y, &m.adjoint_of_inverse().forward(&x));
             // The inverse ignores the imaginary parts of the edge orders
             // and the adjoint gives them zero gradient: the identity holds.
-            assert!((lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0), "{lhs} {rhs}");
+            assert!(
+                (lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0),
+                "{lhs} {rhs}"
+            );
         }
     }
 

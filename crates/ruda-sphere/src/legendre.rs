@@ -100,7 +100,10 @@ mod tests {
             ];
             for (l, m, want) in cases {
                 let got = get(m, l, k);
-                assert!((got - want).abs() < 1e-14, "l={l} m={m} x={x}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() < 1e-14,
+                    "l={l} m={m} x={x}: {got} vs {want}"
+                );
             }
             // Below the diagonal everything is zero.
             assert_eq!(get(3, 1, k), 0.0);

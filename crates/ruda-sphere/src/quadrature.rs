@@ -184,7 +184,11 @@ mod tests {
 
     /// `∫_{-1}^{1} x^p dx`.
     fn moment(p: usize) -> f64 {
-        if p % 2 == 1 { 0.0 } else { 2.0 / (p + 1) as f64 }
+        if p % 2 == 1 {
+            0.0
+        } else {
+            2.0 / (p + 1) as f64
+        }
     }
 
     fn rule_error(q: &Latitudes, p: usize) -> f64 {

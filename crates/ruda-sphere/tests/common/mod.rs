@@ -12,17 +12,26 @@ pub fn tensor<const D: usize>(values: Vec<f64>, shape: [usize; D], device: &Devi
 pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
     let data = t.into_data();
     match data.dtype() {
-        DType::F32 => data.try_to_vec::<f32>().unwrap().into_iter().map(f64::from).collect(),
+        DType::F32 => data
+            .try_to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
         _ => data.try_to_vec::<f64>().unwrap(),
     }
 }
 
 /// Deterministic values in [-1, 1) (a 64-bit LCG, high bits).
 pub fn random(len: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
         })
         .collect()
@@ -53,7 +62,10 @@ pub fn band_limited(lead: usize, lmax: usize, mmax: usize, nlon: usize, seed: u6
 pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let diff = a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
     diff / scale.max(f64::MIN_POSITIVE)
 }
 
