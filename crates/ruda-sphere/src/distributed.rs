@@ -23,8 +23,10 @@ use ruda_tensor::ProcessGrid;
 use ruda_tensor::tensor_api as ta;
 
 use crate::fourier::Modes;
+use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_op::{
-    Table, analysis, check_rank, flatten_coefficients, flatten_field, synthesis, unflatten,
+    Table, analysis, check_rank, flatten_coefficients, flatten_field, swap_orders, synthesis,
+    unflatten,
 };
 use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::sht::table;
@@ -123,14 +125,18 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
         let dtype = x.dtype();
         check_dtype(OP, dtype)?;
         let g = &self.grid;
-        // Longitudes whole, this rank's latitudes split over the azimuth ranks.
+        // [b, lat, lon]: longitudes whole, this rank's latitudes split
+        // over the azimuth ranks.
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
-        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax()))?;
+        // [m, lat, b, 2]: all orders.
+        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
         // Orders split over the azimuth ranks, latitudes whole again.
-        let f = ta::distributed_transpose_azimuth(g, f, (2, 1), l.lat_sub_sizes())?;
+        let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
+        // [m, l, b, 2]: this rank's latitudes' part of every degree.
         let partial = analysis(f, self.weights.tensor(dtype));
         // Sum the latitudes' contributions, keep this rank's degrees.
         let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
+        let c = swap_orders(c);
         Ok(unflatten(
             c,
             &lead,
@@ -166,7 +172,8 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
 pub struct DistributedInverseRealSht<C> {
     grid: ProcessGrid<C>,
     layout: SphereLayout,
-    /// `P̄_l^m(x_k)` for this rank's orders and latitudes, all degrees.
+    /// `P̄_l^m(x_k)` for this rank's orders and latitudes, all degrees,
+    /// `[m, k, l]`.
     legendre: Table,
 }
 
@@ -212,12 +219,15 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
         let dtype = c.dtype();
         check_dtype(OP, dtype)?;
         let g = &self.grid;
-        // All degrees of this rank's orders (backward: reduce-scatter).
-        let c = ta::gather_from_copy_to_polar_region(g, c, 1, l.l_sizes())?;
+        // [m, l, b, 2] with all degrees of this rank's orders (backward:
+        // reduce-scatter).
+        let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
+        // [m, lat, b, 2]: this rank's latitudes.
         let f = synthesis(c, self.legendre.tensor(dtype));
         // Orders whole, this rank's latitudes split over the azimuth ranks.
-        let f = ta::distributed_transpose_azimuth(g, f, (1, 2), l.m_sizes())?;
-        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax()))?;
+        let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
+        // [b, lat, lon] with all longitudes.
+        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
         // Longitudes split again, latitudes whole.
         let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
         Ok(unflatten(

@@ -12,6 +12,8 @@
 //! | [`Modes::forward`] | `[.., nlon] → [.., mmax, 2]` | `c_m = s·a_m Σ_j x_j e^{−2πi mj/N}` |
 //! | [`Modes::inverse`] | `[.., mmax, 2] → [.., nlon]` | `x_j = s (Re c_0 + Σ_{0<m<N/2} 2b·Re(c_m e^{2πi mj/N}) + Re c_{N/2} (−1)^j)` |
 //!
+//! (or, with [`SpectralLayout::OrdersFirst`], `[b, k, nlon] ↔ [mmax, k, b, 2]`)
+//!
 //! with `a_m = a` (`b`) on the interior orders and 1 at `m = 0` and
 //! `m = N/2`, whose imaginary parts are zero (forward) or ignored
 //! (inverse); orders beyond `N/2` are zero (forward) or ignored (inverse).
@@ -32,6 +34,18 @@ use burn_flex::{Flex, FlexDevice};
 use realfft::num_complex::Complex;
 use realfft::{FftNum, RealFftPlanner};
 
+/// Where the orders sit in the spectral tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpectralLayout {
+    /// The field `[.., nlon]` becomes `[.., mmax, 2]`: every row keeps its
+    /// place, its orders last.
+    RowsFirst,
+    /// The field `[b, k, nlon]` becomes `[mmax, k, b, 2]`: orders first,
+    /// so that each order's `[k, 2b]` block is contiguous — the layout of
+    /// the Legendre transform's batched matmul, reached without a copy.
+    OrdersFirst,
+}
+
 /// One longitude kernel's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Modes {
@@ -43,29 +57,54 @@ pub struct Modes {
     pub scale: f64,
     /// Extra factor on the interior orders `0 < m < N/2`.
     pub interior: f64,
+    /// Where the orders sit.
+    pub layout: SpectralLayout,
+}
+
+/// Where row `r = b·k_len + k`'s order `m` lives in a spectral buffer.
+#[derive(Clone, Copy)]
+struct Place {
+    layout: SpectralLayout,
+    b_len: usize,
+    k_len: usize,
+    mmax: usize,
+}
+
+impl Place {
+    fn index(&self, row: usize, m: usize) -> usize {
+        match self.layout {
+            SpectralLayout::RowsFirst => (row * self.mmax + m) * 2,
+            SpectralLayout::OrdersFirst => {
+                let (b, k) = (row / self.k_len, row % self.k_len);
+                ((m * self.k_len + k) * self.b_len + b) * 2
+            }
+        }
+    }
 }
 
 impl Modes {
     /// The analysis of a spherical harmonic transform: torch-harmonics'
     /// `2π · rfft(x, norm="forward")[..mmax]`.
-    pub fn analysis(nlon: usize, mmax: usize) -> Self {
+    pub fn analysis(nlon: usize, mmax: usize, layout: SpectralLayout) -> Self {
         Modes {
             nlon,
             mmax,
             scale: 2.0 * core::f64::consts::PI / nlon as f64,
             interior: 1.0,
+            layout,
         }
     }
 
     /// The synthesis of an inverse transform: torch-harmonics'
     /// `irfft(c, n=nlon, norm="forward")` with the imaginary parts of
     /// orders 0 and N/2 dropped.
-    pub fn synthesis(nlon: usize, mmax: usize) -> Self {
+    pub fn synthesis(nlon: usize, mmax: usize, layout: SpectralLayout) -> Self {
         Modes {
             nlon,
             mmax,
             scale: 1.0,
             interior: 1.0,
+            layout,
         }
     }
 
@@ -92,59 +131,73 @@ impl Modes {
         (self.scale * if edge { 1.0 } else { self.interior }, edge)
     }
 
-    /// Forward kernel on host rows of `nlon` values.
-    pub fn forward<T: FftNum>(&self, input: &[T]) -> Vec<T> {
+    fn factors<T: FftNum>(&self) -> Vec<(T, bool)> {
+        (0..self.mmax.min(self.nlon / 2 + 1))
+            .map(|m| {
+                let (f, edge) = self.factor(m);
+                (T::from_f64(f).expect("a float"), edge)
+            })
+            .collect()
+    }
+
+    /// Forward kernel on a field of `b_len × k_len` rows of `nlon` values
+    /// (for [`SpectralLayout::RowsFirst`] only the product matters).
+    pub fn forward<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
-        let rows = input.len() / n;
+        debug_assert_eq!(input.len(), b_len * k_len * n);
+        let place = Place {
+            layout: self.layout,
+            b_len,
+            k_len,
+            mmax,
+        };
         let plan = RealFftPlanner::<T>::new().plan_fft_forward(n);
         let (mut buf, mut spec, mut scratch) = (
             plan.make_input_vec(),
             plan.make_output_vec(),
             plan.make_scratch_vec(),
         );
-        let keep = mmax.min(n / 2 + 1);
-        let factors: Vec<(T, bool)> = (0..keep)
-            .map(|m| {
-                let (f, edge) = self.factor(m);
-                (T::from_f64(f).expect("a float"), edge)
-            })
-            .collect();
-        let mut out = alloc::vec![T::zero(); rows * mmax * 2];
-        for (row, o) in input.chunks_exact(n).zip(out.chunks_exact_mut(mmax * 2)) {
+        let factors = self.factors::<T>();
+        let mut out = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
+        for (r, row) in input.chunks_exact(n).enumerate() {
             buf.copy_from_slice(row);
             plan.process_with_scratch(&mut buf, &mut spec, &mut scratch)
                 .expect("buffers made by the plan");
             for (m, &(f, edge)) in factors.iter().enumerate() {
-                o[2 * m] = spec[m].re * f;
-                o[2 * m + 1] = if edge { T::zero() } else { spec[m].im * f };
+                let i = place.index(r, m);
+                out[i] = spec[m].re * f;
+                out[i + 1] = if edge { T::zero() } else { spec[m].im * f };
             }
         }
         out
     }
 
-    /// Inverse kernel on host rows of `mmax × 2` values.
-    pub fn inverse<T: FftNum>(&self, input: &[T]) -> Vec<T> {
+    /// Inverse kernel on a spectral buffer of `b_len × k_len` rows (laid
+    /// out as [`Modes::layout`] says); gives `b_len × k_len` rows of
+    /// `nlon` values.
+    pub fn inverse<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
-        let rows = input.len() / (mmax * 2);
+        debug_assert_eq!(input.len(), b_len * k_len * mmax * 2);
+        let place = Place {
+            layout: self.layout,
+            b_len,
+            k_len,
+            mmax,
+        };
         let plan = RealFftPlanner::<T>::new().plan_fft_inverse(n);
         let (mut spec, mut buf, mut scratch) = (
             plan.make_input_vec(),
             plan.make_output_vec(),
             plan.make_scratch_vec(),
         );
-        let keep = mmax.min(n / 2 + 1);
-        let factors: Vec<(T, bool)> = (0..keep)
-            .map(|m| {
-                let (f, edge) = self.factor(m);
-                (T::from_f64(f).expect("a float"), edge)
-            })
-            .collect();
-        let mut out = alloc::vec![T::zero(); rows * n];
-        for (row, o) in input.chunks_exact(mmax * 2).zip(out.chunks_exact_mut(n)) {
+        let factors = self.factors::<T>();
+        let mut out = alloc::vec![T::zero(); b_len * k_len * n];
+        for (r, o) in out.chunks_exact_mut(n).enumerate() {
             spec.fill(Complex::new(T::zero(), T::zero()));
             for (m, &(f, edge)) in factors.iter().enumerate() {
-                let im = if edge { T::zero() } else { row[2 * m + 1] * f };
-                spec[m] = Complex::new(row[2 * m] * f, im);
+                let i = place.index(r, m);
+                let im = if edge { T::zero() } else { input[i + 1] * f };
+                spec[m] = Complex::new(input[i] * f, im);
             }
             plan.process_with_scratch(&mut spec, &mut buf, &mut scratch)
                 .expect("real edge orders and buffers made by the plan");
@@ -190,43 +243,66 @@ enum HostOut {
 
 /// Host values of either precision.
 trait Kernel {
-    fn forward(&self, m: &Modes) -> HostOut;
-    fn inverse(&self, m: &Modes) -> HostOut;
+    fn forward(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut;
+    fn inverse(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut;
 }
 
 impl Kernel for &[f64] {
-    fn forward(&self, m: &Modes) -> HostOut {
-        HostOut::F64(m.forward(self))
+    fn forward(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut {
+        HostOut::F64(m.forward(self, b_len, k_len))
     }
-    fn inverse(&self, m: &Modes) -> HostOut {
-        HostOut::F64(m.inverse(self))
+    fn inverse(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut {
+        HostOut::F64(m.inverse(self, b_len, k_len))
     }
 }
 
 impl Kernel for &[f32] {
-    fn forward(&self, m: &Modes) -> HostOut {
-        HostOut::F32(m.forward(self))
+    fn forward(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut {
+        HostOut::F32(m.forward(self, b_len, k_len))
     }
-    fn inverse(&self, m: &Modes) -> HostOut {
-        HostOut::F32(m.inverse(self))
+    fn inverse(&self, m: &Modes, b_len: usize, k_len: usize) -> HostOut {
+        HostOut::F32(m.inverse(self, b_len, k_len))
     }
 }
 
 impl LongitudeFourier for Flex {
     fn lon_forward(x: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
-        let mut shape = x.shape().to_vec();
+        let shape = x.shape().to_vec();
         assert_eq!(shape.last(), Some(&modes.nlon), "checked before routing");
-        shape.pop();
-        shape.extend([modes.mmax, 2]);
-        on_host(x, shape, |k| k.forward(&modes))
+        let rows = shape[..shape.len() - 1].iter().product::<usize>();
+        let (b_len, k_len, out) = match modes.layout {
+            SpectralLayout::RowsFirst => {
+                let mut out = shape[..shape.len() - 1].to_vec();
+                out.extend([modes.mmax, 2]);
+                (rows, 1, out)
+            }
+            SpectralLayout::OrdersFirst => {
+                assert_eq!(shape.len(), 3, "a [b, k, nlon] field");
+                (shape[0], shape[1], vec![modes.mmax, shape[1], shape[0], 2])
+            }
+        };
+        on_host(x, out, |h| h.forward(&modes, b_len, k_len))
     }
 
     fn lon_inverse(c: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
-        let mut shape = c.shape().to_vec();
-        assert!(shape.ends_with(&[modes.mmax, 2]), "checked before routing");
-        shape.truncate(shape.len() - 2);
-        shape.push(modes.nlon);
-        on_host(c, shape, |k| k.inverse(&modes))
+        let shape = c.shape().to_vec();
+        let (b_len, k_len, out) = match modes.layout {
+            SpectralLayout::RowsFirst => {
+                assert!(shape.ends_with(&[modes.mmax, 2]), "checked before routing");
+                let lead = &shape[..shape.len() - 2];
+                let mut out = lead.to_vec();
+                out.push(modes.nlon);
+                (lead.iter().product(), 1, out)
+            }
+            SpectralLayout::OrdersFirst => {
+                assert!(
+                    shape.len() == 4 && shape[0] == modes.mmax && shape[3] == 2,
+                    "an [mmax, k, b, 2] spectrum"
+                );
+                (shape[2], shape[1], vec![shape[2], shape[1], modes.nlon])
+            }
+        };
+        on_host(c, out, |h| h.inverse(&modes, b_len, k_len))
     }
 }
 
@@ -338,9 +414,10 @@ mod tests {
                 mmax,
                 scale: 0.7,
                 interior: 1.5,
+                layout: SpectralLayout::RowsFirst,
             };
             let x = sample(2 * n, 3);
-            let got = m.forward(&x);
+            let got = m.forward(&x, 2, 1);
             for r in 0..2 {
                 let want = forward_direct(&x[r * n..(r + 1) * n], &m);
                 for (g, w) in got[r * mmax * 2..(r + 1) * mmax * 2].iter().zip(&want) {
@@ -352,24 +429,30 @@ mod tests {
 
     #[test]
     fn each_kernel_is_the_others_adjoint() {
-        for (n, mmax) in [(12, 7), (12, 5), (15, 8), (9, 3), (6, 6)] {
+        let layouts = [SpectralLayout::RowsFirst, SpectralLayout::OrdersFirst];
+        for ((n, mmax), layout) in [(12, 7), (12, 5), (15, 8), (9, 3), (6, 6)]
+            .into_iter()
+            .flat_map(|c| layouts.map(|l| (c, l)))
+        {
             let m = Modes {
                 nlon: n,
                 mmax,
                 scale: 1.3,
                 interior: 0.8,
+                layout,
             };
-            let x = sample(3 * n, 11);
-            let y = sample(3 * mmax * 2, 29);
+            // Six rows: b = 2, k = 3.
+            let x = sample(6 * n, 11);
+            let y = sample(6 * mmax * 2, 29);
             // <F x, y> = <x, Fᵀ y> and <I y, x> = <y, Iᵀ x>.
-            let lhs = dot(&m.forward(&x), &y);
-            let rhs = dot(&x, &m.adjoint_of_forward().inverse(&y));
+            let lhs = dot(&m.forward(&x, 2, 3), &y);
+            let rhs = dot(&x, &m.adjoint_of_forward().inverse(&y, 2, 3));
             assert!(
                 (lhs - rhs).abs() < 1e-12 * lhs.abs().max(1.0),
                 "{lhs} {rhs}"
             );
-            let lhs = dot(&m.inverse(&y), &x);
-            let rhs = dot(&y, &m.adjoint_of_inverse().forward(&x));
+            let lhs = dot(&m.inverse(&y, 2, 3), &x);
+            let rhs = dot(&y, &m.adjoint_of_inverse().forward(&x, 2, 3));
             // The inverse ignores the imaginary parts of the edge orders
             // and the adjoint gives them zero gradient: the identity holds.
             assert!(
@@ -380,19 +463,42 @@ mod tests {
     }
 
     #[test]
+    fn orders_first_is_a_permutation_of_rows_first() {
+        let (b, k, n, mmax) = (2, 3, 10, 4);
+        let x = sample(b * k * n, 17);
+        let rows = Modes::analysis(n, mmax, SpectralLayout::RowsFirst).forward(&x, b, k);
+        let orders = Modes::analysis(n, mmax, SpectralLayout::OrdersFirst).forward(&x, b, k);
+        for bi in 0..b {
+            for ki in 0..k {
+                for m in 0..mmax {
+                    for part in 0..2 {
+                        let r = (((bi * k + ki) * mmax) + m) * 2 + part;
+                        let o = ((m * k + ki) * b + bi) * 2 + part;
+                        assert_eq!(rows[r], orders[o]);
+                    }
+                }
+            }
+        }
+        let back = Modes::synthesis(n, mmax, SpectralLayout::OrdersFirst).inverse(&orders, b, k);
+        let want = Modes::synthesis(n, mmax, SpectralLayout::RowsFirst).inverse(&rows, b, k);
+        assert_eq!(back, want);
+    }
+
+    #[test]
     fn synthesis_undoes_analysis_on_band_limited_rows() {
         let (n, mmax) = (10, 6); // includes the Nyquist order 5
         let mut c = sample(mmax * 2, 5);
         c[1] = 0.0;
         c[2 * 5 + 1] = 0.0;
-        let x = Modes::synthesis(n, mmax).inverse(&c);
-        let back = Modes::analysis(n, mmax).forward(&x);
+        let rows = SpectralLayout::RowsFirst;
+        let x = Modes::synthesis(n, mmax, rows).inverse(&c, 1, 1);
+        let back = Modes::analysis(n, mmax, rows).forward(&x, 1, 1);
         for (b, w) in back.iter().zip(&c) {
             // analysis carries 2π/N, synthesis none: 2π/N · N = 2π.
             assert!((b / (2.0 * PI) - w).abs() < 1e-14);
         }
         let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
-        let back32 = Modes::analysis(n, mmax).forward(&x32);
+        let back32 = Modes::analysis(n, mmax, rows).forward(&x32, 1, 1);
         for (b, w) in back32.iter().zip(&back) {
             assert!((f64::from(*b) - w).abs() < 1e-5);
         }

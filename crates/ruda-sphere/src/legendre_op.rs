@@ -45,23 +45,24 @@ impl Table {
     }
 }
 
-/// `s [b, k, m, 2]`, `w [m, l, k]` → `[b, l, m, 2]`: `Σ_k w[m,l,k] s[b,k,m,:]`.
+/// `s [m, k, b, 2]`, `w [m, l, k]` → `[m, l, b, 2]`: `Σ_k w[m,l,k] s[m,k,b,:]`
+/// (one matmul per order; no copy of `s` when it is contiguous).
 pub(crate) fn analysis(s: Tensor<4>, w: Tensor<3>) -> Tensor<4> {
-    let [b, k, m, _] = s.dims();
+    let [m, k, b, _] = s.dims();
     let l = w.dims()[1];
-    let s = s.permute([2, 1, 0, 3]).reshape([m, k, 2 * b]);
-    w.matmul(s).reshape([m, l, b, 2]).permute([2, 1, 0, 3])
+    w.matmul(s.reshape([m, k, 2 * b])).reshape([m, l, b, 2])
 }
 
-/// `c [b, l, m, 2]`, `p [m, l, k]` → `[b, k, m, 2]`: `Σ_l p[m,l,k] c[b,l,m,:]`.
+/// `c [m, l, b, 2]`, `p [m, k, l]` → `[m, k, b, 2]`: `Σ_l p[m,k,l] c[m,l,b,:]`.
 pub(crate) fn synthesis(c: Tensor<4>, p: Tensor<3>) -> Tensor<4> {
-    let [b, l, m, _] = c.dims();
-    let k = p.dims()[2];
-    let c = c.permute([2, 1, 0, 3]).reshape([m, l, 2 * b]);
-    p.swap_dims(1, 2)
-        .matmul(c)
-        .reshape([m, k, b, 2])
-        .permute([2, 1, 0, 3])
+    let [m, l, b, _] = c.dims();
+    let k = p.dims()[1];
+    p.matmul(c.reshape([m, l, 2 * b])).reshape([m, k, b, 2])
+}
+
+/// `[b, l, m, 2] ↔ [m, l, b, 2]` (its own inverse).
+pub(crate) fn swap_orders(c: Tensor<4>) -> Tensor<4> {
+    c.permute([2, 1, 0, 3])
 }
 
 /// A field `[.., a, b]` seen as `[lead, a, b]`, and its leading dimensions.

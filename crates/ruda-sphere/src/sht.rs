@@ -3,32 +3,47 @@
 use burn_tensor::Tensor;
 
 use crate::fourier::Modes;
+use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_op::{
-    Table, analysis, check_rank, flatten_coefficients, flatten_field, synthesis, unflatten,
+    Table, analysis, check_rank, flatten_coefficients, flatten_field, swap_orders, synthesis,
+    unflatten,
 };
 use crate::route::{lon_forward, lon_inverse};
 use crate::{Latitudes, ShtSpec, SphereError, legendre_table};
 
-/// The `[m, l, k]` table for orders `orders`, all degrees and the
-/// latitudes `lats`, optionally times the quadrature weights.
+/// The table for orders `orders`, all degrees and the latitudes `lats`:
+/// for the forward transform `[m, l, k]` times the quadrature weights, for
+/// the inverse `[m, k, l]`.
 pub(crate) fn table(
     spec: &ShtSpec,
     orders: core::ops::Range<usize>,
     lats: core::ops::Range<usize>,
-    weighted: bool,
+    forward: bool,
 ) -> Table {
     let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
     let xs = &q.cosines[lats.clone()];
-    let mut t = legendre_table(orders.clone(), spec.lmax(), xs, true);
-    if weighted {
-        let w = &q.weights[lats.clone()];
-        for row in t.chunks_exact_mut(xs.len()) {
+    let (nm, nl, nk) = (orders.len(), spec.lmax(), lats.len());
+    let t = legendre_table(orders, nl, xs, true);
+    if forward {
+        let mut t = t;
+        let w = &q.weights[lats];
+        for row in t.chunks_exact_mut(nk) {
             for (v, w) in row.iter_mut().zip(w) {
                 *v *= w;
             }
         }
+        Table::new(t, [nm, nl, nk])
+    } else {
+        let mut out = vec![0.0; t.len()];
+        for m in 0..nm {
+            for l in 0..nl {
+                for k in 0..nk {
+                    out[(m * nk + k) * nl + l] = t[(m * nl + l) * nk + k];
+                }
+            }
+        }
+        Table::new(out, [nm, nk, nl])
     }
-    Table::new(t, [orders.len(), spec.lmax(), lats.len()])
 }
 
 /// The forward real spherical harmonic transform of fields `[.., nlat,
@@ -89,8 +104,8 @@ impl RealSht {
         check_rank::<D, E>(OP, 1)?;
         let (x, lead) = flatten_field(OP, 0, x, [s.nlat(), s.nlon()])?;
         let dtype = x.dtype();
-        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax()))?;
-        let c = analysis(f, self.weights.tensor(dtype));
+        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
+        let c = swap_orders(analysis(f, self.weights.tensor(dtype)));
         Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
     }
 }
@@ -119,7 +134,7 @@ impl RealSht {
 #[derive(Debug)]
 pub struct InverseRealSht {
     spec: ShtSpec,
-    /// `P̄_l^m(x_k)`, `[mmax, lmax, nlat]`.
+    /// `P̄_l^m(x_k)`, `[mmax, nlat, lmax]`.
     legendre: Table,
 }
 
@@ -150,8 +165,8 @@ impl InverseRealSht {
         let (c, lead) = flatten_coefficients(OP, 0, c, [s.lmax(), s.mmax()])?;
         let dtype = c.dtype();
         crate::route::check_dtype(OP, dtype)?;
-        let f = synthesis(c, self.legendre.tensor(dtype));
-        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax()))?;
+        let f = synthesis(swap_orders(c), self.legendre.tensor(dtype));
+        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
         Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
     }
 }
