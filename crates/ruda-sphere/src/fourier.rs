@@ -31,6 +31,7 @@ use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata, read_sync};
 use burn_flex::{Flex, FlexDevice};
+use rayon::prelude::*;
 use realfft::num_complex::Complex;
 use realfft::{FftNum, RealFftPlanner};
 
@@ -59,27 +60,6 @@ pub struct Modes {
     pub interior: f64,
     /// Where the orders sit.
     pub layout: SpectralLayout,
-}
-
-/// Where row `r = b·k_len + k`'s order `m` lives in a spectral buffer.
-#[derive(Clone, Copy)]
-struct Place {
-    layout: SpectralLayout,
-    b_len: usize,
-    k_len: usize,
-    mmax: usize,
-}
-
-impl Place {
-    fn index(&self, row: usize, m: usize) -> usize {
-        match self.layout {
-            SpectralLayout::RowsFirst => (row * self.mmax + m) * 2,
-            SpectralLayout::OrdersFirst => {
-                let (b, k) = (row / self.k_len, row % self.k_len);
-                ((m * self.k_len + k) * self.b_len + b) * 2
-            }
-        }
-    }
 }
 
 impl Modes {
@@ -141,68 +121,104 @@ impl Modes {
     }
 
     /// Forward kernel on a field of `b_len × k_len` rows of `nlon` values
-    /// (for [`SpectralLayout::RowsFirst`] only the product matters).
+    /// (for [`SpectralLayout::RowsFirst`] only the product matters). Rows
+    /// are transformed in parallel (rayon).
     pub fn forward<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), b_len * k_len * n);
-        let place = Place {
-            layout: self.layout,
-            b_len,
-            k_len,
-            mmax,
-        };
         let plan = RealFftPlanner::<T>::new().plan_fft_forward(n);
-        let (mut buf, mut spec, mut scratch) = (
-            plan.make_input_vec(),
-            plan.make_output_vec(),
-            plan.make_scratch_vec(),
-        );
         let factors = self.factors::<T>();
-        let mut out = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
-        for (r, row) in input.chunks_exact(n).enumerate() {
-            buf.copy_from_slice(row);
-            plan.process_with_scratch(&mut buf, &mut spec, &mut scratch)
-                .expect("buffers made by the plan");
-            for (m, &(f, edge)) in factors.iter().enumerate() {
-                let i = place.index(r, m);
-                out[i] = spec[m].re * f;
-                out[i + 1] = if edge { T::zero() } else { spec[m].im * f };
+        let mut rows = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
+        rows.par_chunks_mut(mmax * 2)
+            .zip(input.par_chunks(n))
+            .for_each_init(
+                || {
+                    (
+                        plan.make_input_vec(),
+                        plan.make_output_vec(),
+                        plan.make_scratch_vec(),
+                    )
+                },
+                |(buf, spec, scratch), (o, row)| {
+                    buf.copy_from_slice(row);
+                    plan.process_with_scratch(buf, spec, scratch)
+                        .expect("buffers made by the plan");
+                    for (m, &(f, edge)) in factors.iter().enumerate() {
+                        o[2 * m] = spec[m].re * f;
+                        o[2 * m + 1] = if edge { T::zero() } else { spec[m].im * f };
+                    }
+                },
+            );
+        match self.layout {
+            SpectralLayout::RowsFirst => rows,
+            SpectralLayout::OrdersFirst => {
+                // [b, k, m, 2] → [m, k, b, 2], one order per task.
+                let mut out = alloc::vec![T::zero(); rows.len()];
+                out.par_chunks_mut(k_len * b_len * 2)
+                    .enumerate()
+                    .for_each(|(m, o)| {
+                        for k in 0..k_len {
+                            for b in 0..b_len {
+                                let from = ((b * k_len + k) * mmax + m) * 2;
+                                let to = (k * b_len + b) * 2;
+                                o[to] = rows[from];
+                                o[to + 1] = rows[from + 1];
+                            }
+                        }
+                    });
+                out
             }
         }
-        out
     }
 
     /// Inverse kernel on a spectral buffer of `b_len × k_len` rows (laid
     /// out as [`Modes::layout`] says); gives `b_len × k_len` rows of
-    /// `nlon` values.
+    /// `nlon` values. Rows are transformed in parallel (rayon).
     pub fn inverse<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), b_len * k_len * mmax * 2);
-        let place = Place {
-            layout: self.layout,
-            b_len,
-            k_len,
-            mmax,
+        let gathered;
+        let rows: &[T] = match self.layout {
+            SpectralLayout::RowsFirst => input,
+            SpectralLayout::OrdersFirst => {
+                // [m, k, b, 2] → [b, k, m, 2], one row per task.
+                let mut r = alloc::vec![T::zero(); input.len()];
+                r.par_chunks_mut(mmax * 2).enumerate().for_each(|(row, o)| {
+                    let (b, k) = (row / k_len, row % k_len);
+                    for m in 0..mmax {
+                        let from = ((m * k_len + k) * b_len + b) * 2;
+                        o[2 * m] = input[from];
+                        o[2 * m + 1] = input[from + 1];
+                    }
+                });
+                gathered = r;
+                &gathered
+            }
         };
         let plan = RealFftPlanner::<T>::new().plan_fft_inverse(n);
-        let (mut spec, mut buf, mut scratch) = (
-            plan.make_input_vec(),
-            plan.make_output_vec(),
-            plan.make_scratch_vec(),
-        );
         let factors = self.factors::<T>();
         let mut out = alloc::vec![T::zero(); b_len * k_len * n];
-        for (r, o) in out.chunks_exact_mut(n).enumerate() {
-            spec.fill(Complex::new(T::zero(), T::zero()));
-            for (m, &(f, edge)) in factors.iter().enumerate() {
-                let i = place.index(r, m);
-                let im = if edge { T::zero() } else { input[i + 1] * f };
-                spec[m] = Complex::new(input[i] * f, im);
-            }
-            plan.process_with_scratch(&mut spec, &mut buf, &mut scratch)
-                .expect("real edge orders and buffers made by the plan");
-            o.copy_from_slice(&buf);
-        }
+        out.par_chunks_mut(n)
+            .zip(rows.par_chunks(mmax * 2))
+            .for_each_init(
+                || {
+                    (
+                        plan.make_input_vec(),
+                        plan.make_output_vec(),
+                        plan.make_scratch_vec(),
+                    )
+                },
+                |(spec, buf, scratch), (o, row)| {
+                    spec.fill(Complex::new(T::zero(), T::zero()));
+                    for (m, &(f, edge)) in factors.iter().enumerate() {
+                        let im = if edge { T::zero() } else { row[2 * m + 1] * f };
+                        spec[m] = Complex::new(row[2 * m] * f, im);
+                    }
+                    plan.process_with_scratch(spec, buf, scratch)
+                        .expect("real edge orders and buffers made by the plan");
+                    o.copy_from_slice(buf);
+                },
+            );
         out
     }
 }
