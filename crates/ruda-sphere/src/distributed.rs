@@ -25,8 +25,7 @@ use ruda_tensor::tensor_api as ta;
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_op::{
-    Table, analysis, check_rank, flatten_coefficients, flatten_field, swap_orders, synthesis,
-    unflatten,
+    Legendre, check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten,
 };
 use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::sht::table;
@@ -77,7 +76,7 @@ pub struct DistributedRealSht<C> {
     grid: ProcessGrid<C>,
     layout: SphereLayout,
     /// `P̄_l^m(x_k) w_k` for this rank's orders and latitudes, all degrees.
-    weights: Table,
+    weights: Legendre,
 }
 
 impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
@@ -133,7 +132,7 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
         // Orders split over the azimuth ranks, latitudes whole again.
         let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
         // [m, l, b, 2]: this rank's latitudes' part of every degree.
-        let partial = analysis(f, self.weights.tensor(dtype));
+        let partial = self.weights.analysis(f);
         // Sum the latitudes' contributions, keep this rank's degrees.
         let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
         let c = swap_orders(c);
@@ -174,7 +173,7 @@ pub struct DistributedInverseRealSht<C> {
     layout: SphereLayout,
     /// `P̄_l^m(x_k)` for this rank's orders and latitudes, all degrees,
     /// `[m, k, l]`.
-    legendre: Table,
+    legendre: Legendre,
 }
 
 impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
@@ -223,7 +222,7 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
         // reduce-scatter).
         let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
         // [m, lat, b, 2]: this rank's latitudes.
-        let f = synthesis(c, self.legendre.tensor(dtype));
+        let f = self.legendre.synthesis(c);
         // Orders whole, this rank's latitudes split over the azimuth ranks.
         let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
         // [b, lat, lon] with all longitudes.

@@ -3,13 +3,14 @@
 //! serial and distributed transforms.
 
 use alloc::vec::Vec;
+use core::ops::Range;
 use std::sync::Mutex;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
 
 use crate::SphereError;
 
-/// A constant `[m, l, k]` table, made into a tensor once per element type.
+/// A constant table, made into a tensor once per element type.
 #[derive(Debug)]
 pub(crate) struct Table {
     values: Vec<f64>,
@@ -45,19 +46,126 @@ impl Table {
     }
 }
 
-/// `s [m, k, b, 2]`, `w [m, l, k]` → `[m, l, b, 2]`: `Σ_k w[m,l,k] s[m,k,b,:]`
-/// (one matmul per order; no copy of `s` when it is contiguous).
-pub(crate) fn analysis(s: Tensor<4>, w: Tensor<3>) -> Tensor<4> {
-    let [m, k, b, _] = s.dims();
-    let l = w.dims()[1];
-    w.matmul(s.reshape([m, k, 2 * b])).reshape([m, l, b, 2])
+/// Blocks of orders a table is cut into (at most).
+const BLOCKS: usize = 8;
+
+/// One block of orders and the degrees that are not zero for any of them.
+#[derive(Debug)]
+struct Block {
+    /// The block's orders, as indices into the table's orders.
+    m: Range<usize>,
+    /// The first degree kept: the block's first order (`P̄_l^m = 0` for
+    /// `l < m`).
+    l0: usize,
+    /// `[m, l − l0, k]` (forward) or `[m, k, l − l0]` (inverse).
+    table: Table,
 }
 
-/// `c [m, l, b, 2]`, `p [m, k, l]` → `[m, k, b, 2]`: `Σ_l p[m,k,l] c[m,l,b,:]`.
-pub(crate) fn synthesis(c: Tensor<4>, p: Tensor<3>) -> Tensor<4> {
-    let [m, l, b, _] = c.dims();
-    let k = p.dims()[1];
-    p.matmul(c.reshape([m, l, 2 * b])).reshape([m, k, b, 2])
+/// A Legendre table for a range of orders, all degrees and some latitudes,
+/// cut into blocks of orders that each keep only their non-zero degrees:
+/// since `P̄_l^m = 0` for `l < m`, a triangular truncation needs a little
+/// over half of the full `[m, l, k]` table's multiplications and memory
+/// traffic.
+#[derive(Debug)]
+pub(crate) struct Legendre {
+    lmax: usize,
+    blocks: Vec<Block>,
+}
+
+impl Legendre {
+    /// Cut `values` (`[orders, lmax, nk]`, order `m` at row `m −
+    /// orders.start`) into blocks: for the forward transform each kept as
+    /// `[m, l, k]`, for the inverse transposed to `[m, k, l]`.
+    pub(crate) fn new(
+        values: &[f64],
+        orders: Range<usize>,
+        lmax: usize,
+        nk: usize,
+        forward: bool,
+    ) -> Self {
+        let nm = orders.len();
+        debug_assert_eq!(values.len(), nm * lmax * nk);
+        let count = nm.clamp(1, BLOCKS);
+        let mut blocks = Vec::with_capacity(count);
+        let mut start = 0;
+        for i in 0..count {
+            let len = nm / count + usize::from(i < nm % count);
+            let m = start..start + len;
+            start += len;
+            let l0 = (orders.start + m.start).min(lmax);
+            let nl = lmax - l0;
+            let mut t = Vec::with_capacity(len * nl * nk);
+            for mi in m.clone() {
+                if forward {
+                    let row = &values[(mi * lmax + l0) * nk..(mi + 1) * lmax * nk];
+                    t.extend_from_slice(row);
+                } else {
+                    for k in 0..nk {
+                        t.extend((l0..lmax).map(|l| values[(mi * lmax + l) * nk + k]));
+                    }
+                }
+            }
+            let shape = if forward {
+                [len, nl, nk]
+            } else {
+                [len, nk, nl]
+            };
+            blocks.push(Block {
+                m,
+                l0,
+                table: Table::new(t, shape),
+            });
+        }
+        Legendre { lmax, blocks }
+    }
+
+    /// `s [m, k, b, 2]` → `[m, l, b, 2]`: `Σ_k w[m,l,k] s[m,k,b,:]`, one
+    /// batched matmul per block (no copy of `s` when it is contiguous).
+    pub(crate) fn analysis(&self, s: Tensor<4>) -> Tensor<4> {
+        let [m, k, b, _] = s.dims();
+        let (dtype, device) = (s.dtype(), s.device());
+        let s = s.reshape([m, k, 2 * b]);
+        let parts = self
+            .blocks
+            .iter()
+            .filter(|bl| !bl.m.is_empty())
+            .map(|bl| {
+                let out =
+                    bl.table
+                        .tensor(dtype)
+                        .matmul(s.clone().narrow(0, bl.m.start, bl.m.len()));
+                if bl.l0 == 0 {
+                    out
+                } else {
+                    let zeros = Tensor::zeros([bl.m.len(), bl.l0, 2 * b], (&device, dtype));
+                    Tensor::cat(vec![zeros, out], 1)
+                }
+            })
+            .collect();
+        Tensor::cat(parts, 0).reshape([m, self.lmax, b, 2])
+    }
+
+    /// `c [m, l, b, 2]` → `[m, k, b, 2]`: `Σ_l p[m,k,l] c[m,l,b,:]`, one
+    /// batched matmul per block.
+    pub(crate) fn synthesis(&self, c: Tensor<4>) -> Tensor<4> {
+        let [m, l, b, _] = c.dims();
+        let dtype = c.dtype();
+        let c = c.reshape([m, l, 2 * b]);
+        let parts: Vec<Tensor<3>> = self
+            .blocks
+            .iter()
+            .filter(|bl| !bl.m.is_empty())
+            .map(|bl| {
+                let part = c
+                    .clone()
+                    .narrow(0, bl.m.start, bl.m.len())
+                    .narrow(1, bl.l0, l - bl.l0);
+                bl.table.tensor(dtype).matmul(part)
+            })
+            .collect();
+        let k = parts[0].dims()[1];
+        Tensor::cat(parts, 0).reshape([m, k, b, 2])
+    }
 }
 
 /// `[b, l, m, 2] ↔ [m, l, b, 2]` (its own inverse).

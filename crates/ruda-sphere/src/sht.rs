@@ -5,45 +5,32 @@ use burn_tensor::Tensor;
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_op::{
-    Table, analysis, check_rank, flatten_coefficients, flatten_field, swap_orders, synthesis,
-    unflatten,
+    Legendre, check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten,
 };
 use crate::route::{lon_forward, lon_inverse};
 use crate::{Latitudes, ShtSpec, SphereError, legendre_table};
 
-/// The table for orders `orders`, all degrees and the latitudes `lats`:
-/// for the forward transform `[m, l, k]` times the quadrature weights, for
-/// the inverse `[m, k, l]`.
+/// The Legendre table for orders `orders`, all degrees and the latitudes
+/// `lats`: for the forward transform times the quadrature weights.
 pub(crate) fn table(
     spec: &ShtSpec,
     orders: core::ops::Range<usize>,
     lats: core::ops::Range<usize>,
     forward: bool,
-) -> Table {
+) -> Legendre {
     let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
     let xs = &q.cosines[lats.clone()];
-    let (nm, nl, nk) = (orders.len(), spec.lmax(), lats.len());
-    let t = legendre_table(orders, nl, xs, true);
+    let (nl, nk) = (spec.lmax(), lats.len());
+    let mut t = legendre_table(orders.clone(), nl, xs, true);
     if forward {
-        let mut t = t;
         let w = &q.weights[lats];
         for row in t.chunks_exact_mut(nk) {
             for (v, w) in row.iter_mut().zip(w) {
                 *v *= w;
             }
         }
-        Table::new(t, [nm, nl, nk])
-    } else {
-        let mut out = vec![0.0; t.len()];
-        for m in 0..nm {
-            for l in 0..nl {
-                for k in 0..nk {
-                    out[(m * nk + k) * nl + l] = t[(m * nl + l) * nk + k];
-                }
-            }
-        }
-        Table::new(out, [nm, nk, nl])
     }
+    Legendre::new(&t, orders, nl, nk, forward)
 }
 
 /// The forward real spherical harmonic transform of fields `[.., nlat,
@@ -72,7 +59,7 @@ pub(crate) fn table(
 pub struct RealSht {
     spec: ShtSpec,
     /// `P̄_l^m(x_k) w_k`, `[mmax, lmax, nlat]`.
-    weights: Table,
+    weights: Legendre,
 }
 
 impl RealSht {
@@ -103,9 +90,8 @@ impl RealSht {
         let s = &self.spec;
         check_rank::<D, E>(OP, 1)?;
         let (x, lead) = flatten_field(OP, 0, x, [s.nlat(), s.nlon()])?;
-        let dtype = x.dtype();
         let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
-        let c = swap_orders(analysis(f, self.weights.tensor(dtype)));
+        let c = swap_orders(self.weights.analysis(f));
         Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
     }
 }
@@ -135,7 +121,7 @@ impl RealSht {
 pub struct InverseRealSht {
     spec: ShtSpec,
     /// `P̄_l^m(x_k)`, `[mmax, nlat, lmax]`.
-    legendre: Table,
+    legendre: Legendre,
 }
 
 impl InverseRealSht {
@@ -163,9 +149,8 @@ impl InverseRealSht {
         let s = &self.spec;
         check_rank::<D, E>(OP, -1)?;
         let (c, lead) = flatten_coefficients(OP, 0, c, [s.lmax(), s.mmax()])?;
-        let dtype = c.dtype();
-        crate::route::check_dtype(OP, dtype)?;
-        let f = synthesis(swap_orders(c), self.legendre.tensor(dtype));
+        crate::route::check_dtype(OP, c.dtype())?;
+        let f = self.legendre.synthesis(swap_orders(c));
         let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
         Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
     }
