@@ -31,6 +31,29 @@ use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::sht::table;
 use crate::{ShtSpec, SphereError, SphereLayout};
 
+/// Check that every rank passes the same number of fields (one small
+/// all-gather), so that a mismatch is the same error on every rank rather
+/// than a failure inside a primitive.
+fn check_lead<C: Communicator + Debug + 'static>(
+    grid: &ProcessGrid<C>,
+    op: &'static str,
+    lead: &[usize],
+) -> Result<(), SphereError> {
+    let fields = i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX);
+    let world = grid.world().comm();
+    let all = world
+        .all_gather_vec(&[fields])
+        .map_err(ruda_tensor::primitives::PrimitiveError::from)?;
+    if all.iter().any(|&n| n != fields) {
+        return Err(SphereError::LeadingDims {
+            op,
+            rank: world.rank(),
+            sizes: all.into_iter().map(|n| n.max(0) as usize).collect(),
+        });
+    }
+    Ok(())
+}
+
 fn layout_of<C: Communicator + Debug + 'static>(
     grid: &ProcessGrid<C>,
     spec: ShtSpec,
@@ -106,8 +129,9 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
     ///
     /// # Errors
     /// As [`RealSht::forward`](crate::RealSht::forward) (naming this rank),
-    /// and [`SphereError::Primitive`] when a primitive fails — for
-    /// instance when ranks pass different leading dimensions.
+    /// [`SphereError::LeadingDims`] on every rank when the ranks pass
+    /// different numbers of fields, and [`SphereError::Primitive`] when a
+    /// primitive fails.
     pub fn forward<const D: usize, const E: usize>(
         &self,
         x: Tensor<D>,
@@ -124,6 +148,7 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
         let dtype = x.dtype();
         check_dtype(OP, dtype)?;
         let g = &self.grid;
+        check_lead(g, OP, &lead)?;
         // [b, lat, lon]: longitudes whole, this rank's latitudes split
         // over the azimuth ranks.
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
@@ -218,6 +243,7 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
         let dtype = c.dtype();
         check_dtype(OP, dtype)?;
         let g = &self.grid;
+        check_lead(g, OP, &lead)?;
         // [m, l, b, 2] with all degrees of this rank's orders (backward:
         // reduce-scatter).
         let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;

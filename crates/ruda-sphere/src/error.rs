@@ -98,6 +98,19 @@ pub enum SphereError {
         /// The ranks along that axis.
         ranks: usize,
     },
+    /// The ranks of a distributed transform passed tensors with different
+    /// leading dimensions (every rank gets this error).
+    #[error(
+        "{op} on rank {rank}: the ranks passed different numbers of fields (product of the leading dimensions, by rank: {sizes:?})"
+    )]
+    LeadingDims {
+        /// The transform.
+        op: &'static str,
+        /// This rank in the world.
+        rank: usize,
+        /// Every rank's product of leading dimensions.
+        sizes: Vec<usize>,
+    },
     /// A distributed primitive failed (communication, or sizes that differ
     /// between ranks).
     #[error(transparent)]

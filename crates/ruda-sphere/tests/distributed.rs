@@ -273,25 +273,44 @@ fn layouts_that_do_not_fit_are_errors() {
 }
 
 #[test]
-fn ranks_passing_different_leading_dimensions_fail_instead_of_hanging() {
+fn ranks_passing_different_leading_dimensions_fail_on_every_rank() {
     let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular).unwrap();
-    let results = LocalWorld::new(2).run(|comm| {
-        let grid = ProcessGrid::new(comm, 1, 2)?;
-        let sht = DistributedRealSht::new(&grid, spec)?;
-        let lead = if grid.azimuth_rank() == 0 { 2 } else { 3 };
-        let lon = sht.layout().lon_range().len();
-        let x = tensor(random(lead * 9 * lon, 5), [lead, 9, lon], &Device::flex());
-        Ok::<_, SphereError>(
-            sht.forward::<3, 4>(x)
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-        )
-    });
-    // Either every rank gets an error, or a rank fails and the world says
-    // so (ruda-tensor's transpose checks the split dimension's sizes but
-    // currently asserts, rather than reports, a mismatch of the others).
-    match results {
-        Ok(per_rank) => assert!(per_rank.iter().all(Result::is_err), "{per_rank:?}"),
-        Err(e) => assert!(e.to_string().contains("rank"), "{e}"),
+    let results = LocalWorld::new(4)
+        .run(|comm| {
+            let grid = ProcessGrid::new(comm, 2, 2)?;
+            let sht = DistributedRealSht::new(&grid, spec)?;
+            let isht = DistributedInverseRealSht::new(&grid, spec)?;
+            let lead = if grid.world().comm().rank() == 3 {
+                3
+            } else {
+                2
+            };
+            let (lat, lon) = (
+                sht.layout().lat_range().len(),
+                sht.layout().lon_range().len(),
+            );
+            let x = tensor(
+                random(lead * lat * lon, 5),
+                [lead, lat, lon],
+                &Device::flex(),
+            );
+            let forward = sht.forward::<3, 4>(x).map(|_| ()).unwrap_err();
+            let (l, m) = (sht.layout().l_range().len(), sht.layout().m_range().len());
+            let c = tensor(
+                vec![0.0; lead * l * m * 2],
+                [lead, l, m, 2],
+                &Device::flex(),
+            );
+            let inverse = isht.forward::<4, 3>(c).map(|_| ()).unwrap_err();
+            Ok::<_, SphereError>((forward, inverse))
+        })
+        .unwrap();
+    for (rank, (f, i)) in results.iter().enumerate() {
+        for e in [f, i] {
+            assert!(
+                matches!(e, SphereError::LeadingDims { rank: r, sizes, .. } if *r == rank && sizes == &[2, 2, 2, 3]),
+                "rank {rank}: {e}"
+            );
+        }
     }
 }
