@@ -67,7 +67,8 @@ fn layout_of<C: Communicator + Debug + 'static>(
 
 /// [`RealSht`](crate::RealSht) on a process grid: each rank passes its
 /// patch `[.., lat_range, lon_range]` of the field and gets its block
-/// `[.., l_range, m_range, 2]` of the coefficients (see [`SphereLayout`]).
+/// `[.., l_range, orders, 2]` of the coefficients (see [`SphereLayout`]: its
+/// degrees `l_range()` and its orders `orders()`).
 /// Collective: every rank of the grid calls it with the same leading
 /// dimensions.
 ///
@@ -111,7 +112,7 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
     /// [`SphereLayout::new`]).
     pub fn new(grid: &ProcessGrid<C>, spec: ShtSpec) -> Result<Self, SphereError> {
         let layout = layout_of(grid, spec)?;
-        let weights = table(&spec, layout.m_range(), layout.lat_range(), true);
+        let weights = table(&spec, &layout.orders(), layout.lat_range(), true);
         Ok(DistributedRealSht {
             grid: grid.clone(),
             layout,
@@ -153,7 +154,8 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
         // over the azimuth ranks.
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
         // [m, lat, b, 2]: all orders.
-        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
+        let modes = Modes::analysis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
+        let f = lon_forward(OP, x, modes)?;
         // Orders split over the azimuth ranks, latitudes whole again.
         let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
         // [m, l, b, 2]: this rank's latitudes' part of every degree.
@@ -164,13 +166,13 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
         Ok(unflatten(
             c,
             &lead,
-            &[l.l_range().len(), l.m_range().len(), 2],
+            &[l.l_range().len(), l.m_sizes()[self.grid.azimuth_rank()], 2],
         ))
     }
 }
 
 /// [`InverseRealSht`](crate::InverseRealSht) on a process grid: each rank
-/// passes its block `[.., l_range, m_range, 2]` of the coefficients and
+/// passes its block `[.., l_range, orders, 2]` of the coefficients and
 /// gets its patch `[.., lat_range, lon_range]` of the field. Collective.
 ///
 /// # Example
@@ -184,7 +186,7 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
 /// let shapes = LocalWorld::new(2).run(|comm| {
 ///     let grid = ProcessGrid::new(comm, 2, 1)?;
 ///     let isht = DistributedInverseRealSht::new(&grid, spec)?;
-///     let (l, m) = (isht.layout().l_range(), isht.layout().m_range());
+///     let (l, m) = (isht.layout().l_range(), isht.layout().orders());
 ///     let c = Tensor::<3>::zeros([l.len(), m.len(), 2], (&Device::flex(), DType::F64));
 ///     let f: Tensor<2> = isht.forward(c)?;
 ///     Ok::<_, ruda_sphere::SphereError>(f.dims())
@@ -209,7 +211,7 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
     /// As [`DistributedRealSht::new`].
     pub fn new(grid: &ProcessGrid<C>, spec: ShtSpec) -> Result<Self, SphereError> {
         let layout = layout_of(grid, spec)?;
-        let legendre = table(&spec, layout.m_range(), layout.lat_range(), false);
+        let legendre = table(&spec, &layout.orders(), layout.lat_range(), false);
         Ok(DistributedInverseRealSht {
             grid: grid.clone(),
             layout,
@@ -223,7 +225,7 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
     }
 
     /// Synthesise this rank's patch (`E = D − 1` dimensions) from its block
-    /// of coefficients `c` (`[.., l_range, m_range, 2]`, `D ≥ 3`).
+    /// of coefficients `c` (`[.., l_range, orders, 2]`, `D ≥ 3`).
     ///
     /// # Errors
     /// As [`DistributedRealSht::forward`].
@@ -238,7 +240,7 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
             OP,
             l.world_rank(),
             c,
-            [l.l_range().len(), l.m_range().len()],
+            [l.l_range().len(), l.m_sizes()[self.grid.azimuth_rank()]],
         )?;
         let dtype = c.dtype();
         check_dtype(OP, dtype)?;
@@ -252,7 +254,8 @@ impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
         // Orders whole, this rank's latitudes split over the azimuth ranks.
         let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
         // [b, lat, lon] with all longitudes.
-        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
+        let modes = Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
+        let x = lon_inverse(OP, f, modes)?;
         // Longitudes split again, latitudes whole.
         let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
         Ok(unflatten(

@@ -60,6 +60,11 @@ pub struct Modes {
     pub interior: f64,
     /// Where the orders sit.
     pub layout: SpectralLayout,
+    /// With [`SpectralLayout::OrdersFirst`], the orders' sequence along the
+    /// first axis: `0, s, 2s, …, 1, 1 + s, …` for a stride `s` (the
+    /// round-robin deal of orders over `s` azimuth ranks, see
+    /// [`SphereLayout`](crate::SphereLayout)); 1 is the natural order.
+    pub order_stride: usize,
 }
 
 impl Modes {
@@ -72,6 +77,7 @@ impl Modes {
             scale: 2.0 * core::f64::consts::PI / nlon as f64,
             interior: 1.0,
             layout,
+            order_stride: 1,
         }
     }
 
@@ -85,7 +91,24 @@ impl Modes {
             scale: 1.0,
             interior: 1.0,
             layout,
+            order_stride: 1,
         }
+    }
+
+    /// The same kernel with the orders dealt over `stride` ranks (see
+    /// [`Modes::order_stride`]).
+    pub fn dealt(self, stride: usize) -> Self {
+        Modes {
+            order_stride: stride.max(1),
+            ..self
+        }
+    }
+
+    /// The order at each position of the first axis of an
+    /// [`SpectralLayout::OrdersFirst`] buffer.
+    fn order_sequence(&self) -> Vec<usize> {
+        let s = self.order_stride.max(1);
+        (0..s).flat_map(|r| (r..self.mmax).step_by(s)).collect()
     }
 
     /// The kernel whose [`Modes::inverse`] is the adjoint of this
@@ -152,11 +175,13 @@ impl Modes {
         match self.layout {
             SpectralLayout::RowsFirst => rows,
             SpectralLayout::OrdersFirst => {
-                // [b, k, m, 2] → [m, k, b, 2], one order per task.
+                // [b, k, m, 2] → [m, k, b, 2], one order per task, the
+                // orders in their dealt sequence.
+                let sequence = self.order_sequence();
                 let mut out = alloc::vec![T::zero(); rows.len()];
                 out.par_chunks_mut(k_len * b_len * 2)
-                    .enumerate()
-                    .for_each(|(m, o)| {
+                    .zip(sequence.par_iter())
+                    .for_each(|(o, &m)| {
                         for k in 0..k_len {
                             for b in 0..b_len {
                                 let from = ((b * k_len + k) * mmax + m) * 2;
@@ -181,12 +206,17 @@ impl Modes {
         let rows: &[T] = match self.layout {
             SpectralLayout::RowsFirst => input,
             SpectralLayout::OrdersFirst => {
-                // [m, k, b, 2] → [b, k, m, 2], one row per task.
+                // [m, k, b, 2] (orders in their dealt sequence) → [b, k,
+                // m, 2], one row per task.
+                let mut position = alloc::vec![0; mmax];
+                for (p, m) in self.order_sequence().into_iter().enumerate() {
+                    position[m] = p;
+                }
                 let mut r = alloc::vec![T::zero(); input.len()];
                 r.par_chunks_mut(mmax * 2).enumerate().for_each(|(row, o)| {
                     let (b, k) = (row / k_len, row % k_len);
-                    for m in 0..mmax {
-                        let from = ((m * k_len + k) * b_len + b) * 2;
+                    for (m, &p) in position.iter().enumerate() {
+                        let from = ((p * k_len + k) * b_len + b) * 2;
                         o[2 * m] = input[from];
                         o[2 * m + 1] = input[from + 1];
                     }
@@ -431,6 +461,7 @@ mod tests {
                 scale: 0.7,
                 interior: 1.5,
                 layout: SpectralLayout::RowsFirst,
+                order_stride: 1,
             };
             let x = sample(2 * n, 3);
             let got = m.forward(&x, 2, 1);
@@ -445,8 +476,12 @@ mod tests {
 
     #[test]
     fn each_kernel_is_the_others_adjoint() {
-        let layouts = [SpectralLayout::RowsFirst, SpectralLayout::OrdersFirst];
-        for ((n, mmax), layout) in [(12, 7), (12, 5), (15, 8), (9, 3), (6, 6)]
+        let layouts = [
+            (SpectralLayout::RowsFirst, 1),
+            (SpectralLayout::OrdersFirst, 1),
+            (SpectralLayout::OrdersFirst, 3),
+        ];
+        for ((n, mmax), (layout, order_stride)) in [(12, 7), (12, 5), (15, 8), (9, 3), (6, 6)]
             .into_iter()
             .flat_map(|c| layouts.map(|l| (c, l)))
         {
@@ -456,6 +491,7 @@ mod tests {
                 scale: 1.3,
                 interior: 0.8,
                 layout,
+                order_stride,
             };
             // Six rows: b = 2, k = 3.
             let x = sample(6 * n, 11);
@@ -498,6 +534,15 @@ mod tests {
         let back = Modes::synthesis(n, mmax, SpectralLayout::OrdersFirst).inverse(&orders, b, k);
         let want = Modes::synthesis(n, mmax, SpectralLayout::RowsFirst).inverse(&rows, b, k);
         assert_eq!(back, want);
+        // Dealt over 3 ranks the orders come as 0, 3, 1, 2: position 1
+        // holds order 3.
+        let analysis = Modes::analysis(n, mmax, SpectralLayout::OrdersFirst).dealt(3);
+        let dealt = analysis.forward(&x, b, k);
+        let block = k * b * 2;
+        assert_eq!(dealt[block..2 * block], orders[3 * block..4 * block]);
+        assert_eq!(dealt[3 * block..], orders[2 * block..3 * block]);
+        let synthesis = Modes::synthesis(n, mmax, SpectralLayout::OrdersFirst).dealt(3);
+        assert_eq!(synthesis.inverse(&dealt, b, k), want);
     }
 
     #[test]

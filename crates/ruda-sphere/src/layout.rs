@@ -17,7 +17,14 @@ use crate::{ShtSpec, SphereError};
 /// | latitudes (field) | polar ranks | [`SphereLayout::lat_range`] |
 /// | longitudes (field) | azimuth ranks | [`SphereLayout::lon_range`] |
 /// | degrees `l` (coefficients) | polar ranks | [`SphereLayout::l_range`] |
-/// | orders `m` (coefficients) | azimuth ranks | [`SphereLayout::m_range`] |
+/// | orders `m` (coefficients) | azimuth ranks, dealt round-robin | [`SphereLayout::orders`] |
+///
+/// Orders are dealt like cards — azimuth rank `a` of `A` holds `a, a + A,
+/// a + 2A, …` — because order `m` has only `lmax − m` non-zero degrees: in
+/// contiguous chunks the rank with the low orders would do about three
+/// times the Legendre work of the one with the high orders (two ranks);
+/// dealt, every rank does about the same. A rank's block of coefficients
+/// lists its orders in that (ascending) sequence.
 ///
 /// Inside the transforms a rank's latitudes are split once more over the
 /// azimuth ranks (while longitudes are whole for the Fourier transform),
@@ -28,9 +35,9 @@ use crate::{ShtSpec, SphereError};
 /// ```
 /// use ruda_sphere::{LatitudeGrid, ShtSpec, SphereLayout};
 /// let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular)?; // lmax = mmax = 7
-/// let l = SphereLayout::new(spec, (1, 2), (3, 4))?;           // polar rank 1 of 2, azimuth 3 of 4
-/// assert_eq!((l.lat_range(), l.lon_range()), (7..13, 17..22));
-/// assert_eq!((l.l_range(), l.m_range()), (4..7, 6..7));
+/// let l = SphereLayout::new(spec, (1, 2), (2, 4))?;           // polar rank 1 of 2, azimuth 2 of 4
+/// assert_eq!((l.lat_range(), l.lon_range()), (7..13, 12..17));
+/// assert_eq!((l.l_range(), l.orders()), (4..7, vec![2, 6]));
 /// # Ok::<(), ruda_sphere::SphereError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,9 +130,12 @@ impl SphereLayout {
         range(&self.l, self.polar.0)
     }
 
-    /// This rank's orders of the coefficients.
-    pub fn m_range(&self) -> Range<usize> {
-        range(&self.m, self.azimuth.0)
+    /// This rank's orders of the coefficients, ascending: `a, a + A, …`
+    /// for azimuth rank `a` of `A`.
+    pub fn orders(&self) -> Vec<usize> {
+        (self.azimuth.0..self.spec.mmax())
+            .step_by(self.azimuth.1)
+            .collect()
     }
 
     /// Latitudes held by each polar rank.
@@ -143,7 +153,7 @@ impl SphereLayout {
         &self.l
     }
 
-    /// Orders held by each azimuth rank.
+    /// How many orders each azimuth rank holds.
     pub fn m_sizes(&self) -> &[usize] {
         &self.m
     }

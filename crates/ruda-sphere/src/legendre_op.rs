@@ -73,18 +73,20 @@ pub(crate) struct Legendre {
 }
 
 impl Legendre {
-    /// Cut `values` (`[orders, lmax, nk]`, order `m` at row `m −
-    /// orders.start`) into blocks: for the forward transform each kept as
-    /// `[m, l, k]`, for the inverse transposed to `[m, k, l]`.
+    /// Cut `values` (`[orders.len(), lmax, nk]`, row `i` for order
+    /// `orders[i]`, orders ascending) into blocks: for the forward
+    /// transform each kept as `[m, l, k]`, for the inverse transposed to
+    /// `[m, k, l]`.
     pub(crate) fn new(
         values: &[f64],
-        orders: Range<usize>,
+        orders: &[usize],
         lmax: usize,
         nk: usize,
         forward: bool,
     ) -> Self {
         let nm = orders.len();
         debug_assert_eq!(values.len(), nm * lmax * nk);
+        debug_assert!(orders.windows(2).all(|w| w[0] < w[1]));
         let count = nm.clamp(1, BLOCKS);
         let mut blocks = Vec::with_capacity(count);
         let mut start = 0;
@@ -92,7 +94,7 @@ impl Legendre {
             let len = nm / count + usize::from(i < nm % count);
             let m = start..start + len;
             start += len;
-            let l0 = (orders.start + m.start).min(lmax);
+            let l0 = orders.get(m.start).map_or(lmax, |&o| o.min(lmax));
             let nl = lmax - l0;
             let mut t = Vec::with_capacity(len * nl * nk);
             for mi in m.clone() {

@@ -10,18 +10,25 @@ use crate::legendre_op::{
 use crate::route::{lon_forward, lon_inverse};
 use crate::{Latitudes, ShtSpec, SphereError, legendre_table};
 
-/// The Legendre table for orders `orders`, all degrees and the latitudes
-/// `lats`: for the forward transform times the quadrature weights.
+/// The Legendre table for the (ascending) `orders`, all degrees and the
+/// latitudes `lats`: for the forward transform times the quadrature
+/// weights.
 pub(crate) fn table(
     spec: &ShtSpec,
-    orders: core::ops::Range<usize>,
+    orders: &[usize],
     lats: core::ops::Range<usize>,
     forward: bool,
 ) -> Legendre {
     let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
     let xs = &q.cosines[lats.clone()];
     let (nl, nk) = (spec.lmax(), lats.len());
-    let mut t = legendre_table(orders.clone(), nl, xs, true);
+    let first = orders.first().copied().unwrap_or(0);
+    let last = orders.last().map_or(0, |&o| o + 1);
+    let all = legendre_table(first..last, nl, xs, true);
+    let mut t = Vec::with_capacity(orders.len() * nl * nk);
+    for &m in orders {
+        t.extend_from_slice(&all[(m - first) * nl * nk..(m - first + 1) * nl * nk]);
+    }
     if forward {
         let w = &q.weights[lats];
         for row in t.chunks_exact_mut(nk) {
@@ -65,7 +72,8 @@ pub struct RealSht {
 impl RealSht {
     /// The transform for `spec` (computes its Legendre table).
     pub fn new(spec: ShtSpec) -> Self {
-        let weights = table(&spec, 0..spec.mmax(), 0..spec.nlat(), true);
+        let orders: Vec<usize> = (0..spec.mmax()).collect();
+        let weights = table(&spec, &orders, 0..spec.nlat(), true);
         RealSht { spec, weights }
     }
 
@@ -127,7 +135,8 @@ pub struct InverseRealSht {
 impl InverseRealSht {
     /// The inverse transform for `spec` (computes its Legendre table).
     pub fn new(spec: ShtSpec) -> Self {
-        let legendre = table(&spec, 0..spec.mmax(), 0..spec.nlat(), false);
+        let orders: Vec<usize> = (0..spec.mmax()).collect();
+        let legendre = table(&spec, &orders, 0..spec.nlat(), false);
         InverseRealSht { spec, legendre }
     }
 

@@ -21,14 +21,16 @@ const LEAD: [usize; 2] = [2, 3];
 const B: usize = LEAD[0] * LEAD[1];
 
 /// `[B, rows, cols, inner]` row-major values restricted to the given rows
-/// and columns.
-fn block(v: &[f64], dims: [usize; 4], rows: Range<usize>, cols: Range<usize>) -> Vec<f64> {
+/// and columns (in the order given).
+fn block(v: &[f64], dims: [usize; 4], rows: Range<usize>, cols: &[usize]) -> Vec<f64> {
     let [b, h, w, inner] = dims;
     let mut out = Vec::new();
     for bi in 0..b {
         for r in rows.clone() {
-            let start = ((bi * h + r) * w + cols.start) * inner;
-            out.extend_from_slice(&v[start..start + cols.len() * inner]);
+            for &c in cols {
+                let start = ((bi * h + r) * w + c) * inner;
+                out.extend_from_slice(&v[start..start + inner]);
+            }
         }
     }
     out
@@ -112,13 +114,13 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     assert_eq!(&lay, isht.layout());
     let (lat, lon, ls, ms) = (
         lay.lat_range(),
-        lay.lon_range(),
+        lay.lon_range().collect::<Vec<_>>(),
         lay.l_range(),
-        lay.m_range(),
+        lay.orders(),
     );
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
-    let field = |v: &[f64]| block(v, [B, h, w, 1], lat.clone(), lon.clone());
-    let coeffs = |v: &[f64]| block(v, [B, l, m, 2], ls.clone(), ms.clone());
+    let field = |v: &[f64]| block(v, [B, h, w, 1], lat.clone(), &lon);
+    let coeffs = |v: &[f64]| block(v, [B, l, m, 2], ls.clone(), &ms);
     let device = Device::flex().autodiff();
     let (fs, cs) = (
         [LEAD[0], LEAD[1], lat.len(), lon.len()],
@@ -295,7 +297,7 @@ fn ranks_passing_different_leading_dimensions_fail_on_every_rank() {
                 &Device::flex(),
             );
             let forward = sht.forward::<3, 4>(x).map(|_| ()).unwrap_err();
-            let (l, m) = (sht.layout().l_range().len(), sht.layout().m_range().len());
+            let (l, m) = (sht.layout().l_range().len(), sht.layout().orders().len());
             let c = tensor(
                 vec![0.0; lead * l * m * 2],
                 [lead, l, m, 2],

@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::ops::Range;
 use std::time::Instant;
 
-use burn_tensor::{DType, Device, Tensor, TensorData};
+use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use indicatif::ProgressBar;
 use ruda_comm::Communicator;
 use ruda_sphere::{
@@ -46,7 +46,7 @@ struct Rank<C> {
     channels: usize,
     /// This rank's degrees and orders.
     l: Range<usize>,
-    m: Range<usize>,
+    orders: Vec<usize>,
     field: Tensor<3>,
     one_step: Tensor<3>,
     two_steps: Tensor<3>,
@@ -79,13 +79,13 @@ impl<C: Communicator + Debug + 'static> Rank<C> {
     fn new(p: &Problem, grid: Option<ProcessGrid<C>>) -> Result<Self, SphereError> {
         let spec = p.spec;
         let (h, w) = (spec.nlat(), spec.nlon());
-        let (transforms, lat, lon, l, m) = match grid {
+        let (transforms, lat, lon, l, orders) = match grid {
             None => (
                 Transforms::Serial(Box::new((RealSht::new(spec), InverseRealSht::new(spec)))),
                 0..h,
                 0..w,
                 0..spec.lmax(),
-                0..spec.mmax(),
+                (0..spec.mmax()).collect(),
             ),
             Some(grid) => {
                 let sht = DistributedRealSht::new(&grid, spec)?;
@@ -96,7 +96,7 @@ impl<C: Communicator + Debug + 'static> Rank<C> {
                     lay.lat_range(),
                     lay.lon_range(),
                     lay.l_range(),
-                    lay.m_range(),
+                    lay.orders(),
                 )
             }
         };
@@ -121,7 +121,7 @@ impl<C: Communicator + Debug + 'static> Rank<C> {
             transforms,
             channels: p.channels,
             l,
-            m,
+            orders,
             field: local(&p.field),
             one_step: local(&p.one_step),
             two_steps: local(&p.two_steps),
@@ -163,6 +163,13 @@ impl<C: Communicator + Debug + 'static> Rank<C> {
                 Ok(ta::reduce_from_azimuth_region(&g.grid, t)?)
             }
         }
+    }
+
+    /// This rank's orders as an index tensor.
+    fn order_index(&self, device: &Device) -> Tensor<1, Int> {
+        let idx: Vec<i64> = self.orders.iter().map(|&m| m as i64).collect();
+        let n = idx.len();
+        Tensor::from_data(TensorData::new(idx, [n]), device)
     }
 
     /// The spectral block: `isht(W ⊙ sht(u)) + M u`.
@@ -207,7 +214,7 @@ impl<C: Communicator + Debug + 'static> Rank<C> {
         let w = self
             .replicated(filter.clone())?
             .narrow(1, self.l.start, self.l.len())
-            .narrow(2, self.m.start, self.m.len());
+            .select(2, self.order_index(&device));
         let mx = self.replicated(mix.clone())?;
         let u = self.field.clone();
         let y1 = self.block(u, &w, &mx)?;
