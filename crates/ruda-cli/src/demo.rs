@@ -27,7 +27,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{Communicator, LocalCommunicator, LocalWorld, WorldError};
 use ruda_sphere::{LatitudeGrid, ShtSpec, SphereError, SphereLayout};
-use ruda_tensor::ProcessGrid;
+use ruda_tensor::{HostCollective, ProcessGrid};
 use thiserror::Error;
 
 use crate::timed_comm::TimedComm;
@@ -221,13 +221,14 @@ fn train_problem(
 ) -> Result<Run, DemoError> {
     let grid_name = format!("{polar}x{azimuth}");
     if (polar, azimuth) == (1, 1) {
-        let (records, timings) =
-            model::train::<LocalCommunicator>(problem, None, cfg.steps, None, progress, true)
-                .map_err(|e| DemoError::Rank {
-                    grid: "serial".into(),
-                    rank: 0,
-                    message: e.to_string(),
-                })?;
+        let (records, timings) = model::train::<HostCollective<LocalCommunicator>>(
+            problem, None, cfg.steps, None, progress, true,
+        )
+        .map_err(|e| DemoError::Rank {
+            grid: "serial".into(),
+            rank: 0,
+            message: e.to_string(),
+        })?;
         return Ok(Run { records, timings });
     }
     let cfg = DemoConfig {

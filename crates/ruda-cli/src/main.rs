@@ -285,11 +285,17 @@ fn under_mpirun() -> bool {
 fn run_demo(cfg: &DemoConfig, out: &mut impl Write) -> Result<demo::Verdict, demo::DemoError> {
     #[cfg(feature = "mpi")]
     if under_mpirun() {
-        let world = ruda_comm::MpiWorld::init().map_err(|e| demo::DemoError::Rank {
+        let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
             grid: "mpi".into(),
             rank: 0,
             message: e.to_string(),
-        })?;
+        };
+        // A panicking rank takes the job down rather than leave peers waiting.
+        let mpi = ruda_comm::MpiWorld::builder()
+            .abort_on_panic(true)
+            .init()
+            .map_err(fail)?;
+        let world = mpi.world().map_err(fail)?;
         return demo::run_mpi(cfg, world, out);
     }
     demo::run(cfg, out)
@@ -304,11 +310,16 @@ fn run_bench(
     #[cfg(feature = "mpi")]
     if mpi {
         use ruda_comm::Communicator;
-        let world = ruda_comm::MpiWorld::init().map_err(|e| bench_cmd::BenchError::Run {
+        let fail = |e: ruda_comm::CommError| bench_cmd::BenchError::Run {
             op: "init",
             bytes: 0,
             message: e.to_string(),
-        })?;
+        };
+        let mpi = ruda_comm::MpiWorld::builder()
+            .abort_on_panic(true)
+            .init()
+            .map_err(fail)?;
+        let world = mpi.world().map_err(fail)?;
         let (lead, ranks) = (world.rank() == 0, world.size());
         if !lead {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

@@ -218,7 +218,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
         grid.world()
             .comm()
             .barrier()
-            .map_err(ruda_tensor::primitives::PrimitiveError::from)?;
+            .map_err(ruda_tensor::Error::from)?;
         let (t, c0) = (Instant::now(), clock.spent());
         let c: Tensor<4> = sht.forward(x.clone())?;
         let y: Tensor<3> = isht.forward(c)?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ruda_comm::{CommError, Communicator, Element, ReduceOp};
+use ruda_comm::{CommError, Communicator, Element, RankHistory, ReduceOp};
 
 /// `inner`, timing every call into a counter shared with its sub-groups.
 ///
@@ -79,6 +79,18 @@ impl<C: Communicator> Communicator for TimedComm<C> {
 
     fn size(&self) -> usize {
         self.inner.size()
+    }
+
+    fn world_rank(&self, r: usize) -> usize {
+        self.inner.world_rank(r)
+    }
+
+    fn seq(&self) -> u64 {
+        self.inner.seq()
+    }
+
+    fn flight_record(&self) -> RankHistory {
+        self.inner.flight_record()
     }
 
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, CommError> {

@@ -1,6 +1,6 @@
 //! The communicator contract every transport implements.
 
-use crate::{CommError, Element, ReduceOp};
+use crate::{CommError, Element, RankHistory, ReduceOp};
 
 /// A group of ranks that perform blocking, typed collectives together.
 ///
@@ -28,6 +28,48 @@ pub trait Communicator: Send + Sync + Sized {
 
     /// Number of ranks in the group, at least 1.
     fn size(&self) -> usize;
+
+    /// The world rank of this communicator's rank `r` (for a world
+    /// communicator, `r` itself; for a sub-communicator from
+    /// [`Communicator::split`], the rank it has in the world it was split
+    /// from).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let w = LocalWorld::new(4).run(|c| {
+    ///     let odd = c.split(Some((c.rank() % 2) as u32), 0)?.unwrap();
+    ///     Ok::<_, ruda_comm::CommError>(odd.world_rank(1))
+    /// }).unwrap();
+    /// assert_eq!(w, vec![2, 3, 2, 3]);
+    /// ```
+    fn world_rank(&self, r: usize) -> usize;
+
+    /// How many collective calls (every operation but `send`, `recv` and
+    /// `send_recv`) this rank has made on this communicator: the sequence
+    /// number its next collective takes. A call refused before it starts
+    /// (e.g. concurrent use) takes none. Every rank of a group sees the
+    /// same value between the same two collectives, so layers above use it
+    /// to check that every rank is at the same call.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let s = LocalWorld::new(2).run(|c| { c.barrier()?; Ok::<_, ruda_comm::CommError>(c.seq()) }).unwrap();
+    /// assert_eq!(s, vec![1, 1]);
+    /// ```
+    fn seq(&self) -> u64;
+
+    /// This rank's recent calls on this communicator, oldest first (the
+    /// flight recorder; see [`crate::RankHistory`]).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let h = LocalWorld::new(1).run(|c| Ok::<_, ruda_comm::CommError>(c.flight_record())).unwrap();
+    /// assert!(h[0].calls.is_empty());
+    /// ```
+    fn flight_record(&self) -> RankHistory;
 
     /// Split the group into sub-groups (collective over this group).
     ///
@@ -248,7 +290,8 @@ pub trait Communicator: Send + Sync + Sized {
     /// assert_eq!(r[0], vec![0, 1]);
     /// ```
     fn all_gather_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, CommError> {
-        let mut out = vec![T::zeroed(); send.len() * self.size()];
+        let len = send.len().checked_mul(self.size()).unwrap_or(0);
+        let mut out = vec![T::zeroed(); len];
         self.all_gather(send, &mut out)?;
         Ok(out)
     }
@@ -297,7 +340,13 @@ pub trait Communicator: Send + Sync + Sized {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>, CommError> {
-        let mut out = vec![T::zeroed(); recv_counts.iter().sum()];
+        // An overflowing sum cannot be a buffer's length: pass an empty one
+        // and let the call refuse the counts on every rank.
+        let len = recv_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .unwrap_or(0);
+        let mut out = vec![T::zeroed(); len];
         self.all_to_all_v(send, send_counts, &mut out, recv_counts)?;
         Ok(out)
     }
@@ -331,11 +380,13 @@ pub trait Communicator: Send + Sync + Sized {
     fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError>;
 
     /// Send `send` to `dest` and receive `recv` from `source` at once, so
-    /// that rings and exchanges cannot deadlock. `dest` or `source` may be
-    /// this rank.
+    /// that rings and exchanges cannot deadlock. `dest` and `source` may
+    /// both be this rank (a local copy), but not only one of them.
     ///
     /// # Errors
-    /// As [`Communicator::send`].
+    /// As [`Communicator::send`]; [`crate::InvalidArgument::SelfMessage`]
+    /// when exactly one of `dest` and `source` is this rank (the message to
+    /// or from oneself could never be matched).
     ///
     /// # Example
     /// ```

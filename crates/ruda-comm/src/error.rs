@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use std::fmt;
+use std::sync::Arc;
+
+use crate::flight::{ErrorKind, RankHistory};
 use crate::{DType, Fingerprint, OpKind};
 
 /// Which buffer of a call an error is about.
@@ -40,6 +44,9 @@ pub enum PeerFailureCause {
     Panicked,
     /// The peer dropped its communicator (left the group) while others still needed it.
     LeftGroup,
+    /// The peer's work ended (its rank closure returned) while others still
+    /// needed it, e.g. it skipped a backward pass the others ran.
+    Finished,
 }
 
 impl core::fmt::Display for PeerFailureCause {
@@ -47,6 +54,7 @@ impl core::fmt::Display for PeerFailureCause {
         f.write_str(match self {
             PeerFailureCause::Panicked => "panicked",
             PeerFailureCause::LeftGroup => "dropped its communicator",
+            PeerFailureCause::Finished => "returned from its work while others still needed it",
         })
     }
 }
@@ -119,10 +127,15 @@ pub enum InvalidArgument {
 /// Everything that can go wrong in a communicator call.
 ///
 /// Every variant names the operation and the rank that reports it (`rank`);
-/// the variants that concern another rank name it too. All ranks are ranks
-/// of the communicator the call was made on (for a sub-communicator from
-/// [`crate::Communicator::split`], its own numbering, not the world's). Collective errors are reported on every rank of the call:
-/// no rank moves data unless every rank's arguments are valid.
+/// the variants that concern another rank name it too. Ranks are ranks of
+/// the communicator the call was made on (for a sub-communicator from
+/// [`crate::Communicator::split`], its own numbering); the error's
+/// [`ErrorContext`] maps them to world ranks, and messages show both
+/// (`rank 1 (world 3)`) when the two differ. Collective errors are reported
+/// on every rank of the call: no rank moves data unless every rank's
+/// arguments are valid. [`CommError::Timeout`], [`CommError::Desync`] and
+/// [`CommError::PeerFailure`] also carry every rank's recent calls (the
+/// flight recorder, see [`ErrorContext::histories`]).
 ///
 /// # Example
 /// ```
@@ -140,7 +153,8 @@ pub enum InvalidArgument {
 pub enum CommError {
     /// A buffer's length does not fit the counts of the call.
     #[error(
-        "{op} (reported by rank {rank}): rank {offender}'s {buffer} holds {got} elements, expected {expected}"
+        "{op} (reported by rank {}): rank {}'s {buffer} holds {got} elements, expected {expected}",
+        .context.name(*.rank), .context.name(*.offender)
     )]
     LengthMismatch {
         /// The operation.
@@ -155,11 +169,14 @@ pub enum CommError {
         expected: usize,
         /// What the buffer holds.
         got: usize,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// Two ranks disagree on a count (an element count, or what one sends
     /// and the other expects to receive).
     #[error(
-        "{op} (reported by rank {rank}): rank {offender} expects {expected} elements where rank {peer} provides {got}"
+        "{op} (reported by rank {}): rank {} expects {expected} elements where rank {} provides {got}",
+        .context.name(*.rank), .context.name(*.offender), .context.name(*.peer)
     )]
     CountMismatch {
         /// The operation.
@@ -174,10 +191,13 @@ pub enum CommError {
         expected: usize,
         /// What `peer` provides.
         got: usize,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// Ranks entered different collectives.
     #[error(
-        "collective desync (reported by rank {rank}): rank {first_rank} called {first}, rank {other_rank} called {other}"
+        "collective desync (reported by rank {}): rank {} called {first}, rank {} called {other}",
+        .context.name(*.rank), .context.name(*.first_rank), .context.name(*.other_rank)
     )]
     Desync {
         /// The operation of the reporting rank.
@@ -187,14 +207,19 @@ pub enum CommError {
         /// The first of the two disagreeing ranks.
         first_rank: usize,
         /// Its fingerprint.
-        first: Fingerprint,
+        first: Box<Fingerprint>,
         /// The second disagreeing rank.
         other_rank: usize,
         /// Its fingerprint.
-        other: Fingerprint,
+        other: Box<Fingerprint>,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// Some ranks did not arrive before the deadline.
-    #[error("{op} on rank {rank} timed out after {waited:?}: ranks {missing:?} never arrived")]
+    #[error(
+        "{op} on rank {} timed out after {waited:?}: ranks {} never arrived",
+        .context.name(*.rank), .context.names(.missing)
+    )]
     Timeout {
         /// The operation.
         op: OpKind,
@@ -204,9 +229,11 @@ pub enum CommError {
         missing: Vec<usize>,
         /// The deadline that passed.
         waited: Duration,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// A peer failed, so the call can never complete.
-    #[error("{op} on rank {rank}: rank {peer} {cause}")]
+    #[error("{op} on rank {}: rank {} {cause}", .context.name(*.rank), .context.name(*.peer))]
     PeerFailure {
         /// The operation.
         op: OpKind,
@@ -216,9 +243,11 @@ pub enum CommError {
         peer: usize,
         /// What happened to it.
         cause: PeerFailureCause,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// An argument no rank could make work.
-    #[error("{op} on rank {rank}: invalid argument: {reason}")]
+    #[error("{op} on rank {}: invalid argument: {reason}", .context.name(*.rank))]
     InvalidArgument {
         /// The operation.
         op: OpKind,
@@ -226,9 +255,11 @@ pub enum CommError {
         rank: usize,
         /// What is wrong.
         reason: InvalidArgument,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
     /// The underlying transport (MPI, NCCL) failed.
-    #[error("{op} on rank {rank}: transport error: {message}")]
+    #[error("{op} on rank {}: transport error: {message}", .context.name(*.rank))]
     Transport {
         /// The operation.
         op: OpKind,
@@ -236,10 +267,69 @@ pub enum CommError {
         rank: usize,
         /// The transport's own message.
         message: String,
+        /// World ranks and flight-recorder histories (ignored by `==`).
+        context: ErrorContext,
     },
 }
 
 impl CommError {
+    /// The kind of error, without its fields.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CommError::LengthMismatch { .. } => ErrorKind::LengthMismatch,
+            CommError::CountMismatch { .. } => ErrorKind::CountMismatch,
+            CommError::Desync { .. } => ErrorKind::Desync,
+            CommError::Timeout { .. } => ErrorKind::Timeout,
+            CommError::PeerFailure { .. } => ErrorKind::PeerFailure,
+            CommError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            CommError::Transport { .. } => ErrorKind::Transport,
+        }
+    }
+
+    /// World ranks and flight-recorder histories of the error.
+    pub fn context(&self) -> &ErrorContext {
+        match self {
+            CommError::LengthMismatch { context, .. }
+            | CommError::CountMismatch { context, .. }
+            | CommError::Desync { context, .. }
+            | CommError::Timeout { context, .. }
+            | CommError::PeerFailure { context, .. }
+            | CommError::InvalidArgument { context, .. }
+            | CommError::Transport { context, .. } => context,
+        }
+    }
+
+    fn context_mut(&mut self) -> &mut ErrorContext {
+        match self {
+            CommError::LengthMismatch { context, .. }
+            | CommError::CountMismatch { context, .. }
+            | CommError::Desync { context, .. }
+            | CommError::Timeout { context, .. }
+            | CommError::PeerFailure { context, .. }
+            | CommError::InvalidArgument { context, .. }
+            | CommError::Transport { context, .. } => context,
+        }
+    }
+
+    /// The same error with `context`, unless it already has one (the
+    /// innermost context, closest to the failure, wins).
+    pub fn with_context(mut self, context: impl FnOnce() -> ErrorContext) -> Self {
+        if self.context().is_empty() {
+            *self.context_mut() = context();
+        }
+        self
+    }
+
+    /// Whether the flight recorder's histories belong in this error:
+    /// timeouts, desyncs and peer failures, where the question is which
+    /// rank stopped where.
+    pub fn wants_history(&self) -> bool {
+        matches!(
+            self,
+            CommError::Desync { .. } | CommError::Timeout { .. } | CommError::PeerFailure { .. }
+        )
+    }
+
     /// The operation the error happened in.
     pub fn op(&self) -> OpKind {
         match self {
@@ -280,5 +370,138 @@ impl CommError {
             | CommError::Transport { rank, .. } => *rank = reporter,
         }
         self
+    }
+}
+
+/// Where an error happened beyond its own fields: the world rank of each
+/// rank of the communicator, and, for timeouts, desyncs and peer failures,
+/// each rank's recent calls from the flight recorder. It is diagnostic
+/// context: `==` on errors ignores it (two ranks report the same error with
+/// histories read at different moments).
+///
+/// # Example
+/// ```
+/// use std::time::Duration;
+/// use ruda_comm::{CommError, Communicator, LocalWorld};
+/// let out = LocalWorld::new(2).timeout(Duration::from_millis(200)).run_each(|c| {
+///     c.barrier()?;
+///     if c.rank() == 0 { c.barrier() } else { std::thread::sleep(Duration::from_millis(600)); Ok(()) }
+/// });
+/// let err = out[0].as_ref().unwrap_err();
+/// let ruda_comm::RankError::Failed(e) = err else { panic!() };
+/// assert!(matches!(e, CommError::Timeout { .. } | CommError::PeerFailure { .. }));
+/// let h = e.context().histories();
+/// assert_eq!(h.len(), 2);                       // both ranks' recent calls
+/// assert_eq!(h[1].calls.len(), 1);              // rank 1 made one barrier only
+/// ```
+#[derive(Clone, Default)]
+pub struct ErrorContext(Option<Arc<ContextData>>);
+
+struct ContextData {
+    world_ranks: Vec<usize>,
+    histories: Vec<RankHistory>,
+}
+
+impl ErrorContext {
+    /// A context naming the world rank of each rank of the communicator
+    /// (`world_ranks[r]` for rank `r`) and carrying `histories`.
+    pub fn new(world_ranks: Vec<usize>, histories: Vec<RankHistory>) -> Self {
+        ErrorContext(Some(Arc::new(ContextData {
+            world_ranks,
+            histories,
+        })))
+    }
+
+    /// No context (errors made before a transport adds it).
+    pub const fn none() -> Self {
+        ErrorContext(None)
+    }
+
+    /// Whether there is no context.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The world rank of rank `r` of the communicator, when known.
+    pub fn world_rank(&self, r: usize) -> Option<usize> {
+        self.0.as_ref().and_then(|d| d.world_ranks.get(r).copied())
+    }
+
+    /// Every rank's recent calls (oldest first), when the error carries them.
+    pub fn histories(&self) -> &[RankHistory] {
+        self.0.as_ref().map_or(&[], |d| &d.histories)
+    }
+
+    /// Whether the communicator numbers its ranks differently from the world.
+    fn renumbered(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|d| d.world_ranks.iter().enumerate().any(|(r, &w)| r != w))
+    }
+
+    /// Rank `r` for a message: `"r"`, or `"r (world w)"` in a renumbered group.
+    pub fn name(&self, r: usize) -> RankName<'_> {
+        RankName { ctx: self, rank: r }
+    }
+
+    /// Ranks for a message, as a list of [`ErrorContext::name`]s.
+    pub fn names<'a>(&'a self, ranks: &'a [usize]) -> RankNames<'a> {
+        RankNames { ctx: self, ranks }
+    }
+}
+
+impl PartialEq for ErrorContext {
+    /// Always equal: the context is diagnostic, not part of the error.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for ErrorContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("ErrorContext(none)"),
+            Some(d) => f
+                .debug_struct("ErrorContext")
+                .field("world_ranks", &d.world_ranks)
+                .field("histories", &d.histories.len())
+                .finish(),
+        }
+    }
+}
+
+/// A rank as an error message shows it; see [`ErrorContext::name`].
+#[derive(Clone, Copy)]
+pub struct RankName<'a> {
+    ctx: &'a ErrorContext,
+    rank: usize,
+}
+
+impl fmt::Display for RankName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ctx.world_rank(self.rank) {
+            Some(w) if self.ctx.renumbered() => write!(f, "{} (world {w})", self.rank),
+            _ => write!(f, "{}", self.rank),
+        }
+    }
+}
+
+/// Ranks as an error message shows them; see [`ErrorContext::names`].
+#[derive(Clone, Copy)]
+pub struct RankNames<'a> {
+    ctx: &'a ErrorContext,
+    ranks: &'a [usize],
+}
+
+impl fmt::Display for RankNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, &r) in self.ranks.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", self.ctx.name(r))?;
+        }
+        f.write_str("]")
     }
 }

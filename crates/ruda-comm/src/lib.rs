@@ -27,6 +27,7 @@ pub mod conformance;
 mod element;
 mod error;
 mod fingerprint;
+mod flight;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -34,12 +35,17 @@ mod reduce_op;
 
 pub use communicator::Communicator;
 pub use element::{Accumulator, DType, Element};
-pub use error::{BufferRole, CommError, InvalidArgument, PeerFailureCause};
+pub use error::{
+    BufferRole, CommError, ErrorContext, InvalidArgument, PeerFailureCause, RankName, RankNames,
+};
 pub use fingerprint::{Fingerprint, OpKind};
+pub use flight::{
+    CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
+};
 pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, RankError, TIMEOUT_ENV, WorldError,
 };
 pub use reduce_op::ReduceOp;
 
 #[cfg(feature = "mpi")]
-pub use mpi::{MpiCommunicator, MpiWorld};
+pub use mpi::{MPI_CHECKS_ENV, MpiCommunicator, MpiWorld, MpiWorldBuilder};

@@ -6,8 +6,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ruda_comm::{
-    BufferRole, CommError, Communicator, InvalidArgument, LocalWorld, OpKind, PeerFailureCause,
-    RankError, ReduceOp, WorldError,
+    BufferRole, CommError, Communicator, ErrorContext, InvalidArgument, LocalWorld, OpKind,
+    Outcome, PeerFailureCause, RankError, ReduceOp, WorldError,
 };
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -142,7 +142,7 @@ fn different_collectives_are_a_desync_on_every_rank() {
         assert_eq!(e.op(), own);
     }
     let e = errs[0].clone();
-    match e {
+    match &e {
         CommError::Desync {
             first_rank,
             first,
@@ -151,7 +151,7 @@ fn different_collectives_are_a_desync_on_every_rank() {
             ..
         } => {
             assert_eq!(
-                (first_rank, first.op, other_rank, other.op),
+                (*first_rank, first.op, *other_rank, other.op),
                 (0, OpKind::AllReduce, 1, OpKind::AllGather)
             );
             let msg = e.to_string();
@@ -219,7 +219,8 @@ fn mismatched_lengths_error_everywhere_and_move_nothing() {
             offender: 2,
             buffer: BufferRole::Receive,
             expected: 6,
-            got: 5
+            got: 5,
+            context: ErrorContext::none(),
         }
     );
 }
@@ -246,7 +247,8 @@ fn variable_counts_are_checked_against_what_peers_send() {
             offender: 1,
             peer: 2,
             expected: 2,
-            got: 1
+            got: 1,
+            context: ErrorContext::none(),
         }
     );
     // Count lists of the wrong length.
@@ -533,6 +535,275 @@ fn concurrent_use_of_one_rank_is_refused() {
     ));
     c1.barrier().unwrap();
     a.join().unwrap().unwrap();
+    // The refused call took no sequence number: the ranks still agree.
+    let b = {
+        let c0 = c0.clone();
+        thread::spawn(move || c0.all_reduce(&mut [1.0f64], ReduceOp::Sum))
+    };
+    c1.all_reduce(&mut [2.0f64], ReduceOp::Sum).unwrap();
+    b.join().unwrap().unwrap();
+    assert_eq!((c0.seq(), c1.seq()), (2, 2));
+}
+
+#[test]
+fn a_split_holds_its_rank_until_its_last_episode() {
+    // While one thread of rank 0 splits, another thread of rank 0 keeps
+    // trying a barrier: every attempt inside the split is refused, and the
+    // split and the barriers after it succeed on both ranks.
+    for _ in 0..20 {
+        let mut comms = LocalWorld::new(2).timeout(DEADLINE).communicators();
+        let c1 = comms.pop().unwrap();
+        let c0 = Arc::new(comms.pop().unwrap());
+        let splitter = {
+            let c0 = c0.clone();
+            thread::spawn(move || c0.split(Some(0), 0).map(|s| s.is_some()))
+        };
+        thread::sleep(Duration::from_millis(20)); // the splitter is inside split
+        let intruder = {
+            let c0 = c0.clone();
+            thread::spawn(move || {
+                loop {
+                    match c0.barrier() {
+                        Err(CommError::InvalidArgument {
+                            reason: InvalidArgument::ConcurrentUse,
+                            ..
+                        }) => thread::yield_now(),
+                        other => return other,
+                    }
+                }
+            })
+        };
+        let other = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(30));
+            let s = c1.split(Some(0), 0)?.is_some();
+            c1.barrier()?;
+            Ok::<_, CommError>(s)
+        });
+        assert!(splitter.join().unwrap().unwrap());
+        assert!(other.join().unwrap().unwrap());
+        intruder.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn count_sums_that_overflow_are_too_large_on_every_rank() {
+    // Reproduction of issue 9 (1): these counts used to wrap in release
+    // builds, pass every check and crash.
+    let big = usize::MAX;
+    let results = world(2).run_each(|c| {
+        let x = [7.0f32];
+        let mut y = [0.0f32];
+        if c.rank() == 0 {
+            c.all_to_all_v::<f32>(&[], &[big, 1], &mut [], &[big, 1])
+        } else {
+            c.all_to_all_v(&x, &[1, 0], &mut y, &[1, 0])
+        }
+    });
+    let e = same_everywhere(&errors(results));
+    assert!(
+        matches!(
+            e,
+            CommError::InvalidArgument {
+                op: OpKind::AllToAllV,
+                reason: InvalidArgument::TooLarge { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The allocating variant and the other count-list collectives too.
+    let results = world(2).run_each(|c| {
+        let counts = [big, 2];
+        c.all_to_all_v_vec(&[1u8; 2], &[1, 1], &counts).map(|_| ())
+    });
+    let e = same_everywhere(&errors(results));
+    assert!(
+        matches!(
+            e,
+            CommError::InvalidArgument {
+                reason: InvalidArgument::TooLarge { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Where each count must equal a real buffer's length, a huge count is a
+    // mismatch before any sum is taken.
+    let results = world(2).run_each(|c| {
+        let counts = [big - 1, 2];
+        let mut out = [0u32; 3];
+        c.all_gather_v(&[1u32; 2][..c.rank() * 2], &mut out, &counts)
+    });
+    let e = same_everywhere(&errors(results));
+    assert!(
+        matches!(
+            e,
+            CommError::CountMismatch {
+                offender: 0,
+                peer: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let results = world(2).run_each(|c| {
+        let mut out = [0i64; 1];
+        c.reduce_scatter_v(&[1i64; 3], &mut out, &[big, 3], ReduceOp::Sum)
+    });
+    let e = same_everywhere(&errors(results));
+    assert!(
+        matches!(
+            e,
+            CommError::CountMismatch {
+                offender: 0,
+                peer: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_rank_that_returns_while_its_communicator_lives_on_fails_its_peers_promptly() {
+    // An autodiff graph (or anything else) may keep a rank's communicator
+    // alive after the rank's work ended: the world marks the rank anyway.
+    let keep: std::sync::Mutex<Vec<ruda_comm::LocalCommunicator>> = Default::default();
+    let start = Instant::now();
+    let results = world(3).run_each(|c| {
+        if c.rank() == 2 {
+            keep.lock().unwrap().push(c); // alive beyond the closure
+            return Ok(());
+        }
+        c.split(Some(0), 0).map(|_| ())
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(results[2].is_ok());
+    for r in &results[..2] {
+        assert!(
+            matches!(
+                r,
+                Err(RankError::Failed(CommError::PeerFailure {
+                    peer: 2,
+                    cause: PeerFailureCause::Finished,
+                    ..
+                }))
+            ),
+            "{r:?}"
+        );
+    }
+    // The same for a rank that panics with its communicator kept alive.
+    let start = Instant::now();
+    let results = world(2).run_each(|c| {
+        if c.rank() == 1 {
+            keep.lock().unwrap().push(c);
+            panic!("rank 1 fails after handing its communicator away");
+        }
+        c.barrier()
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(
+        &results[0],
+        Err(RankError::Failed(CommError::PeerFailure {
+            peer: 1,
+            cause: PeerFailureCause::Panicked,
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn errors_name_world_ranks_and_carry_every_ranks_history() {
+    // World ranks 1 and 3 form sub-group ranks 0 and 1; world rank 3 never
+    // reaches the sub-group's second barrier.
+    let results = LocalWorld::new(4)
+        .timeout(Duration::from_millis(300))
+        .run_each(|c| {
+            let sub = c.split(Some((c.rank() % 2) as u32), 0)?.unwrap();
+            sub.barrier()?;
+            if c.rank() == 3 {
+                thread::sleep(Duration::from_millis(900));
+                return Ok(None);
+            }
+            if c.rank() % 2 == 0 {
+                return Ok(None);
+            }
+            Ok::<_, CommError>(sub.barrier().err())
+        });
+    let e = results[1]
+        .as_ref()
+        .unwrap()
+        .clone()
+        .expect("world rank 1 fails");
+    assert!(
+        matches!(&e, CommError::Timeout { rank: 0, missing, .. } if missing == &vec![1]),
+        "{e}"
+    );
+    assert_eq!(e.context().world_rank(0), Some(1));
+    assert_eq!(e.context().world_rank(1), Some(3));
+    let text = e.to_string();
+    assert!(
+        text.contains("rank 0 (world 1)") && text.contains("[1 (world 3)]"),
+        "{text}"
+    );
+    let h = e.context().histories();
+    assert_eq!(h.len(), 2);
+    assert_eq!((h[0].world_rank, h[1].world_rank), (1, 3));
+    // Rank 0 timed out in its second barrier; rank 1 finished only one.
+    let ops = |k: usize| -> Vec<(OpKind, Outcome)> {
+        h[k].calls.iter().map(|c| (c.fp.op, c.outcome)).collect()
+    };
+    assert_eq!(
+        ops(0),
+        vec![
+            (OpKind::Barrier, Outcome::Completed),
+            (
+                OpKind::Barrier,
+                Outcome::Failed(ruda_comm::ErrorKind::Timeout)
+            )
+        ]
+    );
+    assert_eq!(ops(1), vec![(OpKind::Barrier, Outcome::Completed)]);
+    // A plain argument error names the world ranks but carries no history.
+    let results = LocalWorld::new(2).run_each(|c| {
+        let sub = c.split(Some(0), (2 - c.rank()) as i32)?.unwrap(); // reversed order
+        sub.broadcast(&mut [0u8], 5)
+    });
+    let Err(RankError::Failed(e)) = &results[0] else {
+        panic!("{:?}", results[0])
+    };
+    assert_eq!(e.rank(), 1); // world rank 0 is rank 1 of the reversed group
+    assert_eq!(e.context().world_rank(0), Some(1));
+    assert!(e.context().histories().is_empty());
+}
+
+#[test]
+fn send_recv_with_one_end_at_oneself_is_refused() {
+    let results = world(2).run_each(|c| {
+        let me = c.rank();
+        let mut r = [0u8];
+        c.send_recv(&[1u8], me, &mut r, 1 - me)
+    });
+    for e in errors(results) {
+        assert!(
+            matches!(
+                e,
+                CommError::InvalidArgument {
+                    reason: InvalidArgument::SelfMessage { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The MPI transport under real `mpirun` (feature `mpi`): the conformance
-//! suite on 1 to 4 ranks, the debug-mode failure suite, and a panic that
-//! takes the job down. A libtest binary cannot initialise MPI per test, so
+//! suite on 1 to 4 ranks (with and without the per-call checks), the
+//! failure suite, a rank that arrives after the deadline, two threads per
+//! process, calls after finalisation, and a panic that takes the job down. A libtest binary cannot initialise MPI per test, so
 //! each case launches the `ruda-mpi-conformance` binary under `mpirun`.
 //!
 //! Without `mpirun` on the PATH the tests say so and pass, unless
@@ -31,7 +32,7 @@ fn mpirun() -> Option<&'static str> {
 }
 
 /// Run the conformance binary on `n` ranks with `args`, killing it after `limit`.
-fn launch(n: usize, args: &[&str], debug: bool, limit: Duration) -> Option<(Output, Duration)> {
+fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(Output, Duration)> {
     let mpirun = mpirun()?;
     let mut cmd = Command::new("timeout");
     cmd.arg(limit.as_secs().to_string()).arg(mpirun).args([
@@ -42,8 +43,9 @@ fn launch(n: usize, args: &[&str], debug: bool, limit: Duration) -> Option<(Outp
         "-n",
         &n.to_string(),
     ]);
-    if debug {
-        cmd.env("RUDA_DEBUG", "1").args(["-x", "RUDA_DEBUG"]);
+    if unchecked {
+        cmd.env("RUDA_MPI_CHECKS", "0")
+            .args(["-x", "RUDA_MPI_CHECKS"]);
     }
     cmd.arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"))
         .args(args);
@@ -76,18 +78,84 @@ fn conformance_on_one_to_four_ranks() {
 }
 
 #[test]
-fn debug_mode_turns_mismatches_into_errors_on_every_rank() {
-    for n in [1, 2, 3] {
-        let Some((out, _)) = launch(n, &["debug-failures"], true, Duration::from_secs(120)) else {
+fn conformance_without_the_per_call_checks() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(n, &[], true, Duration::from_secs(300)) else {
             return;
         };
         let t = text(&out);
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
-            t.contains(&format!("mpi debug-failures on {n} ranks:")) && t.contains("0 failed"),
+            t.contains(&format!("mpi conformance on {n} ranks: 9 passed, 0 failed")),
             "{t}"
         );
     }
+}
+
+#[test]
+fn mismatches_are_errors_on_every_rank() {
+    for (n, passed) in [(1, 3), (2, 6), (3, 6)] {
+        let Some((out, _)) = launch(n, &["failures"], false, Duration::from_secs(120)) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(
+            t.contains(&format!(
+                "mpi failures on {n} ranks: {passed} passed, 0 failed"
+            )),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
+    let Some((out, took)) = launch(3, &["timeout"], false, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    for r in 0..2 {
+        assert!(
+            t.contains(&format!("rank {r}: timed out waiting for rank 2")),
+            "{t}"
+        );
+    }
+    assert!(
+        t.contains("aborting the MPI job instead of finalising"),
+        "{t}"
+    );
+    assert!(!t.contains("FAILED"), "{t}");
+}
+
+#[test]
+fn two_threads_per_process_on_two_communicators() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(n, &["threads"], false, Duration::from_secs(120)) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(
+            t.contains(&format!("mpi threads on {n} ranks: 2 passed, 0 failed")),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn a_communicator_kept_past_finalize_fails_cleanly() {
+    let Some((out, _)) = launch(2, &["finalize"], false, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("mpi finalize on 2 ranks: 1 passed, 0 failed"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -100,7 +168,7 @@ fn point_to_point_mismatches_fail_on_both_sides() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi p2p-failures on {n} ranks: 4 passed, 0 failed"
+                "mpi p2p-failures on {n} ranks: 5 passed, 0 failed"
             )),
             "{t}"
         );

@@ -15,12 +15,9 @@
 //! Each primitive carries its adjoint, so gradients flow through both
 //! directions exactly as through the serial transforms.
 
-use core::fmt::Debug;
-
 use burn_tensor::Tensor;
-use ruda_comm::Communicator;
-use ruda_tensor::ProcessGrid;
 use ruda_tensor::tensor_api as ta;
+use ruda_tensor::{Group, ProcessGrid};
 
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
@@ -34,16 +31,14 @@ use crate::{ShtSpec, SphereError, SphereLayout};
 /// Check that every rank passes the same number of fields (one small
 /// all-gather), so that a mismatch is the same error on every rank rather
 /// than a failure inside a primitive.
-fn check_lead<C: Communicator + Debug + 'static>(
-    grid: &ProcessGrid<C>,
+fn check_lead<G: Group>(
+    grid: &ProcessGrid<G>,
     op: &'static str,
     lead: &[usize],
 ) -> Result<(), SphereError> {
     let fields = i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX);
-    let world = grid.world().comm();
-    let all = world
-        .all_gather_vec(&[fields])
-        .map_err(ruda_tensor::primitives::PrimitiveError::from)?;
+    let world = grid.world();
+    let all = world.exchange_words(&[fields])?;
     if all.iter().any(|&n| n != fields) {
         return Err(SphereError::LeadingDims {
             op,
@@ -54,10 +49,7 @@ fn check_lead<C: Communicator + Debug + 'static>(
     Ok(())
 }
 
-fn layout_of<C: Communicator + Debug + 'static>(
-    grid: &ProcessGrid<C>,
-    spec: ShtSpec,
-) -> Result<SphereLayout, SphereError> {
+fn layout_of<G: Group>(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<SphereLayout, SphereError> {
     SphereLayout::new(
         spec,
         (grid.polar_rank(), grid.polar_size()),
@@ -77,7 +69,7 @@ fn layout_of<C: Communicator + Debug + 'static>(
 /// use burn_tensor::{DType, Device, Tensor, TensorData};
 /// use ruda_comm::LocalWorld;
 /// use ruda_sphere::{DistributedRealSht, LatitudeGrid, ShtSpec};
-/// use ruda_tensor::ProcessGrid;
+/// use ruda_tensor::{Group, ProcessGrid};
 ///
 /// let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?;
 /// let shapes = LocalWorld::new(4).run(|comm| {
@@ -96,21 +88,21 @@ fn layout_of<C: Communicator + Debug + 'static>(
 /// # Ok::<(), ruda_sphere::SphereError>(())
 /// ```
 #[derive(Debug)]
-pub struct DistributedRealSht<C> {
-    grid: ProcessGrid<C>,
+pub struct DistributedRealSht<G> {
+    grid: ProcessGrid<G>,
     layout: SphereLayout,
     /// `P̄_l^m(x_k) w_k` for this rank's orders and latitudes, all degrees.
     weights: Legendre,
 }
 
-impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
+impl<G: Group> DistributedRealSht<G> {
     /// The transform of `spec` on `grid` (computes this rank's block of the
     /// Legendre table; no communication).
     ///
     /// # Errors
     /// [`SphereError::Split`] when the grid does not fit the field (see
     /// [`SphereLayout::new`]).
-    pub fn new(grid: &ProcessGrid<C>, spec: ShtSpec) -> Result<Self, SphereError> {
+    pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         let layout = layout_of(grid, spec)?;
         let weights = table(&spec, &layout.orders(), layout.lat_range(), true);
         Ok(DistributedRealSht {
@@ -180,7 +172,7 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
 /// use burn_tensor::{DType, Device, Tensor, TensorData};
 /// use ruda_comm::LocalWorld;
 /// use ruda_sphere::{DistributedInverseRealSht, LatitudeGrid, ShtSpec};
-/// use ruda_tensor::ProcessGrid;
+/// use ruda_tensor::{Group, ProcessGrid};
 ///
 /// let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?;
 /// let shapes = LocalWorld::new(2).run(|comm| {
@@ -195,21 +187,21 @@ impl<C: Communicator + Debug + 'static> DistributedRealSht<C> {
 /// # Ok::<(), ruda_sphere::SphereError>(())
 /// ```
 #[derive(Debug)]
-pub struct DistributedInverseRealSht<C> {
-    grid: ProcessGrid<C>,
+pub struct DistributedInverseRealSht<G> {
+    grid: ProcessGrid<G>,
     layout: SphereLayout,
     /// `P̄_l^m(x_k)` for this rank's orders and latitudes, all degrees,
     /// `[m, k, l]`.
     legendre: Legendre,
 }
 
-impl<C: Communicator + Debug + 'static> DistributedInverseRealSht<C> {
+impl<G: Group> DistributedInverseRealSht<G> {
     /// The inverse transform of `spec` on `grid` (computes this rank's
     /// block of the Legendre table; no communication).
     ///
     /// # Errors
     /// As [`DistributedRealSht::new`].
-    pub fn new(grid: &ProcessGrid<C>, spec: ShtSpec) -> Result<Self, SphereError> {
+    pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         let layout = layout_of(grid, spec)?;
         let legendre = table(&spec, &layout.orders(), layout.lat_range(), false);
         Ok(DistributedInverseRealSht {

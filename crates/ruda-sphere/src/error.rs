@@ -1,7 +1,7 @@
 //! The one error type of the crate.
 
 use burn_tensor::DType;
-use ruda_tensor::primitives::PrimitiveError;
+use ruda_tensor::Error as PrimitiveError;
 use thiserror::Error;
 
 use crate::LatitudeGrid;

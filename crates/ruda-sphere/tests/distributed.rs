@@ -162,7 +162,7 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     grid.world()
         .comm()
         .all_reduce(&mut sums, ReduceOp::Sum)
-        .map_err(ruda_tensor::primitives::PrimitiveError::from)?;
+        .map_err(ruda_tensor::Error::from)?;
     report.forward_inner = (sums[0], sums[1]);
     report.inverse_inner = (sums[2], sums[3]);
     Ok(report)

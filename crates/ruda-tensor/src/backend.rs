@@ -1,191 +1,203 @@
-//! The backend extension through which every Burn backend gets the
-//! collectives: host staging for concrete backends, and recorded adjoints
-//! for `Autodiff<B, C>` (see `autodiff.rs`).
+//! The backends ruda's operations run on, and how autodiff learns their
+//! adjoints.
 //!
-//! `Autodiff<B, C>` is itself a `Backend`, so a blanket implementation over
-//! all backends could not be joined by a differentiable one; instead,
-//! concrete backends opt in through [`HostStaged`] and `Autodiff` wraps
-//! whatever its inner backend does.
+//! `Autodiff<B, C>` is itself a Burn `Backend`, so a blanket implementation
+//! over all backends could not be joined by a differentiable one for
+//! `Autodiff`. Plain backends therefore opt in through [`PlainBackend`]
+//! (implemented here for every backend Burn ships that ruda builds with),
+//! and [`DistBackend`] is implemented for every plain backend (run the
+//! forward) and for `Autodiff` of any of them (run the forward on the inner
+//! backend, record the adjoint).
 
-use alloc::vec::Vec;
+use core::cell::RefCell;
 use core::fmt::Debug;
+use core::marker::PhantomData;
 
-use burn_backend::tensor::{FloatTensor, IntTensor};
-use burn_backend::{Backend, TensorData, TensorMetadata, read_sync};
-use ruda_comm::Communicator;
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn_backend::Backend;
+use burn_backend::tensor::FloatTensor;
 
-use crate::HostCollective;
-use crate::error::{TensorCollectiveError, TensorOp};
-use crate::staging;
+use crate::error::{Error, TensorOp};
+use crate::group::Group;
+use crate::ops::{LinearOp, apply};
 
-/// A backend on which ruda's tensor collectives run.
+/// A backend without autodiff on which ruda's operations run directly.
 ///
-/// Implemented for every [`HostStaged`] backend (tensors staged through
-/// host memory) and for `burn_autodiff::Autodiff<B, C>` of any such backend,
-/// where every collective records its adjoint. Model code calls these
-/// through [`HostCollective`] and the traits of [`crate::collective`].
-pub trait CollectiveBackend: Backend {
-    /// See [`crate::TensorCollective::all_gather_float`].
-    fn all_gather_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError>;
-    /// See [`crate::TensorCollective::reduce_scatter_sum`].
-    fn reduce_scatter_sum<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError>;
-    /// See [`crate::ReplicatedTensorCollective::all_reduce_sum`].
-    fn all_reduce_sum<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError>;
-    /// See [`crate::BroadcastTensorCollective::broadcast_float`].
-    fn broadcast_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-        root: u32,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError>;
-    /// See [`crate::IntegerTensorCollective::all_gather_int`].
-    fn all_gather_int<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: IntTensor<Self>,
-    ) -> Result<IntTensor<Self>, TensorCollectiveError>;
-    /// See [`crate::VariableTensorCollective::all_to_all_v_float`]; returns
-    /// the received rows and the row count from each source.
-    fn all_to_all_v_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-        send_counts: &[usize],
-    ) -> Result<(FloatTensor<Self>, Vec<usize>), TensorCollectiveError>;
-    /// See [`crate::VariableTensorCollective::all_to_all_v_int`].
-    fn all_to_all_v_int<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: IntTensor<Self>,
-        send_counts: &[usize],
-    ) -> Result<(IntTensor<Self>, Vec<usize>), TensorCollectiveError>;
-}
-
-/// Marks a concrete (non-autodiff) backend whose collectives stage tensors
-/// through host [`TensorData`]: `float_into_data`, the communicator, then
-/// `float_from_data` on the input's device.
-///
-/// Implemented for `burn_flex::Flex` (feature `flex`). To use another
-/// backend whose type is local to your crate, implement this marker.
-pub trait HostStaged: Backend {}
+/// Implemented for Burn's CPU backend `burn_flex::Flex` (feature `flex`)
+/// and for the CubeCL backend that carries wgpu (Vulkan, Metal, DX12),
+/// CUDA and ROCm (feature `cube`). `Autodiff` of any plain backend is a
+/// [`DistBackend`] too. A backend type of your own crate joins by
+/// implementing this marker.
+pub trait PlainBackend: Backend {}
 
 #[cfg(feature = "flex")]
-impl HostStaged for burn_flex::Flex {}
+impl PlainBackend for burn_flex::Flex {}
 
-fn read_float<B: Backend>(
-    op: TensorOp,
-    rank: usize,
-    t: FloatTensor<B>,
-) -> Result<TensorData, TensorCollectiveError> {
-    read_sync(B::float_into_data(t)).map_err(|e| TensorCollectiveError::Backend {
-        op,
-        rank,
-        message: alloc::format!("{e:?}"),
-    })
+#[cfg(feature = "cube")]
+impl PlainBackend for burn_cubecl::Cube {}
+
+/// A backend the tensor layer runs on: every [`PlainBackend`], and
+/// `burn_autodiff::Autodiff` of any of them, where every operation records
+/// its adjoint for the backward pass. You do not call its methods
+/// yourself: use the operations of [`crate::ops`], the primitives of
+/// [`crate::primitives`] or the methods of [`crate::TensorExt`].
+pub trait DistBackend: Backend {
+    /// Whether `x` is tracked by autodiff (always `false` on a plain backend).
+    fn is_tracked(x: &FloatTensor<Self>) -> bool;
+
+    /// Run `op` with the agreed `plan` (see [`crate::ops::apply`]).
+    ///
+    /// # Errors
+    /// As [`LinearOp::forward`].
+    fn run<G: Group, O: LinearOp>(
+        g: &G,
+        op: O,
+        plan: O::Plan,
+        x: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>, Error>;
 }
 
-fn read_int<B: Backend>(
-    op: TensorOp,
-    rank: usize,
-    t: IntTensor<B>,
-) -> Result<TensorData, TensorCollectiveError> {
-    read_sync(B::int_into_data(t)).map_err(|e| TensorCollectiveError::Backend {
-        op,
-        rank,
-        message: alloc::format!("{e:?}"),
-    })
+impl<B: PlainBackend> DistBackend for B {
+    fn is_tracked(_: &FloatTensor<Self>) -> bool {
+        false
+    }
+
+    fn run<G: Group, O: LinearOp>(
+        g: &G,
+        op: O,
+        plan: O::Plan,
+        x: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>, Error> {
+        op.forward::<B, G>(g, &plan, x)
+    }
 }
 
-impl<B: HostStaged> CollectiveBackend for B {
-    fn all_gather_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError> {
-        let op = TensorOp::AllGatherFloat;
-        let device = value.device();
-        let data = read_float::<B>(op, comm.comm().rank(), value)?;
-        Ok(B::float_from_data(
-            staging::all_gather(comm.comm(), op, data)?,
-            &device,
-        ))
+/// What the backward step of an operation keeps: a handle that does not
+/// keep the group alive (Burn's autodiff graph may outlive the rank that
+/// built it; a rank's end is detected by its world, never by a drop), and
+/// the adjoint operation.
+#[derive(Clone, Debug)]
+struct AdjointState<W, A> {
+    group: W,
+    rank: usize,
+    op: TensorOp,
+    adjoint: A,
+}
+
+/// The backward step of every operation: apply its adjoint to the gradient.
+#[derive(Debug)]
+struct AdjointStep<G, A>(PhantomData<fn() -> (G, A)>);
+
+impl<B: PlainBackend, G: Group, A: LinearOp> Backward<B, 1> for AdjointStep<G, A> {
+    type State = AdjointState<G::Weak, A>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let Ops {
+            parents,
+            node,
+            state,
+        } = ops;
+        unary::<B, _>(parents, node, grads, |grad| {
+            let result = match G::upgrade(&state.group) {
+                Some(g) => apply::<B, G, A>(&g, state.adjoint, grad),
+                None => Err(Error::GroupDropped {
+                    op: state.op,
+                    rank: state.rank,
+                }),
+            };
+            backward_result(state.op, result)
+        });
+    }
+}
+
+impl<B: PlainBackend, CK: CheckpointStrategy> DistBackend for Autodiff<B, CK> {
+    fn is_tracked(x: &FloatTensor<Self>) -> bool {
+        x.is_tracked()
     }
 
-    fn reduce_scatter_sum<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError> {
-        let device = value.device();
-        let data = read_float::<B>(TensorOp::ReduceScatterSum, comm.comm().rank(), value)?;
-        Ok(B::float_from_data(
-            staging::reduce_scatter_sum(comm.comm(), data)?,
-            &device,
-        ))
+    fn run<G: Group, O: LinearOp>(
+        g: &G,
+        op: O,
+        plan: O::Plan,
+        x: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>, Error> {
+        let (inner, guard) = x.into_parts();
+        let out = op.forward::<B, G>(g, &plan, inner)?;
+        let step = AdjointStep::<G, O::Adjoint>(PhantomData);
+        Ok(
+            match step.prepare::<CK>([guard]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let state = AdjointState {
+                        group: g.downgrade(),
+                        rank: g.rank(),
+                        op: op.role().op,
+                        adjoint: op.adjoint(&plan),
+                    };
+                    prep.finish(state, out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+        )
     }
+}
 
-    fn all_reduce_sum<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError> {
-        let device = value.device();
-        let data = read_float::<B>(TensorOp::AllReduceSum, comm.comm().rank(), value)?;
-        Ok(B::float_from_data(
-            staging::all_reduce_sum(comm.comm(), data)?,
-            &device,
-        ))
+std::thread_local! {
+    /// The error that ended the last backward pass on this thread, for
+    /// [`try_backward`].
+    static BACKWARD_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// The gradient an adjoint produced, or a panic with its error: Burn's
+/// backward pass cannot return errors. The typed error is kept for
+/// [`try_backward`] on this thread.
+fn backward_result<T>(op: TensorOp, r: Result<T, Error>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(e) => {
+            let msg = alloc::format!("ruda: the backward pass of {op} failed: {e}");
+            BACKWARD_ERROR.with(|slot| *slot.borrow_mut() = Some(e));
+            panic!("{msg}")
+        }
     }
+}
 
-    fn broadcast_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-        root: u32,
-    ) -> Result<FloatTensor<Self>, TensorCollectiveError> {
-        let device = value.device();
-        let data = read_float::<B>(TensorOp::BroadcastFloat, comm.comm().rank(), value)?;
-        Ok(B::float_from_data(
-            staging::broadcast(comm.comm(), data, root)?,
-            &device,
-        ))
-    }
-
-    fn all_gather_int<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: IntTensor<Self>,
-    ) -> Result<IntTensor<Self>, TensorCollectiveError> {
-        let op = TensorOp::AllGatherInt;
-        let device = value.device();
-        let data = read_int::<B>(op, comm.comm().rank(), value)?;
-        Ok(B::int_from_data(
-            staging::all_gather(comm.comm(), op, data)?,
-            &device,
-        ))
-    }
-
-    fn all_to_all_v_float<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: FloatTensor<Self>,
-        send_counts: &[usize],
-    ) -> Result<(FloatTensor<Self>, Vec<usize>), TensorCollectiveError> {
-        let op = TensorOp::AllToAllVFloat;
-        let device = value.device();
-        let data = read_float::<B>(op, comm.comm().rank(), value)?;
-        let (out, counts) = staging::all_to_all_v(comm.comm(), op, data, send_counts)?;
-        Ok((B::float_from_data(out, &device), counts))
-    }
-
-    fn all_to_all_v_int<C: Communicator + Debug + 'static>(
-        comm: &HostCollective<C>,
-        value: IntTensor<Self>,
-        send_counts: &[usize],
-    ) -> Result<(IntTensor<Self>, Vec<usize>), TensorCollectiveError> {
-        let op = TensorOp::AllToAllVInt;
-        let device = value.device();
-        let data = read_int::<B>(op, comm.comm().rank(), value)?;
-        let (out, counts) = staging::all_to_all_v(comm.comm(), op, data, send_counts)?;
-        Ok((B::int_from_data(out, &device), counts))
+/// Run a backward pass and return ruda's typed error if one of its
+/// collectives fails (a peer that stopped, skipped the backward pass or
+/// entered another call), instead of the panic Burn's backward pass turns
+/// it into. Other panics propagate unchanged.
+///
+/// # Errors
+/// The [`Error`] of the failing collective.
+///
+/// # Example
+/// ```
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Error, HostCollective, TensorExt, try_backward};
+///
+/// let out = LocalWorld::new(2).run_each(|c| {
+///     let me = ruda_comm::Communicator::rank(&c);
+///     let g = HostCollective::new(c);
+///     let x = Tensor::<1>::from_floats([1.0, 2.0], &Device::flex().autodiff()).require_grad();
+///     let y = x.all_reduce(&g)?.sum();
+///     if me == 1 {
+///         return Ok(false); // rank 1 skips the backward pass and leaves
+///     }
+///     Ok::<_, Error>(try_backward(|| y.backward()).is_err())
+/// });
+/// assert_eq!(out[0], Ok(true)); // rank 0 gets a typed error, promptly
+/// ```
+pub fn try_backward<R>(backward: impl FnOnce() -> R) -> Result<R, Error> {
+    BACKWARD_ERROR.with(|slot| slot.borrow_mut().take());
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(backward)) {
+        Ok(r) => Ok(r),
+        Err(payload) => match BACKWARD_ERROR.with(|slot| slot.borrow_mut().take()) {
+            Some(e) => Err(e),
+            None => std::panic::resume_unwind(payload),
+        },
     }
 }

@@ -1,4 +1,4 @@
-//! Errors of the tensor contract.
+//! The one error type of the tensor layer, and the operations it names.
 
 use alloc::{string::String, vec::Vec};
 use core::fmt;
@@ -7,29 +7,92 @@ use burn_backend::DType;
 use ruda_comm::CommError;
 use thiserror::Error;
 
-/// The tensor-level operation an error happened in.
+use crate::layout::LayoutError;
+
+/// The tensor-level operation an error happened in: a method of the seed's
+/// contract, a primitive, or a tensor method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TensorOp {
-    /// `all_gather_float`.
+    /// The contract's `all_gather_float` (equal shards, leading axis).
     AllGatherFloat,
-    /// `reduce_scatter_sum`.
+    /// The contract's `reduce_scatter_sum` (equal shards, leading axis).
     ReduceScatterSum,
-    /// `all_reduce_sum`.
+    /// The contract's `all_reduce_sum`, and the `all_reduce` method.
     AllReduceSum,
-    /// `broadcast_float`.
+    /// The contract's `broadcast_float`, and the `broadcast` method.
     BroadcastFloat,
-    /// `all_gather_int`.
+    /// The contract's `all_gather_int`.
     AllGatherInt,
-    /// `all_to_all_v_float`.
+    /// The contract's `all_to_all_v_float`, and the `all_to_all` method.
     AllToAllVFloat,
-    /// `all_to_all_v_int`.
+    /// The contract's `all_to_all_v_int`.
     AllToAllVInt,
-    /// `exchange_rows_float`.
+    /// `exchange_rows_float` (neighbour exchange).
     ExchangeRowsFloat,
+    /// `all_gather` along any dimension, per-rank sizes discovered.
+    AllGather,
+    /// `reduce_scatter` along any dimension.
+    ReduceScatter,
+    /// `copy_to`.
+    CopyTo,
+    /// `reduce_from`.
+    ReduceFrom,
+    /// `scatter_to`.
+    ScatterTo,
+    /// `gather_from`.
+    GatherFrom,
+    /// `gather_from_copy_to`.
+    GatherFromCopyTo,
+    /// `reduce_from_scatter_to`.
+    ReduceFromScatterTo,
+    /// `transpose` (distributed, an all-to-all).
+    Transpose,
+    /// `halo_exchange`.
+    HaloExchange,
+    /// `halo_reduce`.
+    HaloReduce,
+    /// Building a process grid.
+    Grid,
 }
 
 impl TensorOp {
-    /// The method name.
+    /// Every operation, in code order.
+    pub const ALL: [TensorOp; 20] = [
+        TensorOp::AllGatherFloat,
+        TensorOp::ReduceScatterSum,
+        TensorOp::AllReduceSum,
+        TensorOp::BroadcastFloat,
+        TensorOp::AllGatherInt,
+        TensorOp::AllToAllVFloat,
+        TensorOp::AllToAllVInt,
+        TensorOp::ExchangeRowsFloat,
+        TensorOp::AllGather,
+        TensorOp::ReduceScatter,
+        TensorOp::CopyTo,
+        TensorOp::ReduceFrom,
+        TensorOp::ScatterTo,
+        TensorOp::GatherFrom,
+        TensorOp::GatherFromCopyTo,
+        TensorOp::ReduceFromScatterTo,
+        TensorOp::Transpose,
+        TensorOp::HaloExchange,
+        TensorOp::HaloReduce,
+        TensorOp::Grid,
+    ];
+
+    /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
+    pub fn code(self) -> i64 {
+        Self::ALL.iter().position(|&o| o == self).expect("listed") as i64
+    }
+
+    /// The operation of [`TensorOp::code`] `c`.
+    pub fn from_code(c: i64) -> Option<TensorOp> {
+        usize::try_from(c)
+            .ok()
+            .and_then(|c| Self::ALL.get(c).copied())
+    }
+
+    /// The name as in the API.
     pub const fn name(self) -> &'static str {
         match self {
             TensorOp::AllGatherFloat => "all_gather_float",
@@ -40,6 +103,18 @@ impl TensorOp {
             TensorOp::AllToAllVFloat => "all_to_all_v_float",
             TensorOp::AllToAllVInt => "all_to_all_v_int",
             TensorOp::ExchangeRowsFloat => "exchange_rows_float",
+            TensorOp::AllGather => "all_gather",
+            TensorOp::ReduceScatter => "reduce_scatter",
+            TensorOp::CopyTo => "copy_to",
+            TensorOp::ReduceFrom => "reduce_from",
+            TensorOp::ScatterTo => "scatter_to",
+            TensorOp::GatherFrom => "gather_from",
+            TensorOp::GatherFromCopyTo => "gather_from_copy_to",
+            TensorOp::ReduceFromScatterTo => "reduce_from_scatter_to",
+            TensorOp::Transpose => "transpose",
+            TensorOp::HaloExchange => "halo_exchange",
+            TensorOp::HaloReduce => "halo_reduce",
+            TensorOp::Grid => "process_grid",
         }
     }
 }
@@ -50,36 +125,79 @@ impl fmt::Display for TensorOp {
     }
 }
 
-/// A failure of a tensor collective: the transport's error, or a violation
-/// of the tensor contract. Contract violations are found before any data
-/// moves and reported on every rank of the call (each names the rank that
-/// reports it, `rank`, and the rank whose input is at fault, `offender`).
+/// Which call a rank is in: an operation, forward or the backward pass of
+/// it, at a position in its group's sequence of collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallId {
+    /// The operation.
+    pub op: TensorOp,
+    /// Whether this is the operation's backward pass.
+    pub backward: bool,
+    /// How many collectives the rank had made on the group before it.
+    pub seq: u64,
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.backward {
+            write!(f, "the backward pass of {} (#{})", self.op, self.seq)
+        } else {
+            write!(f, "{} (#{})", self.op, self.seq)
+        }
+    }
+}
+
+/// Everything that can go wrong in ruda's tensor layer: the communicator's
+/// failures (one variant, [`Error::Comm`]) and violations of the tensor
+/// contract or of a primitive's rules. Problems that depend on another
+/// rank's arguments are found by one small exchange before any data moves
+/// and reported on every rank: each error names the rank that reports it
+/// (`rank`) and the rank at fault (`offender`), in the numbering of the
+/// group of the call.
 ///
 /// # Example
 /// ```
-/// use burn_flex::{Flex, FlexDevice};
-/// use burn_backend::{TensorData, ops::FloatTensorOps};
-/// use ruda_comm::{Communicator, LocalWorld};
-/// use ruda_tensor::{HostCollective, TensorCollective, TensorCollectiveError};
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Error, HostCollective, TensorExt};
 ///
 /// let errors = LocalWorld::new(2).run_each(|c| {
-///     let rows = 2 + c.rank(); // rank 1 holds a shard of another shape
-///     let x = Flex::float_from_data(TensorData::new(vec![0f32; rows * 3], [rows, 3]), &FlexDevice);
-///     TensorCollective::<Flex>::all_gather_float(&HostCollective::new(c), x).map(|_| ())
+///     let rows = 2 + ruda_comm::Communicator::rank(&c); // rank 1 holds another shape
+///     let x = Tensor::<2>::zeros([rows, 3], &Device::flex());
+///     x.all_reduce(&HostCollective::new(c)).map(|_| ())
 /// });
 /// for e in errors {
-///     assert!(matches!(e.unwrap_err().into_error(), Some(TensorCollectiveError::ShapeMismatch { offender: 1, .. })));
+///     assert!(matches!(e.unwrap_err().into_error(), Some(Error::ShapeMismatch { offender: 1, .. })));
 /// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Error)]
-pub enum TensorCollectiveError {
-    /// The communicator failed.
+pub enum Error {
+    /// The communicator failed (timeout, peer failure, desync of the raw
+    /// calls…); see [`CommError`].
     #[error(transparent)]
     Comm(#[from] CommError),
-    /// Shards that must agree in shape do not.
+    /// Ranks are in different tensor operations, or at different positions
+    /// in their sequence of calls on the group.
     #[error(
-        "{op} (reported by rank {rank}): rank {offender} has shape {got:?} where rank {reference} has {expected:?}{}",
-        if *.trailing_only { " (trailing axes must match)" } else { "" }
+        "tensor-layer desync (reported by rank {rank}): rank {offender} is in {got} where rank {reference} is in {expected}"
+    )]
+    Desync {
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose call differs.
+        offender: usize,
+        /// The rank it is compared with.
+        reference: usize,
+        /// The reference rank's call.
+        expected: CallId,
+        /// The offender's call.
+        got: CallId,
+    },
+    /// Tensors that must agree in shape do not.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} has shape {} where rank {reference} has {}{}",
+        Dims(.got), Dims(.expected),
+        match .free_axis { Some(a) => alloc::format!(" (axis {a} may differ)"), None => String::new() }
     )]
     ShapeMismatch {
         /// The operation.
@@ -90,12 +208,12 @@ pub enum TensorCollectiveError {
         offender: usize,
         /// The rank it is compared with.
         reference: usize,
-        /// The reference shape (at most its first 8 axes).
-        expected: Vec<usize>,
-        /// The offending shape (at most its first 8 axes).
-        got: Vec<usize>,
-        /// Whether only the trailing axes had to agree.
-        trailing_only: bool,
+        /// The reference shape (its first 8 axes; `None` for the axis that may differ).
+        expected: Vec<Option<usize>>,
+        /// The offending shape, likewise.
+        got: Vec<Option<usize>>,
+        /// The axis allowed to differ across ranks, if any.
+        free_axis: Option<usize>,
     },
     /// Ranks passed tensors of different element types.
     #[error(
@@ -115,8 +233,27 @@ pub enum TensorCollectiveError {
         /// The offending dtype.
         got: DType,
     },
-    /// A tensor without the axes the operation needs: no leading axis (a
-    /// scalar), or a trailing axis of size zero.
+    /// Some ranks' inputs are tracked by autodiff and others' are not, for
+    /// an operation whose backward pass communicates: the tracked ranks
+    /// would wait in a backward collective the others never enter.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender}'s input {} gradients but rank {reference}'s {} (every rank must track, or none)",
+        if *.offender_tracked { "requires" } else { "does not require" },
+        if *.offender_tracked { "does not" } else { "does" }
+    )]
+    TrackingMismatch {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank that differs from the reference.
+        offender: usize,
+        /// The rank it is compared with.
+        reference: usize,
+        /// Whether the offender's input is tracked.
+        offender_tracked: bool,
+    },
+    /// A tensor without the axes the operation needs.
     #[error(
         "{op} (reported by rank {rank}): rank {offender}'s tensor of shape {shape:?} {problem}"
     )]
@@ -127,7 +264,7 @@ pub enum TensorCollectiveError {
         rank: usize,
         /// The rank whose tensor it is.
         offender: usize,
-        /// Its shape.
+        /// Its shape (first 8 axes).
         shape: Vec<usize>,
         /// What is wrong with it.
         problem: ShapeProblem,
@@ -144,20 +281,26 @@ pub enum TensorCollectiveError {
         /// What is wrong.
         problem: CountProblem,
     },
-    /// A root outside the group.
-    #[error("{op} (reported by rank {rank}): root {root} is not a rank of a group of {size}")]
+    /// A root outside the group, or ranks naming different roots.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} names root {root} in a group of {size} where rank 0 names {expected}"
+    )]
     InvalidRoot {
         /// The operation.
         op: TensorOp,
         /// The reporting rank.
         rank: usize,
-        /// The root given.
-        root: u32,
+        /// The rank whose root is wrong.
+        offender: usize,
+        /// The root it gave.
+        root: usize,
+        /// Rank 0's root (the same as `root` when it is simply out of range).
+        expected: usize,
         /// The group size.
         size: usize,
     },
-    /// An element type the operation cannot handle (e.g. a sum of integers
-    /// through a float collective, or quantized storage).
+    /// An element type the operation cannot handle (a sum of integers
+    /// through a float collective, quantized or boolean storage).
     #[error("{op} (reported by rank {rank}): rank {offender}'s dtype {} is not supported here", match .dtype { Some(d) => alloc::format!("{d:?}"), None => "(quantized or boolean)".into() })]
     UnsupportedDType {
         /// The operation.
@@ -179,6 +322,130 @@ pub enum TensorCollectiveError {
         /// The backend's message.
         message: String,
     },
+    /// A layout request that cannot be met (bad dimension, empty chunk…).
+    #[error("{op} on rank {rank}: {error}")]
+    Layout {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// What is wrong.
+        error: LayoutError,
+    },
+    /// Grid sizes that do not multiply to the world size.
+    #[error("a {polar} × {azimuth} process grid needs {} ranks, the world has {world}", polar * azimuth)]
+    GridSize {
+        /// Polar ranks requested.
+        polar: usize,
+        /// Azimuth ranks requested.
+        azimuth: usize,
+        /// Ranks in the world.
+        world: usize,
+    },
+    /// Declared per-rank sizes that differ from what the ranks hold.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} declared per-rank sizes {declared:?} but the ranks hold {actual:?}"
+    )]
+    DeclaredSizes {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose declaration is wrong.
+        offender: usize,
+        /// Its declaration, when the reporting rank knows it (its own).
+        declared: Option<Vec<usize>>,
+        /// What the ranks hold along the dimension, in rank order.
+        actual: Vec<usize>,
+    },
+    /// A halo wider than a neighbour's chunk, or radii that differ.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} holds {rows} rows for a halo of radius {radius} (every rank of a group of more than one needs at least the radius, and all must pass the same radius)"
+    )]
+    Halo {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank at fault.
+        offender: usize,
+        /// Its rows along the halo dimension.
+        rows: usize,
+        /// The radius it passed.
+        radius: usize,
+    },
+    /// A halo-padded tensor whose rows are not `local_rows + 2 × radius`.
+    #[error(
+        "halo_reduce (reported by rank {rank}): rank {offender} has {rows} rows along the halo dimension, expected {expected}"
+    )]
+    HaloShape {
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose tensor it is.
+        offender: usize,
+        /// Rows present.
+        rows: usize,
+        /// `local_rows + 2 × radius`.
+        expected: usize,
+    },
+    /// Ranks pass different values for a parameter every rank must share.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} passes {what} {got} where rank 0 passes {expected}"
+    )]
+    Mismatch {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose value differs.
+        offender: usize,
+        /// The parameter.
+        what: &'static str,
+        /// Rank 0's value.
+        expected: i64,
+        /// The offender's value.
+        got: i64,
+    },
+    /// A user-facing tensor on a backend or device ruda does not run on.
+    #[error("this tensor cannot take part: {message}")]
+    UnsupportedTensor {
+        /// What the conversion reported.
+        message: String,
+    },
+    /// A backward pass ran after every handle to its group was dropped.
+    #[error(
+        "the backward pass of {op} on rank {rank}: its group was dropped before the backward pass"
+    )]
+    GroupDropped {
+        /// The operation whose backward it is.
+        op: TensorOp,
+        /// The rank (in the group).
+        rank: usize,
+    },
+}
+
+/// The name the seed's contract gives the tensor layer's error type.
+pub type TensorCollectiveError = Error;
+/// The name the primitives' error had; the same type.
+pub type PrimitiveError = Error;
+
+/// A shape with axes that may be hidden (`?`), for messages.
+struct Dims<'a>(&'a [Option<usize>]);
+
+impl fmt::Display for Dims<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match d {
+                Some(d) => write!(f, "{d}")?,
+                None => f.write_str("*")?,
+            }
+        }
+        f.write_str("]")
+    }
 }
 
 /// What is wrong with a tensor's shape.
@@ -222,7 +489,7 @@ pub enum CountProblem {
     },
     /// The send counts do not add up to the tensor's rows.
     Sum {
-        /// Their sum.
+        /// Their sum (saturated).
         sum: usize,
         /// The rows of the tensor.
         rows: usize,
@@ -242,6 +509,15 @@ pub enum CountProblem {
         peer: usize,
         /// The group size.
         ranks: usize,
+    },
+    /// The backward pass would receive other row counts than the forward sent.
+    Reverse {
+        /// The source rank.
+        source: usize,
+        /// Rows the forward pass sent it.
+        expected: usize,
+        /// Rows it sends back.
+        got: usize,
     },
 }
 
@@ -276,6 +552,16 @@ impl fmt::Display for CountProblem {
             }
             CountProblem::BadPeer { peer, ranks } => {
                 write!(f, "peer {peer} is repeated or not in the group of {ranks}")
+            }
+            CountProblem::Reverse {
+                source,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "the reverse exchange expects {expected} rows from rank {source}, which sends {got}"
+                )
             }
         }
     }

@@ -1,11 +1,10 @@
 //! The polar × azimuth process grid.
 
-use core::fmt::Debug;
-
 use ruda_comm::Communicator;
 
-use crate::HostCollective;
-use crate::primitives::PrimitiveError;
+use crate::error::Error;
+use crate::group::Group;
+use crate::host::HostCollective;
 
 /// An axis of the process grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -16,7 +15,7 @@ pub enum Axis {
     Azimuth,
 }
 
-/// A polar × azimuth grid of ranks built from a world communicator:
+/// A polar × azimuth grid of ranks built from a world [`Group`]:
 /// `rank = polar_rank * azimuth_size + azimuth_rank`. The polar group holds
 /// the ranks with this rank's azimuth index, the azimuth group those with
 /// its polar index. A dimension of size 1 is a group of one rank, on which
@@ -25,23 +24,23 @@ pub enum Axis {
 /// # Example
 /// ```
 /// use ruda_comm::{Communicator, LocalWorld};
-/// use ruda_tensor::ProcessGrid;
+/// use ruda_tensor::{Group, ProcessGrid};
 /// let coords = LocalWorld::new(6).run(|c| {
 ///     let g = ProcessGrid::new(c, 2, 3)?;
-///     Ok::<_, ruda_tensor::primitives::PrimitiveError>((g.polar_rank(), g.azimuth_rank(), g.polar().comm().size()))
+///     Ok::<_, ruda_tensor::Error>((g.polar_rank(), g.azimuth_rank(), g.polar().size()))
 /// }).unwrap();
 /// assert_eq!(coords[4], (1, 1, 2));
 /// ```
 #[derive(Debug)]
-pub struct ProcessGrid<C> {
-    world: HostCollective<C>,
-    polar: HostCollective<C>,
-    azimuth: HostCollective<C>,
+pub struct ProcessGrid<G> {
+    world: G,
+    polar: G,
+    azimuth: G,
     polar_size: usize,
     azimuth_size: usize,
 }
 
-impl<C> Clone for ProcessGrid<C> {
+impl<G: Clone> Clone for ProcessGrid<G> {
     fn clone(&self) -> Self {
         ProcessGrid {
             world: self.world.clone(),
@@ -53,17 +52,29 @@ impl<C> Clone for ProcessGrid<C> {
     }
 }
 
-impl<C: Communicator + Debug + 'static> ProcessGrid<C> {
-    /// Build the grid (collective over `world`: every rank must call it).
+impl<C: Communicator + core::fmt::Debug + 'static> ProcessGrid<HostCollective<C>> {
+    /// Build the grid over a communicator's ranks (collective over `world`:
+    /// every rank must call it), host-staged; see [`ProcessGrid::from_group`].
     ///
     /// # Errors
-    /// [`PrimitiveError::GridSize`] when `polar_size * azimuth_size` is not
-    /// the world size (the same verdict on every rank);
-    /// [`PrimitiveError::Comm`] when splitting fails.
-    pub fn new(world: C, polar_size: usize, azimuth_size: usize) -> Result<Self, PrimitiveError> {
+    /// As [`ProcessGrid::from_group`].
+    pub fn new(world: C, polar_size: usize, azimuth_size: usize) -> Result<Self, Error> {
+        Self::from_group(HostCollective::new(world), polar_size, azimuth_size)
+    }
+}
+
+impl<G: Group> ProcessGrid<G> {
+    /// Build the grid over any group (collective over `world`: every rank
+    /// must call it).
+    ///
+    /// # Errors
+    /// [`Error::GridSize`] when `polar_size * azimuth_size` is not the world
+    /// size (the same verdict on every rank); [`Error::Comm`] when
+    /// splitting fails.
+    pub fn from_group(world: G, polar_size: usize, azimuth_size: usize) -> Result<Self, Error> {
         let n = world.size();
-        if polar_size == 0 || azimuth_size == 0 || polar_size * azimuth_size != n {
-            return Err(PrimitiveError::GridSize {
+        if polar_size == 0 || azimuth_size == 0 || polar_size.checked_mul(azimuth_size) != Some(n) {
+            return Err(Error::GridSize {
                 polar: polar_size,
                 azimuth: azimuth_size,
                 world: n,
@@ -78,31 +89,31 @@ impl<C: Communicator + Debug + 'static> ProcessGrid<C> {
             .split(Some(p as u32), a as i32)?
             .expect("every rank has a colour");
         Ok(ProcessGrid {
-            world: HostCollective::new(world),
-            polar: HostCollective::new(polar),
-            azimuth: HostCollective::new(azimuth),
+            world,
+            polar,
+            azimuth,
             polar_size,
             azimuth_size,
         })
     }
 
     /// The whole world.
-    pub fn world(&self) -> &HostCollective<C> {
+    pub fn world(&self) -> &G {
         &self.world
     }
 
     /// The polar group (ranks with this rank's azimuth index, by polar rank).
-    pub fn polar(&self) -> &HostCollective<C> {
+    pub fn polar(&self) -> &G {
         &self.polar
     }
 
     /// The azimuth group (ranks with this rank's polar index, by azimuth rank).
-    pub fn azimuth(&self) -> &HostCollective<C> {
+    pub fn azimuth(&self) -> &G {
         &self.azimuth
     }
 
     /// The group along `axis`.
-    pub fn group(&self, axis: Axis) -> &HostCollective<C> {
+    pub fn group(&self, axis: Axis) -> &G {
         match axis {
             Axis::Polar => &self.polar,
             Axis::Azimuth => &self.azimuth,
@@ -121,12 +132,12 @@ impl<C: Communicator + Debug + 'static> ProcessGrid<C> {
 
     /// This rank's polar coordinate.
     pub fn polar_rank(&self) -> usize {
-        self.polar.comm().rank()
+        self.polar.rank()
     }
 
     /// This rank's azimuth coordinate.
     pub fn azimuth_rank(&self) -> usize {
-        self.azimuth.comm().rank()
+        self.azimuth.rank()
     }
 
     /// The world rank at grid coordinates `(polar, azimuth)`.

@@ -1,58 +1,80 @@
 //! # ruda-tensor
 //!
-//! ruda's tensor layer on [Burn](https://burn.dev): the collective trait
-//! contract ([`collective`]) over Burn backend primitives, implemented for
-//! every [`CollectiveBackend`] over any `ruda-comm` communicator by
-//! [`HostCollective`], with each operation's adjoint recorded on
-//! `burn_autodiff::Autodiff`.
+//! ruda's tensor layer on [Burn](https://burn.dev): collectives and the
+//! differentiable primitives of a polar × azimuth process grid, each with
+//! its exact adjoint on `burn_autodiff::Autodiff`, over any [`Group`] of
+//! ranks ([`HostCollective`] over a `ruda-comm` communicator: threads of
+//! one process, or MPI processes).
+//!
+//! Three levels, one implementation:
+//! - methods of Burn's user-facing `Tensor` ([`TensorExt`],
+//!   [`IntTensorExt`]; feature `tensor-api`, on by default): `x.all_reduce(&group)`,
+//!   `x.all_gather(&group, dim)`, `x.transpose_over(&group, (now, next))`,
+//!   `x.halo_exchange(&group, dim, radius)`… with no type annotations;
+//! - functions on Burn primitives of any [`DistBackend`] ([`primitives`]),
+//!   plus the seed's grid-bound names, and the seed's contract
+//!   ([`collective`]: `TensorCollective`, …) implemented by every group;
+//! - the operations themselves ([`ops`]), each with its forward, its
+//!   agreement and its adjoint side by side; [`ops::LinearOp`] is how to
+//!   add one of your own.
+//!
+//! Every call first reaches agreement in one small exchange (operation,
+//! position in the group's sequence of calls, shapes, dtype, counts,
+//! whether inputs are tracked), so a misuse anywhere is the same [`Error`]
+//! on every rank before any data moves.
 //!
 //! ```
-//! use burn_autodiff::Autodiff;
-//! use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps, read_sync};
-//! use burn_flex::{Flex, FlexDevice};
-//! use ruda_comm::{Communicator, LocalWorld};
-//! use ruda_tensor::{HostCollective, TensorCollective};
+//! use burn_tensor::{Device, Tensor};
+//! use ruda_comm::LocalWorld;
+//! use ruda_tensor::{HostCollective, TensorExt};
 //!
-//! type Ad = Autodiff<Flex>;
 //! let grads = LocalWorld::new(2).run(|comm| {
-//!     let coll = HostCollective::new(comm);
-//!     let x = Ad::float_from_data(TensorData::new(vec![1.0f64, 2.0], [2, 1]), &FlexDevice);
-//!     let x = Ad::float_set_require_grad(x, true);
-//!     let all = TensorCollective::<Ad>::all_gather_float(&coll, x.clone())?; // [4, 1]
-//!     let grads = Ad::backward(Ad::float_sum(all));
-//!     // every rank's shard appears once in every rank's loss: gradient = world size
-//!     let g = Ad::grad(&x, &grads).unwrap();
-//!     Ok::<_, ruda_tensor::TensorCollectiveError>(read_sync(Flex::float_into_data(g)).unwrap().try_to_vec::<f64>().unwrap())
+//!     let world = HostCollective::new(comm);
+//!     let x = Tensor::<2>::ones([2, 3], &Device::flex().autodiff()).require_grad();
+//!     let all = x.clone().all_gather(&world, 0)?; // [4, 3]
+//!     let grads = all.sum().backward();
+//!     // every rank's shard appears once in every rank's loss: gradient = 2
+//!     Ok::<_, ruda_tensor::Error>(x.grad(&grads).unwrap().into_data().try_to_vec::<f32>().unwrap())
 //! }).unwrap();
-//! assert_eq!(grads[0], vec![2.0, 2.0]);
+//! assert_eq!(grads[0], vec![2.0; 6]);
 //! ```
 
 #![warn(missing_docs)]
 
 extern crate alloc;
 
-mod autodiff;
+mod agreement;
 mod backend;
 pub mod collective;
-mod contract;
 mod error;
 pub mod grid;
-mod host_collective;
+mod group;
+mod host;
+mod ints;
 pub mod layout;
+#[cfg(feature = "tensor-api")]
+mod methods;
+pub mod ops;
 pub mod primitives;
-mod staging;
+#[cfg(feature = "tensor-api")]
+mod route;
 #[cfg(feature = "tensor-api")]
 pub mod tensor_api;
 
-pub use backend::{CollectiveBackend, HostStaged};
+pub use backend::{DistBackend, PlainBackend, try_backward};
 pub use burn_backend::Backend;
 pub use collective::{
     BroadcastTensorCollective, IntegerTensorCollective, NeighbourTensorExchange,
     ReplicatedTensorCollective, TensorCollective, VariableTensorCollective, VariableTensorExchange,
 };
-pub use error::{CountProblem, ShapeProblem, TensorCollectiveError, TensorOp};
+pub use error::{
+    CallId, CountProblem, Error, PrimitiveError, ShapeProblem, TensorCollectiveError, TensorOp,
+};
 pub use grid::{Axis, ProcessGrid};
-pub use host_collective::HostCollective;
+pub use group::Group;
+pub use host::HostCollective;
+#[cfg(feature = "tensor-api")]
+pub use methods::{IntTensorExt, TensorExt};
 
 /// Burn's tensor primitive aliases, as the contract names them.
 pub mod tensor {

@@ -1,12 +1,8 @@
-//! The primitives on Burn's user-facing [`Tensor<D>`], which carries no
-//! backend type: each call looks at the tensor's device (Flex, or Flex with
-//! autodiff) and routes to the primitive-level implementation for
-//! `burn_flex::Flex` or `burn_autodiff::Autodiff<Flex>`, so gradients flow
-//! through `Tensor::backward` as through any Burn operation.
-//!
-//! Only Flex devices are supported for now (GPU backends come with device
-//! transports); another backend, or an autodiff device with gradient
-//! checkpointing, is a [`PrimitiveError::UnsupportedTensor`].
+//! The seed's grid-bound names (seed 000) on Burn's user-facing
+//! [`Tensor`], grid first: thin wrappers over the primitives of
+//! [`crate::primitives`] on the grid's polar or azimuth group. New code can
+//! call the methods of [`crate::TensorExt`] on `grid.polar()` or
+//! `grid.azimuth()` directly.
 //!
 //! ```
 //! use burn_tensor::{Device, Tensor};
@@ -17,60 +13,21 @@
 //!     let grid = ProcessGrid::new(comm, 2, 1)?;
 //!     let device = Device::flex().autodiff();
 //!     let w = Tensor::<1>::from_floats([1.0, 2.0], &device).require_grad();
-//!     // Replicated weight into per-rank work, per-rank sums back to one loss.
 //!     let local = ta::copy_to_polar_region(&grid, w.clone())?;
 //!     let loss = ta::reduce_from_polar_region(&grid, local.sum())?;
 //!     let g = loss.backward();
-//!     Ok::<_, ruda_tensor::primitives::PrimitiveError>(w.grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap())
+//!     Ok::<_, ruda_tensor::Error>(w.grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap())
 //! }).unwrap();
-//! assert_eq!(grads[0], vec![2.0, 2.0]); // the weight is used on both ranks
+//! assert_eq!(grads[0], vec![2.0, 2.0]);
 //! ```
 
-use alloc::format;
-use core::fmt::Debug;
-
-use burn_autodiff::Autodiff;
-use burn_dispatch::{DispatchAutodiffContext, GradientCheckpointingStrategy};
-use burn_flex::Flex;
 use burn_tensor::Tensor;
-use ruda_comm::Communicator;
 
+use crate::error::Error;
 use crate::grid::ProcessGrid;
-use crate::primitives::{self, PrimitiveError};
-
-/// Run `$call` with `$B` the backend `$x` lives on and `$t` its primitive.
-macro_rules! routed {
-    ($x:expr, |$B:ident, $t:ident| $call:expr) => {{
-        let dispatch = $x.into_dispatch();
-        match dispatch.autodiff {
-            DispatchAutodiffContext::Disabled => {
-                type $B = Flex;
-                let $t = Tensor::<D>::from_dispatch(dispatch)
-                    .try_into_primitive::<$B>()
-                    .map_err(unsupported)?;
-                Ok(Tensor::from_primitive::<$B>($call?))
-            }
-            DispatchAutodiffContext::Enabled(GradientCheckpointingStrategy::Disabled) => {
-                type $B = Autodiff<Flex>;
-                let $t = Tensor::<D>::from_dispatch(dispatch)
-                    .try_into_primitive::<$B>()
-                    .map_err(unsupported)?;
-                Ok(Tensor::from_primitive::<$B>($call?))
-            }
-            DispatchAutodiffContext::Enabled(strategy) => Err(PrimitiveError::UnsupportedTensor {
-                message: format!(
-                    "autodiff with gradient checkpointing {strategy:?} is not supported"
-                ),
-            }),
-        }
-    }};
-}
-
-fn unsupported(e: burn_tensor::PrimitiveConversionError) -> PrimitiveError {
-    PrimitiveError::UnsupportedTensor {
-        message: format!("{e:?}"),
-    }
-}
+use crate::group::Group;
+use crate::primitives;
+use crate::route::routed;
 
 macro_rules! tensor_entry {
     ($(#[$doc:meta])* $name:ident ( $($arg:ident : $ty:ty),* )) => {
@@ -78,13 +35,14 @@ macro_rules! tensor_entry {
         ///
         /// # Errors
         /// As the primitive-level function of the same name, and
-        /// [`PrimitiveError::UnsupportedTensor`] for a tensor not on a Flex device.
-        pub fn $name<const D: usize, C: Communicator + Debug + 'static>(
-            grid: &ProcessGrid<C>,
+        /// [`Error::UnsupportedTensor`] for a tensor on a backend ruda does
+        /// not run on.
+        pub fn $name<const D: usize, G: Group>(
+            grid: &ProcessGrid<G>,
             x: Tensor<D>,
             $($arg: $ty),*
-        ) -> Result<Tensor<D>, PrimitiveError> {
-            routed!(x, |B, t| primitives::$name::<B, C>(grid, t, $($arg),*))
+        ) -> Result<Tensor<D>, Error> {
+            routed!(x, D, burn_tensor::Float, |B, t| primitives::$name::<B, G>(grid, t, $($arg),*))
         }
     };
 }

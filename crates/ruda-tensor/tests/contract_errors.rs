@@ -35,9 +35,9 @@ fn unequal_shards_are_a_shape_mismatch_everywhere() {
                     rank: r,
                     offender: n - 1,
                     reference: 0,
-                    expected: vec![2, 4],
-                    got: vec![3, 4],
-                    trailing_only: false,
+                    expected: vec![Some(2), Some(4)],
+                    got: vec![Some(3), Some(4)],
+                    free_axis: None,
                 }
             );
         }
@@ -198,7 +198,7 @@ fn trailing_axes_must_agree_in_variable_exchange() {
                 e,
                 TensorCollectiveError::ShapeMismatch {
                     offender: 1,
-                    trailing_only: true,
+                    free_axis: Some(0),
                     ..
                 }
             ),

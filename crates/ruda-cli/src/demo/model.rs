@@ -7,18 +7,16 @@
 //! parameters entering through `copy_to` regions and the loss leaving
 //! through `reduce_from` regions).
 
-use std::fmt::Debug;
 use std::ops::Range;
 use std::time::Instant;
 
 use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use indicatif::ProgressBar;
-use ruda_comm::Communicator;
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedRealSht, InverseRealSht, RealSht, SphereError,
 };
-use ruda_tensor::ProcessGrid;
 use ruda_tensor::tensor_api as ta;
+use ruda_tensor::{Group, ProcessGrid};
 
 use super::problem::Problem;
 use super::{StepRecord, StepTiming};
@@ -28,21 +26,21 @@ use crate::timed_comm::CommClock;
 pub const LEARNING_RATE: f64 = 0.02;
 
 /// Where a rank's transforms come from.
-enum Transforms<C> {
+enum Transforms<G> {
     Serial(Box<(RealSht, InverseRealSht)>),
-    Grid(Box<GridTransforms<C>>),
+    Grid(Box<GridTransforms<G>>),
 }
 
 /// The distributed transforms and the grid they run on.
-struct GridTransforms<C> {
-    grid: ProcessGrid<C>,
-    sht: DistributedRealSht<C>,
-    isht: DistributedInverseRealSht<C>,
+struct GridTransforms<G> {
+    grid: ProcessGrid<G>,
+    sht: DistributedRealSht<G>,
+    isht: DistributedInverseRealSht<G>,
 }
 
 /// One rank's view of the problem.
-struct Rank<C> {
-    transforms: Transforms<C>,
+struct Rank<G> {
+    transforms: Transforms<G>,
     channels: usize,
     /// This rank's degrees and orders.
     l: Range<usize>,
@@ -75,8 +73,8 @@ fn patch(v: &[f64], [c, h, w]: [usize; 3], rows: &Range<usize>, cols: &Range<usi
     out
 }
 
-impl<C: Communicator + Debug + 'static> Rank<C> {
-    fn new(p: &Problem, grid: Option<ProcessGrid<C>>) -> Result<Self, SphereError> {
+impl<G: Group> Rank<G> {
+    fn new(p: &Problem, grid: Option<ProcessGrid<G>>) -> Result<Self, SphereError> {
         let spec = p.spec;
         let (h, w) = (spec.nlat(), spec.nlon());
         let (transforms, lat, lon, l, orders) = match grid {
@@ -279,9 +277,9 @@ pub fn initial_params(p: &Problem) -> Vec<f64> {
 
 /// Train for `steps` steps on `grid` (`None`: serially), timing each step
 /// (with `clock`, the time in collectives).
-pub(crate) fn train<C: Communicator + Debug + 'static>(
+pub(crate) fn train<G: Group>(
     p: &Problem,
-    grid: Option<ProcessGrid<C>>,
+    grid: Option<ProcessGrid<G>>,
     steps: usize,
     clock: Option<&CommClock>,
     progress: &ProgressBar,

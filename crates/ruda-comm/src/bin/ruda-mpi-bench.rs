@@ -44,7 +44,8 @@ fn parse(s: &str) -> usize {
 }
 
 fn main() {
-    let world = MpiWorld::init().expect("MPI starts");
+    let mpi = MpiWorld::init().expect("MPI starts");
+    let world = mpi.world().expect("the world communicator");
     let raw = SimpleCommunicator::world();
     let (me, n) = (world.rank(), world.size());
     let sizes: Vec<usize> = std::env::args()

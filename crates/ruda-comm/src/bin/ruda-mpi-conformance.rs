@@ -5,18 +5,32 @@
 //!
 //! - `conformance` (default): every operation × every element type, uneven
 //!   and zero-length pieces, sub-groups; prints `N passed, 0 failed`.
-//! - `debug-failures` (with `RUDA_DEBUG=1`): mismatched lengths and
-//!   different collectives end in the documented error on every rank.
+//!   With `RUDA_MPI_CHECKS=0` the same without the per-call checks.
+//! - `failures`: mismatched lengths, different collectives, bad roots and
+//!   overflowing counts end in the documented error on every rank, and
+//!   `MPI_COMM_WORLD`'s own error handler is left alone.
+//! - `timeout`: the last rank arrives after the deadline; the others get a
+//!   `Timeout` naming it (with their flight record), and the job is then
+//!   aborted rather than left waiting.
 //! - `p2p-failures`: point-to-point length and type mismatches end in the
-//!   same error on both sides, and large rings complete.
-//! - `panic`: rank 1 panics while the others wait in a collective; the job
-//!   must end promptly with a non-zero status.
+//!   same error on both sides, a self-addressed half of a `send_recv` is
+//!   refused, and large rings complete.
+//! - `threads`: two threads per process use the world and a split of it at
+//!   the same time; results are checked.
+//! - `finalize`: a communicator kept past `MpiWorld::finalize` fails with
+//!   a transport error instead of calling into a finalised MPI.
+//! - `panic`: with `abort_on_panic`, rank 1 panics while the others wait in
+//!   a collective; the job must end promptly with a non-zero status.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use ruda_comm::{CommError, Communicator, MpiWorld, OpKind, ReduceOp, conformance};
+use ruda_comm::{
+    CommError, Communicator, InvalidArgument, MpiCommunicator, MpiWorld, OpKind, ReduceOp,
+    conformance,
+};
 
-fn conformance_suite(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
+fn conformance_suite(world: &MpiCommunicator) -> Result<usize, String> {
     let mut passed = 0;
     for (len, seed) in [(0usize, 3u64), (1, 4), (13, 5), (64, 6), (1000, 7)] {
         conformance::check_all_dtypes(world, len, seed).map_err(|e| format!("len {len}: {e}"))?;
@@ -36,9 +50,9 @@ fn conformance_suite(world: &ruda_comm::MpiCommunicator) -> Result<usize, String
     Ok(passed)
 }
 
-fn debug_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
-    if !world.debug() {
-        return Err("run with RUDA_DEBUG=1".into());
+fn failures(world: &MpiCommunicator) -> Result<usize, String> {
+    if !world.checked() {
+        return Err("run with the per-call checks on".into());
     }
     let (me, n) = (world.rank(), world.size());
     let mut passed = 0;
@@ -63,6 +77,22 @@ fn debug_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
             }
             other => return Err(format!("desync: {other:?}")),
         }
+        // Counts whose sum overflows: too large on every rank, no crash.
+        let mut counts = vec![0usize; n];
+        let r = if me == 0 {
+            counts[0] = usize::MAX;
+            counts[1] = 1;
+            world.all_to_all_v::<f32>(&[], &counts, &mut [], &counts)
+        } else {
+            world.all_to_all_v::<f32>(&[], &counts, &mut [], &counts)
+        };
+        match r {
+            Err(CommError::InvalidArgument {
+                reason: InvalidArgument::TooLarge { .. },
+                ..
+            }) => passed += 1,
+            other => return Err(format!("overflowing counts: {other:?}")),
+        }
     }
     // A bad root is refused everywhere.
     match world.broadcast(&mut [0u8; 2], n) {
@@ -71,13 +101,80 @@ fn debug_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
     }
     // The world still works after refused calls.
     world.barrier().map_err(|e| e.to_string())?;
-    Ok(passed + 1)
+    // ruda set its error handler on its own communicators only.
+    if !world_handler_is_fatal() {
+        return Err("MPI_COMM_WORLD's error handler was changed".into());
+    }
+    Ok(passed + 2)
+}
+
+fn world_handler_is_fatal() -> bool {
+    use mpi::ffi;
+    // SAFETY: MPI is initialised; query and free the handler of the world.
+    unsafe {
+        let mut h = std::mem::MaybeUninit::<ffi::MPI_Errhandler>::uninit();
+        ffi::MPI_Comm_get_errhandler(ffi::RSMPI_COMM_WORLD, h.as_mut_ptr());
+        let mut h = h.assume_init();
+        let fatal = h == ffi::RSMPI_ERRORS_ARE_FATAL;
+        ffi::MPI_Errhandler_free(&mut h);
+        fatal
+    }
+}
+
+/// The last rank arrives late: the others time out naming it.
+fn timeout(world: &MpiCommunicator) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    world.barrier().map_err(|e| e.to_string())?;
+    let pairs = world
+        .split(Some(0), 0)
+        .map_err(|e| e.to_string())?
+        .expect("a colour");
+    if me == n - 1 {
+        std::thread::sleep(Duration::from_secs(5));
+        // Joins late; the others have given up, and abort the job.
+        let _ = world.all_reduce(&mut [1f64], ReduceOp::Sum);
+        std::thread::sleep(Duration::from_secs(60));
+        return Err("the job should have been aborted".into());
+    }
+    // A receive from the late rank times out naming it.
+    match pairs.recv(&mut [0u32; 3], n - 1) {
+        Err(CommError::Timeout {
+            op: OpKind::Recv,
+            ref missing,
+            ..
+        }) if missing == &vec![n - 1] => {}
+        other => return Err(format!("expected a receive timeout: {other:?}")),
+    }
+    match world.all_reduce(&mut [1f64], ReduceOp::Sum) {
+        Err(CommError::Timeout {
+            ref missing,
+            ref context,
+            ..
+        }) if missing == &vec![n - 1] => {
+            let h = context.histories();
+            let ok =
+                h.len() == 1 && h[0].calls.len() == 3 && h[0].calls[2].fp.op == OpKind::AllReduce;
+            if !ok {
+                return Err(format!("history: {h:?}"));
+            }
+        }
+        other => return Err(format!("expected a timeout naming {}: {other:?}", n - 1)),
+    }
+    // The communicator stays failed.
+    match world.barrier() {
+        Err(CommError::Timeout {
+            op: OpKind::Barrier,
+            ..
+        }) => {}
+        other => return Err(format!("after the timeout: {other:?}")),
+    }
+    println!("rank {me}: timed out waiting for rank {}", n - 1);
+    Ok(3)
 }
 
 /// Point-to-point mismatches are errors on both sides, and the pair keeps
-/// working afterwards (the mismatched message was drained, not left in
-/// flight); large rings do not deadlock.
-fn p2p_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
+/// working afterwards; large rings do not deadlock.
+fn p2p_failures(world: &MpiCommunicator) -> Result<usize, String> {
     let (me, n) = (world.rank(), world.size());
     if n < 2 {
         return Ok(0);
@@ -126,6 +223,14 @@ fn p2p_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
         }
         passed += 1;
     }
+    // Half of a send_recv addressed to oneself is refused, not a hang.
+    match world.send_recv(&[1u8], me, &mut [0u8], (me + 1) % n) {
+        Err(CommError::InvalidArgument {
+            reason: InvalidArgument::SelfMessage { .. },
+            ..
+        }) => passed += 1,
+        other => return Err(format!("self send_recv: {other:?}")),
+    }
     // A ring of large send_recv calls (rendezvous-sized) completes.
     let big = vec![me as f64; 1 << 20];
     let mut got = vec![0f64; 1 << 20];
@@ -138,22 +243,87 @@ fn p2p_failures(world: &ruda_comm::MpiCommunicator) -> Result<usize, String> {
     Ok(passed + 1)
 }
 
+/// Two threads per process, each on its own communicator, at once.
+fn threads(world: &MpiCommunicator) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    let sub = world
+        .split(Some((me % 2) as u32), me as i32)
+        .map_err(|e| e.to_string())?
+        .expect("a colour");
+    let sub_n = sub.size();
+    let rounds = 200;
+    std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            for i in 0..rounds {
+                let mut v = [(me + i) as f64; 64];
+                world
+                    .all_reduce(&mut v, ReduceOp::Sum)
+                    .map_err(|e| e.to_string())?;
+                let want = (0..n).map(|r| (r + i) as f64).sum::<f64>();
+                if v.iter().any(|&x| x != want) {
+                    return Err(format!("world round {i}: {} != {want}", v[0]));
+                }
+            }
+            Ok(())
+        });
+        let b = s.spawn(|| {
+            for i in 0..rounds {
+                let mut out = vec![0u32; sub_n];
+                sub.all_gather(&[(me * 1000 + i) as u32], &mut out)
+                    .map_err(|e| e.to_string())?;
+                let want: Vec<u32> = (0..n)
+                    .filter(|r| r % 2 == me % 2)
+                    .map(|r| (r * 1000 + i) as u32)
+                    .collect();
+                if out != want {
+                    return Err(format!("split round {i}: {out:?} != {want:?}"));
+                }
+            }
+            Ok(())
+        });
+        a.join().expect("thread a")?;
+        b.join().expect("thread b")
+    })?;
+    Ok(2)
+}
+
 fn main() -> ExitCode {
     let mode = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "conformance".into());
-    let world = match MpiWorld::init() {
-        Ok(w) => w,
+    let builder = match mode.as_str() {
+        "timeout" => MpiWorld::builder().timeout(Duration::from_millis(1500)),
+        _ => MpiWorld::builder().abort_on_panic(true),
+    };
+    let mpi = match builder.init() {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("MPI did not start: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
     let result = match mode.as_str() {
         "conformance" => conformance_suite(&world),
-        "debug-failures" => debug_failures(&world),
+        "failures" => failures(&world),
+        "timeout" => timeout(&world),
         "p2p-failures" => p2p_failures(&world),
+        "threads" => threads(&world),
+        "finalize" => {
+            world.barrier().expect("barrier");
+            let kept = world.split(Some(0), 0).expect("split").expect("colour");
+            mpi.finalize().expect("finalize");
+            match kept.barrier() {
+                Err(CommError::Transport { message, .. }) if message.contains("finalised") => {
+                    if me == 0 {
+                        println!("mpi finalize on {n} ranks: 1 passed, 0 failed");
+                    }
+                    return ExitCode::SUCCESS;
+                }
+                other => Err(format!("a call after finalize: {other:?}")),
+            }
+        }
         "panic" => {
             world.barrier().expect("barrier");
             if me == 1 % n {
@@ -175,8 +345,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            // Panicking aborts the whole job (see MpiWorld::init), so no
-            // rank is left waiting for this one.
+            // Panicking aborts the whole job (abort_on_panic), so no rank is
+            // left waiting for this one.
             panic!("rank {me} of {n}: {mode} FAILED: {e}");
         }
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::group::{Group, Slot};
 use super::kernels;
 use super::validate;
+use crate::flight::{self, RankHistory, Token};
 use crate::{
     BufferRole, CommError, Communicator, Element, Fingerprint, InvalidArgument, OpKind,
     PeerFailureCause, ReduceOp,
@@ -92,6 +93,7 @@ impl Drop for Completion<'_> {
 
 impl LocalCommunicator {
     pub(crate) fn new(group: Arc<Group>, rank: usize) -> Self {
+        group.register(rank);
         LocalCommunicator {
             group,
             rank,
@@ -100,13 +102,10 @@ impl LocalCommunicator {
         }
     }
 
+    /// A fingerprint without its sequence number, which the call takes only
+    /// once it is admitted (a refused call takes none).
     fn fingerprint<T: Element>(&self, op: OpKind, count: usize) -> Fingerprint {
-        Fingerprint::new(
-            self.seq.fetch_add(1, Ordering::Relaxed),
-            op,
-            Some(T::DTYPE),
-            count,
-        )
+        Fingerprint::new(0, op, Some(T::DTYPE), count)
     }
 
     fn enter(&self, op: OpKind) -> Result<Busy<'_>, CommError> {
@@ -121,20 +120,57 @@ impl LocalCommunicator {
             op,
             rank: self.rank,
             reason,
+            context: self.group.context(false),
         }
     }
 
-    /// Run one collective: publish `slot`, pass the checked episode, check
-    /// every rank's arguments with `validate` (the same verdict on every
-    /// rank), run `work` on success, and pass the completion episode.
-    fn collective<R>(
+    /// Add the group's context (world ranks, and the flight recorder's
+    /// histories where they help) to an error, and dump it if asked.
+    fn finish_error(&self, e: CommError) -> CommError {
+        let history = e.wants_history();
+        let e = e.with_context(|| self.group.context(history));
+        if e.wants_history() {
+            flight::dump_if_requested(&e);
+        }
+        e
+    }
+
+    /// Record the end of a call and dress its error.
+    fn end<R>(&self, token: Token, r: Result<R, CommError>) -> Result<R, CommError> {
+        self.group
+            .recorder(self.rank)
+            .end(token, flight::outcome_of(&r));
+        r.map_err(|e| self.finish_error(e))
+    }
+
+    /// Run one collective: take the next sequence number, publish `slot`,
+    /// pass the checked episode, check every rank's arguments with
+    /// `validate` (the same verdict on every rank), run `work` on success,
+    /// and pass the completion episode. The caller holds `busy`.
+    fn collective_entered<R>(
+        &self,
+        _busy: &Busy<'_>,
+        mut slot: Slot,
+        validate: impl FnOnce(&[Slot]) -> Result<(), CommError>,
+        work: impl FnOnce(&[Slot]) -> R,
+    ) -> Result<R, CommError> {
+        slot.fp.seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let elements = slot.send_len.max(slot.recv_len).max(slot.fp.count);
+        let token = self
+            .group
+            .recorder(self.rank)
+            .begin(slot.fp, elements, None);
+        let r = self.run(slot, validate, work);
+        self.end(token, r)
+    }
+
+    fn run<R>(
         &self,
         slot: Slot,
         validate: impl FnOnce(&[Slot]) -> Result<(), CommError>,
         work: impl FnOnce(&[Slot]) -> R,
     ) -> Result<R, CommError> {
         let op = slot.fp.op;
-        let _busy = self.enter(op)?;
         let started = Instant::now();
         self.group.publish(self.rank, slot);
         self.group.sync.arrive(self.rank, op, true, started)?;
@@ -147,6 +183,37 @@ impl LocalCommunicator {
         validate::same_call(&slots, self.rank)?;
         validate(&slots)?;
         Ok(work(&slots))
+    }
+
+    /// [`LocalCommunicator::collective_entered`] for a call that is not yet
+    /// inside this communicator.
+    fn collective<R>(
+        &self,
+        slot: Slot,
+        validate: impl FnOnce(&[Slot]) -> Result<(), CommError>,
+        work: impl FnOnce(&[Slot]) -> R,
+    ) -> Result<R, CommError> {
+        let busy = self.enter(slot.fp.op)?;
+        self.collective_entered(&busy, slot, validate, work)
+    }
+
+    /// A point-to-point call: record it, run it, dress its error.
+    fn point_to_point(
+        &self,
+        mut fp: Fingerprint,
+        elements: usize,
+        peer: usize,
+        call: impl FnOnce() -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
+        // Between two ranks only: it records how many collectives came
+        // before and takes no sequence number.
+        fp.seq = self.seq.load(Ordering::Relaxed);
+        let token = self
+            .group
+            .recorder(self.rank)
+            .begin(fp, elements, Some(peer));
+        let r = call();
+        self.end(token, r)
     }
 
     /// `all_gather` into `recv_len` elements at `recv_ptr`, which it writes
@@ -267,6 +334,18 @@ impl LocalCommunicator {
     }
 }
 
+/// An uninitialised output of `len` elements (`None`: the length
+/// overflowed). A length no allocation can hold gets an empty vector and is
+/// passed on, so that the collective refuses it on every rank as too large
+/// instead of this rank failing alone before the call.
+fn output<T>(len: Option<usize>) -> (Vec<T>, usize) {
+    match len {
+        Some(n) if n <= isize::MAX as usize / size_of::<T>().max(1) => (Vec::with_capacity(n), n),
+        Some(n) => (Vec::new(), n),
+        None => (Vec::new(), usize::MAX),
+    }
+}
+
 fn ptr<T>(s: &Slot) -> (*const T, *mut T) {
     (s.send as *const T, s.recv as *mut T)
 }
@@ -280,18 +359,31 @@ impl Communicator for LocalCommunicator {
         self.group.size()
     }
 
+    fn world_rank(&self, r: usize) -> usize {
+        self.group.world_ranks[r]
+    }
+
+    fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    fn flight_record(&self) -> RankHistory {
+        self.group
+            .recorder(self.rank)
+            .history(self.rank, self.group.world_ranks[self.rank])
+    }
+
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, CommError> {
         let me = self.rank;
-        let mut slot = Slot::new(Fingerprint::new(
-            self.seq.fetch_add(1, Ordering::Relaxed),
-            OpKind::Split,
-            None,
-            0,
-        ));
+        let mut slot = Slot::new(Fingerprint::new(0, OpKind::Split, None, 0));
         slot.color = color;
         slot.key = key;
         let group = &self.group;
-        let joined = self.collective(
+        // Held until the last episode below, so that no other call of this
+        // rank can arrive in it.
+        let busy = self.enter(OpKind::Split)?;
+        let joined = self.collective_entered(
+            &busy,
             slot,
             |_| Ok(()),
             |slots| {
@@ -302,7 +394,8 @@ impl Communicator for LocalCommunicator {
                 members.sort_by_key(|&r| (slots[r].key, r));
                 let leader = *members.iter().min().expect("this rank is a member");
                 if leader == me {
-                    let sub = Group::new(members.len(), group.sync.timeout, group.world_size);
+                    let world_ranks = members.iter().map(|&r| group.world_ranks[r]).collect();
+                    let sub = Group::new(&group.world, world_ranks);
                     *group.split_out[me]
                         .lock()
                         .unwrap_or_else(|e| e.into_inner()) = Some(sub);
@@ -323,10 +416,13 @@ impl Communicator for LocalCommunicator {
                 .expect("the leader published the sub-group");
             LocalCommunicator::new(sub, new_rank)
         });
-        self.sync().arrive(me, OpKind::Split, false, started)?;
+        self.sync()
+            .arrive(me, OpKind::Split, false, started)
+            .map_err(|e| self.finish_error(e))?;
         *group.split_out[me]
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
+        drop(busy);
         Ok(out)
     }
 
@@ -496,10 +592,11 @@ impl Communicator for LocalCommunicator {
     }
 
     fn all_gather_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, CommError> {
-        let len = send.len() * self.size();
-        let mut out = Vec::with_capacity(len);
+        let (mut out, len) = output::<T>(send.len().checked_mul(self.size()));
         self.all_gather_raw(send, out.as_mut_ptr(), len)?;
-        // SAFETY: on success every one of the `len` elements was written.
+        // SAFETY: on success every one of the `len` elements was written
+        // (and `len` fits the allocation: a `len` beyond it is refused as
+        // too large before any data moves).
         unsafe { out.set_len(len) };
         Ok(out)
     }
@@ -509,8 +606,7 @@ impl Communicator for LocalCommunicator {
         send: &[T],
         op: ReduceOp,
     ) -> Result<Vec<T>, CommError> {
-        let len = send.len() / self.size();
-        let mut out = Vec::with_capacity(len);
+        let (mut out, len) = output::<T>(Some(send.len() / self.size()));
         self.reduce_scatter_raw(send, out.as_mut_ptr(), len, op)?;
         // SAFETY: on success every one of the `len` elements was written.
         unsafe { out.set_len(len) };
@@ -523,11 +619,14 @@ impl Communicator for LocalCommunicator {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>, CommError> {
-        let len = recv_counts.iter().sum();
-        let mut out = Vec::with_capacity(len);
+        let sum = recv_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c));
+        let (mut out, len) = output::<T>(sum);
         self.all_to_all_v_raw(send, send_counts, out.as_mut_ptr(), len, recv_counts)?;
         // SAFETY: on success every one of the `len` elements was written
-        // (receive counts are checked against what every peer sends).
+        // (receive counts are checked against what every peer sends, and
+        // their sum against what the allocation holds).
         unsafe { out.set_len(len) };
         Ok(out)
     }
@@ -535,23 +634,29 @@ impl Communicator for LocalCommunicator {
     fn send<T: Element>(&self, buf: &[T], dest: usize) -> Result<(), CommError> {
         let op = OpKind::Send;
         let _busy = self.enter(op)?;
-        self.check_peer(op, dest)?;
-        if dest == self.rank {
-            return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
-        }
-        let started = Instant::now();
-        super::p2p::post(self.sync(), self.rank, dest, buf);
-        super::p2p::await_delivery(self.sync(), op, self.rank, dest, started)
+        let fp = self.fingerprint::<T>(op, buf.len());
+        self.point_to_point(fp, buf.len(), dest, || {
+            self.check_peer(op, dest)?;
+            if dest == self.rank {
+                return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
+            }
+            let started = Instant::now();
+            super::p2p::post(self.sync(), self.rank, dest, buf);
+            super::p2p::await_delivery(self.sync(), op, self.rank, dest, started)
+        })
     }
 
     fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError> {
         let op = OpKind::Recv;
         let _busy = self.enter(op)?;
-        self.check_peer(op, source)?;
-        if source == self.rank {
-            return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
-        }
-        super::p2p::receive(self.sync(), op, self.rank, source, buf, Instant::now())
+        let fp = self.fingerprint::<T>(op, buf.len());
+        self.point_to_point(fp, buf.len(), source, || {
+            self.check_peer(op, source)?;
+            if source == self.rank {
+                return Err(self.invalid(op, InvalidArgument::SelfMessage { op }));
+            }
+            super::p2p::receive(self.sync(), op, self.rank, source, buf, Instant::now())
+        })
     }
 
     fn send_recv<T: Element>(
@@ -563,32 +668,30 @@ impl Communicator for LocalCommunicator {
     ) -> Result<(), CommError> {
         let op = OpKind::SendRecv;
         let _busy = self.enter(op)?;
-        self.check_peer(op, dest)?;
-        self.check_peer(op, source)?;
+        let fp = self.fingerprint::<T>(op, send.len());
         let me = self.rank;
-        match (dest == me, source == me) {
-            (true, true) => {
-                validate::length(op, me, me, BufferRole::Receive, send.len(), recv.len())?;
-                recv.copy_from_slice(send);
-                return Ok(());
+        self.point_to_point(fp, send.len(), dest, || {
+            self.check_peer(op, dest)?;
+            self.check_peer(op, source)?;
+            match (dest == me, source == me) {
+                (true, true) => {
+                    validate::length(op, me, me, BufferRole::Receive, send.len(), recv.len())?;
+                    recv.copy_from_slice(send);
+                    return Ok(());
+                }
+                (false, false) => {}
+                _ => return Err(self.invalid(op, InvalidArgument::SelfMessage { op })),
             }
-            (false, false) => {}
-            _ => return Err(self.invalid(op, InvalidArgument::SelfMessage { op })),
-        }
-        let started = Instant::now();
-        super::p2p::post(self.sync(), me, dest, send);
-        let received = super::p2p::receive(self.sync(), op, me, source, recv, started);
-        let delivered = super::p2p::await_delivery(self.sync(), op, me, dest, started);
-        received.and(delivered)
+            let started = Instant::now();
+            super::p2p::post(self.sync(), me, dest, send);
+            let received = super::p2p::receive(self.sync(), op, me, source, recv, started);
+            let delivered = super::p2p::await_delivery(self.sync(), op, me, dest, started);
+            received.and(delivered)
+        })
     }
 
     fn barrier(&self) -> Result<(), CommError> {
-        let slot = Slot::new(Fingerprint::new(
-            self.seq.fetch_add(1, Ordering::Relaxed),
-            OpKind::Barrier,
-            None,
-            0,
-        ));
+        let slot = Slot::new(Fingerprint::new(0, OpKind::Barrier, None, 0));
         self.collective(slot, |_| Ok(()), |_| ())
     }
 }

@@ -1,12 +1,14 @@
-//! One local group: its synchronisation and the slots through which ranks
-//! publish a call's arguments to each other.
+//! One local group: its synchronisation, the slots through which ranks
+//! publish a call's arguments to each other, each rank's flight recorder,
+//! and the world the group belongs to.
 
 use std::cell::UnsafeCell;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::sync::{GroupSync, WaitPolicy};
-use crate::{Fingerprint, OpKind};
+use crate::flight::{FlightRecorder, RankHistory};
+use crate::{ErrorContext, Fingerprint, OpKind, PeerFailureCause};
 
 /// What one rank publishes for a collective: its fingerprint, buffers and
 /// counts. Pointers are valid between the two barrier episodes of the call.
@@ -76,19 +78,75 @@ unsafe impl Sync for SlotCell {}
 // SAFETY: as above; the raw pointers are only used under that discipline.
 unsafe impl Send for SlotCell {}
 
+/// The groups one world rank belongs to, with its rank in each.
+type Memberships = Vec<(Weak<Group>, usize)>;
+
+/// What every group of one local world shares: its size, deadline, the
+/// flight recorders' epoch, and which groups each world rank belongs to, so
+/// that the world can mark a rank's groups when the rank's work ends
+/// (failure detection never waits for a communicator to be dropped).
+pub(crate) struct World {
+    pub size: usize,
+    pub timeout: Duration,
+    epoch: Instant,
+    epoch_wall: SystemTime,
+    /// `members[w]`: the groups world rank `w` joined, with its rank in each.
+    members: Mutex<Vec<Memberships>>,
+}
+
+impl World {
+    pub(crate) fn new(size: usize, timeout: Duration) -> Arc<Self> {
+        Arc::new(World {
+            size,
+            timeout,
+            epoch: Instant::now(),
+            epoch_wall: SystemTime::now(),
+            members: Mutex::new(vec![Vec::new(); size]),
+        })
+    }
+
+    fn register(&self, world_rank: usize, group: &Arc<Group>, rank: usize) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let list = &mut m[world_rank];
+        list.retain(|(g, _)| g.strong_count() > 0);
+        list.push((Arc::downgrade(group), rank));
+    }
+
+    /// World rank `w`'s work has ended (`cause`): every group it belongs to
+    /// learns that it will never arrive again.
+    pub(crate) fn finish(&self, world_rank: usize, cause: PeerFailureCause) {
+        let groups: Vec<(Arc<Group>, usize)> = {
+            let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut m[world_rank])
+                .into_iter()
+                .filter_map(|(g, r)| g.upgrade().map(|g| (g, r)))
+                .collect()
+        };
+        for (g, r) in groups {
+            g.sync.leave(r, cause);
+        }
+    }
+}
+
 /// Shared state of one group of local ranks.
 pub(crate) struct Group {
     pub sync: GroupSync,
     slots: Box<[SlotCell]>,
+    /// Each rank's flight recorder.
+    recorders: Box<[FlightRecorder]>,
     /// Where the leader of each colour publishes a new sub-group during `split`.
     pub split_out: Box<[Mutex<Option<Arc<Group>>>]>,
-    pub world_size: usize,
+    /// The world rank of each rank of the group.
+    pub world_ranks: Arc<[usize]>,
+    pub world: Arc<World>,
 }
 
 impl Group {
-    pub(crate) fn new(size: usize, timeout: Duration, world_size: usize) -> Arc<Self> {
+    /// A group of the world's ranks `world_ranks`, in that order.
+    pub(crate) fn new(world: &Arc<World>, world_ranks: Vec<usize>) -> Arc<Self> {
+        let size = world_ranks.len();
         Arc::new(Group {
-            sync: GroupSync::new(size, timeout, WaitPolicy::for_world(world_size)),
+            sync: GroupSync::new(size, world.timeout, WaitPolicy::for_world(world.size)),
             slots: (0..size)
                 .map(|_| {
                     SlotCell(UnsafeCell::new(Slot::new(Fingerprint::new(
@@ -99,13 +157,46 @@ impl Group {
                     ))))
                 })
                 .collect(),
+            recorders: (0..size)
+                .map(|_| FlightRecorder::new(world.epoch, world.epoch_wall))
+                .collect(),
             split_out: (0..size).map(|_| Mutex::new(None)).collect(),
-            world_size,
+            world_ranks: world_ranks.into(),
+            world: world.clone(),
         })
+    }
+
+    /// Record that rank `rank` of this group is held by a communicator of
+    /// world rank `world_ranks[rank]`.
+    pub(crate) fn register(self: &Arc<Self>, rank: usize) {
+        self.world.register(self.world_ranks[rank], self, rank);
     }
 
     pub(crate) fn size(&self) -> usize {
         self.sync.size
+    }
+
+    pub(crate) fn recorder(&self, rank: usize) -> &FlightRecorder {
+        &self.recorders[rank]
+    }
+
+    /// Every rank's recent calls.
+    pub(crate) fn histories(&self) -> Vec<RankHistory> {
+        self.recorders
+            .iter()
+            .enumerate()
+            .map(|(r, rec)| rec.history(r, self.world_ranks[r]))
+            .collect()
+    }
+
+    /// The context errors of this group carry; with the histories when `history`.
+    pub(crate) fn context(&self, history: bool) -> ErrorContext {
+        let histories = if history {
+            self.histories()
+        } else {
+            Vec::new()
+        };
+        ErrorContext::new(self.world_ranks.to_vec(), histories)
     }
 
     /// Publish this rank's slot. Only the owner calls this, outside a call's

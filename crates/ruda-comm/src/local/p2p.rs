@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::sync::{GroupSync, Offer, OfferState};
-use crate::{BufferRole, CommError, Element, Fingerprint, OpKind};
+use crate::{BufferRole, CommError, Element, ErrorContext, Fingerprint, OpKind};
 
 /// Post `buf` in the mailbox from `me` to `dest`.
 pub(crate) fn post<T: Element>(sync: &GroupSync, me: usize, dest: usize, buf: &[T]) {
@@ -60,6 +60,7 @@ pub(crate) fn await_delivery(
                 rank: me,
                 peer: dest,
                 cause,
+                context: ErrorContext::none(),
             })
         });
         if let Some(e) = failure {
@@ -80,6 +81,7 @@ pub(crate) fn await_delivery(
                 rank: me,
                 missing: vec![dest],
                 waited: sync.timeout,
+                context: ErrorContext::none(),
             });
         }
     }
@@ -106,9 +108,15 @@ pub(crate) fn receive<T: Element>(
                     op,
                     rank: me,
                     first_rank: source,
-                    first: Fingerprint::new(0, OpKind::Send, Some(offer.dtype), offer.len),
+                    first: Box::new(Fingerprint::new(
+                        0,
+                        OpKind::Send,
+                        Some(offer.dtype),
+                        offer.len,
+                    )),
                     other_rank: me,
-                    other: Fingerprint::new(0, op, Some(T::DTYPE), buf.len()),
+                    other: Box::new(Fingerprint::new(0, op, Some(T::DTYPE), buf.len())),
+                    context: ErrorContext::none(),
                 })
             } else if offer.len != buf.len() {
                 Err(CommError::LengthMismatch {
@@ -118,6 +126,7 @@ pub(crate) fn receive<T: Element>(
                     buffer: BufferRole::Receive,
                     expected: offer.len,
                     got: buf.len(),
+                    context: ErrorContext::none(),
                 })
             } else {
                 Ok(())
@@ -151,6 +160,7 @@ pub(crate) fn receive<T: Element>(
                 rank: me,
                 peer: source,
                 cause,
+                context: ErrorContext::none(),
             });
         }
         let (g, timed_out) = sync.wait_until(st, Some(deadline));
@@ -166,6 +176,7 @@ pub(crate) fn receive<T: Element>(
                 rank: me,
                 missing: vec![source],
                 waited: sync.timeout,
+                context: ErrorContext::none(),
             });
         }
     }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::{CommError, DType, OpKind, PeerFailureCause};
+use crate::{CommError, DType, ErrorContext, OpKind, PeerFailureCause};
 
 /// Why a group can no longer run collectives.
 #[derive(Clone, Debug)]
@@ -38,12 +38,14 @@ impl Poison {
                 rank,
                 peer: *peer,
                 cause: *cause,
+                context: ErrorContext::none(),
             },
             Poison::TimedOut { missing, waited } => CommError::Timeout {
                 op,
                 rank,
                 missing: missing.clone(),
                 waited: *waited,
+                context: ErrorContext::none(),
             },
         }
     }
@@ -112,7 +114,11 @@ pub(crate) struct GroupSync {
     generation: AtomicU64,
     /// Barrier episodes each rank has arrived at.
     reached: Box<[AtomicU64]>,
-    /// Set whenever waiters must look at the locked state (poison, a leave).
+    /// Set whenever waiters must look at the locked state: the group is
+    /// poisoned or a rank has left. Never cleared, on purpose: both are
+    /// permanent (a poisoned group stays failed; a departed rank never
+    /// arrives again, so once it is set no later checked episode of the
+    /// group can complete, and only the slow path can say why).
     alert: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
@@ -176,9 +182,14 @@ impl GroupSync {
     /// Record that `rank` left the group, panicking or not. A panic poisons
     /// every collective of the group; a plain leave fails only the waits
     /// that need this rank.
+    ///
+    /// The first cause is kept, except that a panic overrides a plain
+    /// departure (a rank may drop one communicator, then panic).
     pub(crate) fn leave(&self, rank: usize, cause: PeerFailureCause) {
         let mut st = self.lock();
-        st.left[rank] = Some(cause);
+        if st.left[rank].is_none() || cause == PeerFailureCause::Panicked {
+            st.left[rank] = Some(cause);
+        }
         if cause == PeerFailureCause::Panicked && st.poison.is_none() {
             st.poison = Some(Poison::Failed { peer: rank, cause });
         }

@@ -3,7 +3,7 @@
 //! problem and reports the same error (but for the reporting rank).
 
 use super::group::Slot;
-use crate::{BufferRole, CommError, InvalidArgument, OpKind, ReduceOp};
+use crate::{BufferRole, CommError, ErrorContext, InvalidArgument, OpKind, ReduceOp};
 
 /// Every rank entered the same kind of call.
 pub(crate) fn same_call(slots: &[Slot], me: usize) -> Result<(), CommError> {
@@ -14,9 +14,10 @@ pub(crate) fn same_call(slots: &[Slot], me: usize) -> Result<(), CommError> {
                 op: slots[me].fp.op,
                 rank: me,
                 first_rank: 0,
-                first: *first,
+                first: Box::new(*first),
                 other_rank: r,
-                other: s.fp,
+                other: Box::new(s.fp),
+                context: ErrorContext::none(),
             });
         }
     }
@@ -34,6 +35,7 @@ pub(crate) fn equal_counts(slots: &[Slot], op: OpKind, me: usize) -> Result<(), 
             peer: 0,
             expected: s.fp.count,
             got: c0,
+            context: ErrorContext::none(),
         }),
         None => Ok(()),
     }
@@ -49,6 +51,7 @@ pub(crate) fn reduction(slots: &[Slot], me: usize) -> Result<(), CommError> {
             op: fp.op,
             rank: me,
             reason: InvalidArgument::AverageOfIntegers { dtype },
+            context: ErrorContext::none(),
         });
     }
     Ok(())
@@ -73,6 +76,7 @@ pub(crate) fn length(
             buffer,
             expected,
             got,
+            context: ErrorContext::none(),
         })
     }
 }
@@ -106,6 +110,57 @@ pub(crate) unsafe fn count_lists(
     Ok(())
 }
 
+/// The largest element count a buffer of `slots`' element type can hold.
+fn max_elements(slots: &[Slot]) -> usize {
+    let size = slots[0].fp.dtype.map_or(1, |d| d.size_in_bytes());
+    isize::MAX as usize / size
+}
+
+fn too_large(op: OpKind, me: usize, count: usize, max: usize) -> CommError {
+    CommError::InvalidArgument {
+        op,
+        rank: me,
+        reason: InvalidArgument::TooLarge { count, max },
+        context: ErrorContext::none(),
+    }
+}
+
+/// The sum of a count list, checked: a sum that overflows, or that no
+/// buffer could hold, is [`InvalidArgument::TooLarge`] (never a wrapped
+/// count that would later address memory out of bounds).
+pub(crate) fn total(
+    op: OpKind,
+    me: usize,
+    counts: &[usize],
+    max: usize,
+) -> Result<usize, CommError> {
+    match counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)) {
+        Some(t) if t <= max => Ok(t),
+        Some(t) => Err(too_large(op, me, t, max)),
+        None => Err(too_large(
+            op,
+            me,
+            counts.iter().fold(0usize, |a, &c| a.saturating_add(c)),
+            max,
+        )),
+    }
+}
+
+/// `blocks × len`, checked like [`total`].
+pub(crate) fn product(
+    op: OpKind,
+    me: usize,
+    blocks: usize,
+    len: usize,
+    max: usize,
+) -> Result<usize, CommError> {
+    match blocks.checked_mul(len) {
+        Some(t) if t <= max => Ok(t),
+        Some(t) => Err(too_large(op, me, t, max)),
+        None => Err(too_large(op, me, usize::MAX, max)),
+    }
+}
+
 /// The chunk of a reduce-scatter or all-to-all does not divide.
 pub(crate) fn divisible(
     op: OpKind,
@@ -125,6 +180,7 @@ pub(crate) fn divisible(
                 len,
                 parts,
             },
+            context: ErrorContext::none(),
         })
     }
 }
@@ -133,9 +189,9 @@ pub(crate) fn divisible(
 pub(crate) fn all_gather(slots: &[Slot], me: usize) -> Result<(), CommError> {
     let kind = OpKind::AllGather;
     equal_counts(slots, kind, me)?;
-    let n = slots.len();
+    let (n, max) = (slots.len(), max_elements(slots));
     for (r, s) in slots.iter().enumerate() {
-        let want = n * s.send_len;
+        let want = product(kind, me, n, s.send_len, max)?;
         length(kind, me, r, BufferRole::Receive, want, s.recv_len)?;
     }
     Ok(())
@@ -146,9 +202,10 @@ pub(crate) fn reduce_scatter(slots: &[Slot], me: usize) -> Result<(), CommError>
     let kind = OpKind::ReduceScatter;
     equal_counts(slots, kind, me)?;
     reduction(slots, me)?;
-    let n = slots.len();
+    let (n, max) = (slots.len(), max_elements(slots));
     for (r, s) in slots.iter().enumerate() {
-        length(kind, me, r, BufferRole::Send, n * s.recv_len, s.send_len)?;
+        let want = product(kind, me, n, s.recv_len, max)?;
+        length(kind, me, r, BufferRole::Send, want, s.send_len)?;
     }
     Ok(())
 }
@@ -163,10 +220,11 @@ pub(crate) fn all_to_all_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
     unsafe {
         count_lists(slots, kind, me, false)?;
         count_lists(slots, kind, me, true)?;
+        let max = max_elements(slots);
         for (r, s) in slots.iter().enumerate() {
-            let sent = s.counts().iter().sum();
+            let sent = total(kind, me, s.counts(), max)?;
             length(kind, me, r, BufferRole::Send, sent, s.send_len)?;
-            let received = s.counts2().iter().sum();
+            let received = total(kind, me, s.counts2(), max)?;
             length(kind, me, r, BufferRole::Receive, received, s.recv_len)?;
         }
         for (r, s) in slots.iter().enumerate() {
@@ -180,6 +238,7 @@ pub(crate) fn all_to_all_v(slots: &[Slot], me: usize) -> Result<(), CommError> {
                         peer: p,
                         expected,
                         got,
+                        context: ErrorContext::none(),
                     });
                 }
             }
@@ -224,10 +283,12 @@ unsafe fn counts_against(
                         peer: p,
                         expected,
                         got,
+                        context: ErrorContext::none(),
                     });
                 }
             }
-            length(kind, me, r, total_role, s.counts().iter().sum(), own_len(s))?;
+            let sum = total(kind, me, s.counts(), max_elements(slots))?;
+            length(kind, me, r, total_role, sum, own_len(s))?;
         }
     }
     Ok(())
@@ -281,6 +342,7 @@ pub(crate) fn broadcast(slots: &[Slot], me: usize, root: usize) -> Result<(), Co
             op: kind,
             rank: me,
             reason: InvalidArgument::Root { root, size },
+            context: ErrorContext::none(),
         });
     }
     equal_counts(slots, kind, me)

@@ -3,10 +3,12 @@
 use std::any::Any;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::communicator::LocalCommunicator;
-use super::group::Group;
+use super::group::{Group, World};
+use crate::PeerFailureCause;
 
 /// The deadline of every wait when neither the builder nor
 /// `RUDA_TIMEOUT_SECS` sets one.
@@ -148,17 +150,33 @@ impl LocalWorld {
     /// assert_eq!(ranks, vec![0, 1]);
     /// ```
     pub fn communicators(&self) -> Vec<LocalCommunicator> {
+        self.build().1
+    }
+
+    /// The world's shared state and every rank's communicator.
+    fn build(&self) -> (Option<Arc<World>>, Vec<LocalCommunicator>) {
         if self.size == 0 {
-            return Vec::new();
+            return (None, Vec::new());
         }
-        let group = Group::new(self.size, self.effective_timeout(), self.size);
-        (0..self.size)
+        let world = World::new(self.size, self.effective_timeout());
+        let group = Group::new(&world, (0..self.size).collect());
+        let comms = (0..self.size)
             .map(|r| LocalCommunicator::new(group.clone(), r))
-            .collect()
+            .collect();
+        (Some(world), comms)
     }
 
     /// Run `f` on every rank, each on its own thread with its own
     /// communicator, and return every rank's outcome in rank order.
+    ///
+    /// When a rank's closure returns or panics, every group the rank
+    /// belongs to (the world and every split of it) learns at once that the
+    /// rank will not arrive again, so peers still waiting for it fail
+    /// promptly with [`crate::CommError::PeerFailure`]
+    /// ([`PeerFailureCause::Finished`] or [`PeerFailureCause::Panicked`]) —
+    /// also when the rank's communicators are still alive, e.g. held by an
+    /// autodiff graph. (With [`LocalWorld::communicators`] and threads of
+    /// your own, the same happens only when a communicator is dropped.)
     ///
     /// # Example
     /// ```
@@ -175,8 +193,9 @@ impl LocalWorld {
         E: Send,
         F: Fn(LocalCommunicator) -> Result<R, E> + Sync,
     {
-        let comms = self.communicators();
+        let (world, comms) = self.build();
         let f = &f;
+        let world = &world;
         std::thread::scope(|scope| {
             let handles: Vec<_> = comms
                 .into_iter()
@@ -185,7 +204,15 @@ impl LocalWorld {
                     std::thread::Builder::new()
                         .name(format!("ruda-rank-{rank}"))
                         .spawn_scoped(scope, move || {
-                            match catch_unwind(AssertUnwindSafe(|| f(comm))) {
+                            let out = catch_unwind(AssertUnwindSafe(|| f(comm)));
+                            let cause = match out {
+                                Ok(_) => PeerFailureCause::Finished,
+                                Err(_) => PeerFailureCause::Panicked,
+                            };
+                            if let Some(w) = world {
+                                w.finish(rank, cause);
+                            }
+                            match out {
                                 Ok(Ok(r)) => Ok(r),
                                 Ok(Err(e)) => Err(RankError::Failed(e)),
                                 Err(p) => Err(RankError::Panicked(panic_message(p))),

@@ -2,21 +2,22 @@
 
 use std::ffi::{c_int, c_void};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use mpi::ffi;
 
+use super::agree::{self, Call, Channel};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
-use super::world::Session;
-use crate::local::group::Slot;
-use crate::local::validate;
+use super::session::Session;
+use crate::flight::{self, FlightRecorder, RankHistory};
 use crate::{
-    Accumulator, BufferRole, CommError, Communicator, DType, Element, Fingerprint, InvalidArgument,
-    OpKind, ReduceOp,
+    Accumulator, BufferRole, CommError, Communicator, DType, Element, ErrorContext, Fingerprint,
+    InvalidArgument, OpKind, ReduceOp,
 };
 
-/// One rank of an MPI communicator, from [`super::MpiWorld::init`] or
+/// One rank of an MPI communicator, from [`super::MpiWorld::world`] or
 /// [`Communicator::split`].
 ///
 /// Every collective maps to the MPI call that does it natively
@@ -25,24 +26,42 @@ use crate::{
 /// words and are reduced in `f32`, rounded once. Every length is checked
 /// against the counts before the call and every MPI return code is checked.
 ///
-/// MPI cannot see a peer's buffers, so cross-rank checks (counts that
-/// disagree, ranks in different collectives) need one extra small exchange
-/// per call: set `RUDA_DEBUG=1` to get them, as errors on every rank.
-/// Without it, a rank whose own arguments are inconsistent aborts the job
-/// with the error (rather than leaving its peers blocked in MPI).
+/// With checks on (the default, see [`super::MpiWorldBuilder::checked`]),
+/// every collective first exchanges every rank's call record with each
+/// peer, with the deadline: a rank that does not arrive is a
+/// [`CommError::Timeout`] naming it, and ranks in different collectives or
+/// with counts that do not fit get the same error on every rank, as with
+/// the local transport, before any data moves. A communicator that timed
+/// out stays failed. Point-to-point calls rendezvous on a header and an
+/// acknowledgement with the deadline, so a mismatch is an error on both
+/// sides and a missing peer a timeout.
+///
+/// Calls on one communicator must not overlap (two threads using it at
+/// once get [`InvalidArgument::ConcurrentUse`]); calls on different
+/// communicators may, from any threads (MPI runs at
+/// `MPI_THREAD_MULTIPLE`, or ruda serialises its MPI calls when MPI grants
+/// only `MPI_THREAD_SERIALIZED`).
 pub struct MpiCommunicator {
     comm: ffi::MPI_Comm,
+    /// A duplicate of `comm` for call records and point-to-point headers,
+    /// so they never meet data messages.
+    ctl: ffi::MPI_Comm,
     rank: usize,
     size: usize,
+    world_ranks: Arc<[usize]>,
     seq: AtomicU64,
     busy: AtomicBool,
-    // Declared last: dropped after `comm` is freed, so MPI is finalised
-    // only after every communicator.
+    recorder: FlightRecorder,
+    /// The error that failed this communicator for good (a timeout).
+    failed: Mutex<Option<CommError>>,
     session: Arc<Session>,
 }
 
-// SAFETY: the handle is only used inside calls, which are serialised per
-// communicator (`busy`), and MPI runs with MPI_THREAD_SERIALIZED.
+// SAFETY: the MPI handles are only used inside calls, which never overlap
+// on one communicator (`busy`); MPI runs at MPI_THREAD_MULTIPLE, or every
+// MPI call of this process goes through the session's lock
+// (`Session::mpi`), which is what MPI_THREAD_SERIALIZED requires. Dropping
+// on another thread frees the handles the same way.
 unsafe impl Send for MpiCommunicator {}
 // SAFETY: as above.
 unsafe impl Sync for MpiCommunicator {}
@@ -58,14 +77,15 @@ impl fmt::Debug for MpiCommunicator {
 
 impl Drop for MpiCommunicator {
     fn drop(&mut self) {
-        let mut done: c_int = 0;
-        // SAFETY: free the communicator this value owns, unless MPI is gone.
-        unsafe {
-            ffi::MPI_Finalized(&mut done);
-            if done == 0 {
-                ffi::MPI_Comm_free(&mut self.comm);
-            }
-        }
+        let Ok(_gate) = self.session.gate(OpKind::Init, self.rank) else {
+            return; // MPI is finalised: nothing to free
+        };
+        let (comm, ctl) = (&mut self.comm, &mut self.ctl);
+        // SAFETY: free the handles this value owns, under the session's lock.
+        self.session.mpi(|| unsafe {
+            ffi::MPI_Comm_free(ctl);
+            ffi::MPI_Comm_free(comm);
+        });
     }
 }
 
@@ -74,28 +94,6 @@ struct Busy<'a>(&'a AtomicBool);
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
-    }
-}
-
-/// What a call tells the debug-mode agreement about itself.
-struct Call<'a> {
-    fp: Fingerprint,
-    send_len: usize,
-    recv_len: usize,
-    counts: &'a [usize],
-    counts2: &'a [usize],
-}
-
-impl Call<'_> {
-    /// A call without count lists.
-    fn lens(fp: Fingerprint, send_len: usize, recv_len: usize) -> Self {
-        Call {
-            fp,
-            send_len,
-            recv_len,
-            counts: &[],
-            counts2: &[],
-        }
     }
 }
 
@@ -127,68 +125,221 @@ fn mut_ptr<T>(s: &mut [T]) -> *mut c_void {
     }
 }
 
+/// The world rank of each rank of `comm`.
+fn world_ranks(comm: ffi::MPI_Comm, size: usize) -> Result<Vec<usize>, CommError> {
+    // SAFETY: reading MPI's null group handle.
+    let (mut g, mut gw) = unsafe { (ffi::RSMPI_GROUP_NULL, ffi::RSMPI_GROUP_NULL) };
+    let ranks: Vec<c_int> = (0..size as c_int).collect();
+    let mut out = vec![0 as c_int; size];
+    // SAFETY: valid communicators; `ranks` and `out` hold `size` entries;
+    // both groups are freed.
+    let rc = unsafe {
+        let mut rc = ffi::MPI_Comm_group(comm, &mut g);
+        if rc == 0 {
+            rc = ffi::MPI_Comm_group(ffi::RSMPI_COMM_WORLD, &mut gw);
+        }
+        if rc == 0 {
+            rc = ffi::MPI_Group_translate_ranks(
+                g,
+                size as c_int,
+                ranks.as_ptr(),
+                gw,
+                out.as_mut_ptr(),
+            );
+        }
+        ffi::MPI_Group_free(&mut g);
+        ffi::MPI_Group_free(&mut gw);
+        rc
+    };
+    check(OpKind::Init, 0, rc)?;
+    Ok(out.into_iter().map(|r| r as usize).collect())
+}
+
 impl MpiCommunicator {
-    pub(crate) fn new(comm: ffi::MPI_Comm, session: Arc<Session>) -> Self {
-        let (mut rank, mut size): (c_int, c_int) = (0, 0);
-        // SAFETY: a valid communicator handle.
-        unsafe {
-            ffi::MPI_Comm_rank(comm, &mut rank);
-            ffi::MPI_Comm_size(comm, &mut size);
-        }
-        MpiCommunicator {
-            comm,
-            rank: rank as usize,
-            size: size as usize,
-            seq: AtomicU64::new(0),
-            busy: AtomicBool::new(false),
-            session,
-        }
+    /// A communicator over the same ranks as `parent` (which this does not
+    /// own), with its own handles whose errors return codes.
+    pub(crate) fn duplicate(
+        parent: ffi::MPI_Comm,
+        session: Arc<Session>,
+    ) -> Result<Self, CommError> {
+        // SAFETY: reading MPI's null communicator handle.
+        let mut comm = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: a valid communicator; MPI writes the new handle.
+        let rc = session.mpi(|| unsafe { ffi::MPI_Comm_dup(parent, &mut comm) });
+        raw::check(OpKind::Init, 0, rc)?;
+        Self::adopt(comm, session)
     }
 
-    /// Whether the cross-rank checks of `RUDA_DEBUG=1` are on.
-    pub fn debug(&self) -> bool {
-        self.session.debug
+    /// Own `comm` (a new communicator): set its error handler, duplicate it
+    /// for the control channel, and learn the world ranks.
+    fn adopt(mut comm: ffi::MPI_Comm, session: Arc<Session>) -> Result<Self, CommError> {
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: reading MPI's null communicator handle.
+        let mut ctl = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: `comm` is a valid communicator this value now owns; its
+        // errors return codes; `ctl` is its duplicate (same handler).
+        let rc = session.mpi(|| unsafe {
+            let mut rc = ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN);
+            if rc == 0 {
+                rc = ffi::MPI_Comm_dup(comm, &mut ctl);
+            }
+            ffi::MPI_Comm_rank(comm, &mut rank);
+            ffi::MPI_Comm_size(comm, &mut size);
+            rc
+        });
+        if let Err(e) = raw::check(OpKind::Init, rank as usize, rc) {
+            // SAFETY: free the handle we own.
+            session.mpi(|| unsafe { ffi::MPI_Comm_free(&mut comm) });
+            return Err(e);
+        }
+        let size = size as usize;
+        let world_ranks = session.mpi(|| world_ranks(comm, size))?;
+        Ok(MpiCommunicator {
+            comm,
+            ctl,
+            rank: rank as usize,
+            size,
+            world_ranks: world_ranks.into(),
+            seq: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+            recorder: FlightRecorder::new(Instant::now(), SystemTime::now()),
+            failed: Mutex::new(None),
+            session,
+        })
+    }
+
+    /// Whether collectives exchange call records first (see
+    /// [`super::MpiWorldBuilder::checked`]).
+    pub fn checked(&self) -> bool {
+        self.session.checked
     }
 
     fn enter(&self, op: OpKind) -> Result<Busy<'_>, CommError> {
         if self.busy.swap(true, Ordering::Acquire) {
-            return Err(CommError::InvalidArgument {
+            return Err(self.finish(CommError::InvalidArgument {
                 op,
                 rank: self.rank,
                 reason: InvalidArgument::ConcurrentUse,
-            });
+                context: ErrorContext::none(),
+            }));
         }
         Ok(Busy(&self.busy))
     }
 
-    fn fingerprint<T: Element>(&self, op: OpKind, count: usize) -> Fingerprint {
-        Fingerprint::new(
-            self.seq.fetch_add(1, Ordering::Relaxed),
-            op,
-            Some(T::DTYPE),
-            count,
-        )
+    fn channel(&self) -> Channel<'_> {
+        Channel {
+            session: &self.session,
+            ctl: self.ctl,
+            rank: self.rank,
+            size: self.size,
+        }
     }
 
-    /// Check a call before it reaches MPI. In debug mode every rank's
-    /// arguments are gathered and checked as the local transport checks
-    /// them, so a problem anywhere is the same error everywhere. Otherwise
-    /// only this rank's own consistency is checked (`local`); a problem is
-    /// returned in a one-rank world and aborts the job in a larger one.
-    fn admit(
+    /// Add the context to an error and dump the flight recorder if asked.
+    fn finish(&self, e: CommError) -> CommError {
+        let history = e.wants_history();
+        let e = e.with_context(|| {
+            let h = if history {
+                vec![
+                    self.recorder
+                        .history(self.rank, self.world_ranks[self.rank]),
+                ]
+            } else {
+                Vec::new()
+            };
+            ErrorContext::new(self.world_ranks.to_vec(), h)
+        });
+        if history {
+            flight::dump_if_requested(&e);
+        }
+        e
+    }
+
+    /// Run one call: refuse concurrent use, number it, keep
+    /// MPI from being finalised meanwhile, record it, refuse it on a failed
+    /// communicator, run `body`, and fail the communicator for good if the
+    /// call timed out.
+    fn call<R>(
         &self,
-        call: Call<'_>,
+        fp: Fingerprint,
+        elements: usize,
+        peer: Option<usize>,
+        body: impl FnOnce(Fingerprint) -> Result<R, CommError>,
+    ) -> Result<R, CommError> {
+        let _busy = self.enter(fp.op)?;
+        let _gate = self
+            .session
+            .gate(fp.op, self.rank)
+            .map_err(|e| self.finish(e))?;
+        // Collectives take the next sequence number; point-to-point calls
+        // (between two ranks only) record how many collectives came before.
+        let seq = if peer.is_some() {
+            self.seq.load(Ordering::Relaxed)
+        } else {
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        };
+        let fp = Fingerprint { seq, ..fp };
+        let token = self.recorder.begin(fp, elements, peer);
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let r = match failed {
+            Some(e) => Err(with_op(e, fp.op, self.rank)),
+            None => body(fp),
+        };
+        if let Err(e @ CommError::Timeout { .. }) = &r {
+            *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+            self.session.mark_broken();
+        }
+        self.recorder.end(token, flight::outcome_of(&r));
+        r.map_err(|e| self.finish(e))
+    }
+
+    /// A collective: check it (every rank's record with checks on, this
+    /// rank's own arguments otherwise), then move the data.
+    fn collective<R>(
+        &self,
+        fp: Fingerprint,
+        send_len: usize,
+        recv_len: usize,
+        counts: (&[usize], &[usize]),
+        local: impl FnOnce() -> Result<(), CommError>,
+        data: impl FnOnce() -> Result<R, CommError>,
+    ) -> Result<R, CommError> {
+        let elements = send_len.max(recv_len);
+        self.call(fp, elements, None, |fp| {
+            if self.session.checked {
+                let call = Call {
+                    fp,
+                    send_len,
+                    recv_len,
+                    counts: counts.0,
+                    counts2: counts.1,
+                };
+                let deadline = Instant::now() + self.session.timeout;
+                agree::agree(&self.channel(), &call, deadline)?;
+            } else {
+                self.admit_unchecked(local)?;
+            }
+            data()
+        })
+    }
+
+    /// Without checks, a rank whose own arguments are inconsistent would
+    /// leave its peers blocked in MPI: in a group of more than one it
+    /// aborts the job with the error instead.
+    fn admit_unchecked(
+        &self,
         local: impl FnOnce() -> Result<(), CommError>,
     ) -> Result<(), CommError> {
-        if self.session.debug {
-            return self.agree(call);
-        }
         match local() {
             Ok(()) => Ok(()),
             Err(e) if self.size == 1 => Err(e),
             Err(e) => {
                 eprintln!(
-                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (run with RUDA_DEBUG=1 to get it as an error on every rank)"
+                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: RUDA_MPI_CHECKS=0 or MpiWorldBuilder::checked(false))"
                 );
                 // SAFETY: abort the whole job.
                 unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 71) };
@@ -197,90 +348,13 @@ impl MpiCommunicator {
         }
     }
 
-    /// The debug-mode exchange: every rank's fingerprint, lengths and counts.
-    fn agree(&self, call: Call<'_>) -> Result<(), CommError> {
-        let n = self.size;
-        let words = 10 + 2 * n;
-        let fp = call.fp;
-        let mut mine = vec![0i64; words];
-        mine[0] = fp.seq as i64;
-        mine[1] = fp.op.code() as i64;
-        mine[2] = fp.dtype.map_or(0, |d| d.code() as i64 + 1);
-        mine[3] = fp.count as i64;
-        mine[4] = fp.reduce.map_or(0, |r| {
-            ReduceOp::ALL.iter().position(|&o| o == r).expect("listed") as i64 + 1
-        });
-        mine[5] = fp.root.map_or(0, |r| r as i64 + 1);
-        mine[6] = call.send_len as i64;
-        mine[7] = call.recv_len as i64;
-        mine[8] = call.counts.len() as i64;
-        mine[9] = call.counts2.len() as i64;
-        for (w, &c) in mine[10..10 + n].iter_mut().zip(call.counts) {
-            *w = c as i64;
-        }
-        for (w, &c) in mine[10 + n..].iter_mut().zip(call.counts2) {
-            *w = c as i64;
-        }
-        let mut all = vec![0i64; n * words];
-        let c = count(fp.op, self.rank, words)?;
-        // SAFETY: buffers of `words` and `n * words` i64 values.
-        let rc = unsafe {
-            ffi::MPI_Allgather(
-                ptr(&mine),
-                c,
-                ffi::RSMPI_INT64_T,
-                mut_ptr(&mut all),
-                c,
-                ffi::RSMPI_INT64_T,
-                self.comm,
-            )
-        };
-        check(fp.op, self.rank, rc)?;
-        let rows: Vec<&[i64]> = all.chunks(words).collect();
-        let lists: Vec<(Vec<usize>, Vec<usize>)> = rows
-            .iter()
-            .map(|w| {
-                let a = w[10..10 + n].iter().map(|&x| x as usize).collect();
-                let b = w[10 + n..].iter().map(|&x| x as usize).collect();
-                (a, b)
-            })
-            .collect();
-        let slots: Vec<Slot> = rows
-            .iter()
-            .zip(&lists)
-            .map(|(w, (a, b))| {
-                let op = OpKind::from_code(w[1] as u8).unwrap_or(OpKind::Init);
-                let mut f = Fingerprint::new(
-                    w[0] as u64,
-                    op,
-                    (w[2] > 0)
-                        .then(|| DType::from_code(w[2] as u8 - 1))
-                        .flatten(),
-                    w[3] as usize,
-                );
-                f.reduce = (w[4] > 0).then(|| ReduceOp::ALL[w[4] as usize - 1]);
-                f.root = (w[5] > 0).then(|| w[5] as usize - 1);
-                let mut s = Slot::new(f);
-                s.send_len = w[6] as usize;
-                s.recv_len = w[7] as usize;
-                // Lists longer than the group are reported by length before
-                // any entry past `n` would be read.
-                s.counts = a.as_ptr();
-                s.counts_len = w[8] as usize;
-                s.counts2 = b.as_ptr();
-                s.counts2_len = w[9] as usize;
-                s
-            })
-            .collect();
-        validate::by_op(&slots, self.rank)
-    }
-
     fn avg_on_integers<T: Element>(&self, op: OpKind, r: ReduceOp) -> Result<(), CommError> {
         if r == ReduceOp::Avg && !T::DTYPE.is_float() {
             return Err(CommError::InvalidArgument {
                 op,
                 rank: self.rank,
                 reason: InvalidArgument::AverageOfIntegers { dtype: T::DTYPE },
+                context: ErrorContext::none(),
             });
         }
         Ok(())
@@ -303,22 +377,36 @@ impl MpiCommunicator {
                 buffer,
                 expected,
                 got,
+                context: ErrorContext::none(),
             })
         }
     }
 
-    fn peer(&self, op: OpKind, peer: usize) -> Result<c_int, CommError> {
+    /// The sum of a count list, checked (see `validate::total`).
+    fn total<T: Element>(&self, op: OpKind, counts: &[usize]) -> Result<usize, CommError> {
+        crate::local::validate::total(op, self.rank, counts, isize::MAX as usize / size_of::<T>())
+    }
+
+    fn invalid(&self, op: OpKind, reason: InvalidArgument) -> CommError {
+        CommError::InvalidArgument {
+            op,
+            rank: self.rank,
+            reason,
+            context: ErrorContext::none(),
+        }
+    }
+
+    fn peer(&self, op: OpKind, peer: usize) -> Result<usize, CommError> {
         if peer >= self.size {
-            return Err(CommError::InvalidArgument {
+            return Err(self.invalid(
                 op,
-                rank: self.rank,
-                reason: InvalidArgument::Peer {
+                InvalidArgument::Peer {
                     peer,
                     size: self.size,
                 },
-            });
+            ));
         }
-        Ok(peer as c_int)
+        Ok(peer)
     }
 
     /// Run the reducing MPI call `call(send, recv, datatype)` from `send`
@@ -377,158 +465,6 @@ impl MpiCommunicator {
         Ok(())
     }
 
-    fn self_message(&self, op: OpKind) -> CommError {
-        CommError::InvalidArgument {
-            op,
-            rank: self.rank,
-            reason: InvalidArgument::SelfMessage { op },
-        }
-    }
-
-    /// Point-to-point with both sides told of a mismatch: a header (length,
-    /// dtype) goes ahead of the data, the receiver drains a message that
-    /// does not fit into a scratch buffer instead of truncating it, and
-    /// acknowledges with its own length and type, so sender and receiver
-    /// report the same error. Tags: 2 header, 0 data, 1 acknowledgement.
-    fn p2p<T: Element>(
-        &self,
-        op: OpKind,
-        send: Option<(&[T], c_int)>,
-        recv: Option<(&mut [T], c_int)>,
-    ) -> Result<(), CommError> {
-        let me = self.rank;
-        let code = T::DTYPE.code() as i64;
-        let i64t = datatype(DType::I64);
-        // 1. Headers: [length, dtype code] to the destination, from the source.
-        let header_out = send.as_ref().map(|(b, _)| [b.len() as i64, code]);
-        let mut header_in = [0i64; 2];
-        self.exchange(
-            op,
-            send.as_ref()
-                .zip(header_out.as_ref())
-                .map(|((_, d), h)| (ptr(h), 2, i64t, *d)),
-            recv.as_ref()
-                .map(|(_, s)| (mut_ptr(&mut header_in), 2, i64t, *s)),
-            2,
-        )?;
-        // 2. Data: taken whole, into the receive buffer when it fits and into
-        // scratch otherwise (never truncated, never left in flight).
-        let (expected, their_code) = (header_in[0] as usize, header_in[1]);
-        let recv_ok = recv
-            .as_ref()
-            .is_some_and(|(b, _)| b.len() == expected && their_code == code);
-        let mut scratch: Vec<u8> = Vec::new();
-        let (recv_len, recv_src) = recv.as_ref().map_or((0, 0), |(b, s)| (b.len(), *s));
-        let into = match recv {
-            Some((buf, s)) if recv_ok => {
-                Some((mut_ptr(buf), expected as c_int, datatype(T::DTYPE), s))
-            }
-            Some((_, s)) => {
-                let their = DType::from_code(their_code as u8).unwrap_or(DType::U8);
-                scratch.resize(expected * their.size_in_bytes(), 0);
-                Some((mut_ptr(&mut scratch), expected as c_int, datatype(their), s))
-            }
-            None => None,
-        };
-        let has_recv = into.is_some();
-        self.exchange(
-            op,
-            send.as_ref()
-                .map(|(b, d)| (ptr(b), b.len() as c_int, datatype(T::DTYPE), *d)),
-            into,
-            0,
-        )?;
-        // 3. Acknowledgements: the receiver's [length, dtype] back to the sender.
-        let ack_out = [recv_len as i64, code];
-        let mut ack_in = [0i64; 2];
-        self.exchange(
-            op,
-            has_recv.then(|| (ptr(&ack_out), 2, i64t, recv_src)),
-            send.as_ref()
-                .map(|(_, d)| (mut_ptr(&mut ack_in), 2, i64t, *d)),
-            1,
-        )?;
-        if has_recv && !recv_ok {
-            return Err(self.p2p_error(
-                op,
-                me,
-                (expected, their_code),
-                (recv_len, code),
-                recv_src as usize,
-            ));
-        }
-        if let Some((buf, d)) = send
-            && (ack_in[0] as usize != buf.len() || ack_in[1] != code)
-        {
-            return Err(self.p2p_error(
-                op,
-                d as usize,
-                (buf.len(), code),
-                (ack_in[0] as usize, ack_in[1]),
-                me,
-            ));
-        }
-        Ok(())
-    }
-
-    /// One point-to-point phase: send, receive, or both at once (so rings
-    /// and pairwise exchanges cannot deadlock on large messages).
-    fn exchange(
-        &self,
-        op: OpKind,
-        send: Option<(*const c_void, c_int, ffi::MPI_Datatype, c_int)>,
-        recv: Option<(*mut c_void, c_int, ffi::MPI_Datatype, c_int)>,
-        tag: c_int,
-    ) -> Result<(), CommError> {
-        // SAFETY: each pointer addresses a buffer of its count and datatype
-        // (checked by the callers), peers are ranks of the group.
-        let rc = unsafe {
-            let ignore = ffi::RSMPI_STATUS_IGNORE;
-            match (send, recv) {
-                (Some((sp, sc, st, d)), Some((rp, rc, rt, s))) => {
-                    ffi::MPI_Sendrecv(sp, sc, st, d, tag, rp, rc, rt, s, tag, self.comm, ignore)
-                }
-                (Some((sp, sc, st, d)), None) => ffi::MPI_Send(sp, sc, st, d, tag, self.comm),
-                (None, Some((rp, rc, rt, s))) => {
-                    ffi::MPI_Recv(rp, rc, rt, s, tag, self.comm, ignore)
-                }
-                (None, None) => 0,
-            }
-        };
-        check(op, self.rank, rc)
-    }
-
-    /// The error of a message of `sent` (length, dtype code) from `sender`
-    /// meeting a receive of `got` at `receiver`, as both sides report it.
-    fn p2p_error(
-        &self,
-        op: OpKind,
-        receiver: usize,
-        sent: (usize, i64),
-        got: (usize, i64),
-        sender: usize,
-    ) -> CommError {
-        if sent.1 != got.1 {
-            let dt = |c: i64| DType::from_code(c as u8);
-            return CommError::Desync {
-                op,
-                rank: self.rank,
-                first_rank: sender,
-                first: Fingerprint::new(0, OpKind::Send, dt(sent.1), sent.0),
-                other_rank: receiver,
-                other: Fingerprint::new(0, OpKind::Recv, dt(got.1), got.0),
-            };
-        }
-        CommError::LengthMismatch {
-            op,
-            rank: self.rank,
-            offender: receiver,
-            buffer: BufferRole::Receive,
-            expected: sent.0,
-            got: got.0,
-        }
-    }
-
     /// In-place all-reduce of `len` elements of `dt` at `p`, in chunks that
     /// fit a C `int`.
     fn all_reduce_raw(
@@ -547,14 +483,15 @@ impl MpiCommunicator {
             let chunk = unsafe { (p as *mut u8).add(off * size) } as *mut c_void;
             let rc = if self.session.in_place {
                 // SAFETY: Open MPI's MPI_IN_PLACE is `(void *) 1`.
-                unsafe {
+                self.session.mpi(|| unsafe {
                     ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, chunk, m as c_int, dt, op, self.comm)
-                }
+                })
             } else {
                 // SAFETY: a separate copy as the send buffer.
                 let copy =
                     unsafe { std::slice::from_raw_parts(chunk as *const u8, m * size) }.to_vec();
-                unsafe {
+                // SAFETY: the copy and `chunk` hold `m` elements each.
+                self.session.mpi(|| unsafe {
                     ffi::MPI_Allreduce(
                         copy.as_ptr() as *const c_void,
                         chunk,
@@ -563,7 +500,7 @@ impl MpiCommunicator {
                         op,
                         self.comm,
                     )
-                }
+                })
             };
             check(kind, self.rank, rc)?;
             off += m;
@@ -619,6 +556,15 @@ fn divide<T: Element>(buf: &mut [T], n: usize) {
     }
 }
 
+/// `e` as reported by the call `op` of `rank` (a failed communicator
+/// answers every later call with the error that failed it).
+fn with_op(mut e: CommError, op: OpKind, rank: usize) -> CommError {
+    if let CommError::Timeout { op: o, .. } = &mut e {
+        *o = op;
+    }
+    e.reported_by(rank)
+}
+
 impl Communicator for MpiCommunicator {
     fn rank(&self) -> usize {
         self.rank
@@ -628,101 +574,155 @@ impl Communicator for MpiCommunicator {
         self.size
     }
 
+    fn world_rank(&self, r: usize) -> usize {
+        self.world_ranks[r]
+    }
+
+    fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    fn flight_record(&self) -> RankHistory {
+        self.recorder
+            .history(self.rank, self.world_ranks[self.rank])
+    }
+
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, CommError> {
         let op = OpKind::Split;
-        let _b = self.enter(op)?;
-        let fp = Fingerprint::new(self.seq.fetch_add(1, Ordering::Relaxed), op, None, 0);
-        self.admit(Call::lens(fp, 0, 0), || Ok(()))?;
+        let fp = Fingerprint::new(0, op, None, 0);
         let c = match color {
+            // SAFETY: reading MPI's "undefined" constant.
             None => unsafe { ffi::RSMPI_UNDEFINED },
-            Some(c) => c_int::try_from(c).map_err(|_| CommError::InvalidArgument {
-                op,
-                rank: self.rank,
-                reason: InvalidArgument::Color {
-                    color: c,
-                    max: i32::MAX as u32,
-                },
+            Some(c) => c_int::try_from(c).map_err(|_| {
+                self.finish(self.invalid(
+                    op,
+                    InvalidArgument::Color {
+                        color: c,
+                        max: i32::MAX as u32,
+                    },
+                ))
             })?,
         };
-        // SAFETY: reading MPI's null communicator handle.
-        let mut out = unsafe { ffi::RSMPI_COMM_NULL };
-        // SAFETY: a valid communicator; MPI writes the new handle.
-        check(op, self.rank, unsafe {
-            ffi::MPI_Comm_split(self.comm, c, key, &mut out)
-        })?;
+        let out = self.collective(
+            fp,
+            0,
+            0,
+            (&[], &[]),
+            || Ok(()),
+            || {
+                // SAFETY: reading MPI's null communicator handle.
+                let mut out = unsafe { ffi::RSMPI_COMM_NULL };
+                // SAFETY: a valid communicator; MPI writes the new handle. Every
+                // rank has arrived (checked) or is committed (unchecked).
+                let rc = self
+                    .session
+                    .mpi(|| unsafe { ffi::MPI_Comm_split(self.comm, c, key, &mut out) });
+                check(op, self.rank, rc)?;
+                Ok(out)
+            },
+        )?;
         // SAFETY: comparing with MPI's null communicator handle.
         if out == unsafe { ffi::RSMPI_COMM_NULL } {
             return Ok(None);
         }
-        Ok(Some(MpiCommunicator::new(out, self.session.clone())))
+        MpiCommunicator::adopt(out, self.session.clone())
+            .map(Some)
+            .map_err(|e| self.finish(e))
     }
 
     fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), CommError> {
         let kind = OpKind::AllReduce;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, buf.len()).with_reduce(op);
-        self.admit(Call::lens(fp, 0, buf.len()), || Ok(()))?;
-        self.avg_on_integers::<T>(kind, op)?;
-        if is_half(T::DTYPE) {
-            let mut wide = widen(buf);
-            self.all_reduce_raw(
-                mut_ptr(&mut wide),
-                wide.len(),
-                4,
-                unsafe { ffi::RSMPI_FLOAT },
-                operator(op),
-            )?;
-            if op == ReduceOp::Avg {
-                wide.iter_mut().for_each(|x| *x /= self.size as f32);
-            }
-            narrow(&wide, buf);
-            return Ok(());
-        }
-        if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
-            // Open MPI 4.1's vectorised 8-bit sum saturates instead of
-            // wrapping (found by the conformance suite): reduce in u32,
-            // whose wrap-around is a multiple of 256, and truncate.
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-            let mut wide: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
-            self.all_reduce_raw(
-                mut_ptr(&mut wide),
-                wide.len(),
-                4,
-                datatype(DType::U32),
-                operator(op),
-            )?;
-            for (b, w) in bytes.iter_mut().zip(&wide) {
-                *b = *w as u8;
-            }
-            return Ok(());
-        }
-        self.all_reduce_raw(
-            mut_ptr(buf),
-            buf.len(),
-            size_of::<T>(),
-            datatype(T::DTYPE),
-            operator(op),
-        )?;
-        if op == ReduceOp::Avg {
-            divide(buf, self.size);
-        }
-        Ok(())
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len()).with_reduce(op);
+        let len = buf.len();
+        self.collective(
+            fp,
+            0,
+            len,
+            (&[], &[]),
+            || Ok(()),
+            || {
+                self.avg_on_integers::<T>(kind, op)?;
+                if is_half(T::DTYPE) {
+                    let mut wide = widen(buf);
+                    self.all_reduce_raw(
+                        mut_ptr(&mut wide),
+                        wide.len(),
+                        4,
+                        // SAFETY: reading MPI's predefined datatype handle.
+                        unsafe { ffi::RSMPI_FLOAT },
+                        operator(op),
+                    )?;
+                    if op == ReduceOp::Avg {
+                        wide.iter_mut().for_each(|x| *x /= self.size as f32);
+                    }
+                    narrow(&wide, buf);
+                    return Ok(());
+                }
+                if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
+                    // Open MPI 4.1's vectorised 8-bit sum saturates instead of
+                    // wrapping (found by the conformance suite): reduce in u32,
+                    // whose wrap-around is a multiple of 256, and truncate.
+                    let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+                    let mut wide: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
+                    self.all_reduce_raw(
+                        mut_ptr(&mut wide),
+                        wide.len(),
+                        4,
+                        datatype(DType::U32),
+                        operator(op),
+                    )?;
+                    for (b, w) in bytes.iter_mut().zip(&wide) {
+                        *b = *w as u8;
+                    }
+                    return Ok(());
+                }
+                self.all_reduce_raw(
+                    mut_ptr(buf),
+                    buf.len(),
+                    size_of::<T>(),
+                    datatype(T::DTYPE),
+                    operator(op),
+                )?;
+                if op == ReduceOp::Avg {
+                    divide(buf, self.size);
+                }
+                Ok(())
+            },
+        )
     }
 
     fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
         let kind = OpKind::AllGather;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, send.len());
-        let n = self.size;
-        self.admit(Call::lens(fp, send.len(), recv.len()), || {
-            self.length(kind, BufferRole::Receive, n * send.len(), recv.len())
-        })?;
-        let c = count(kind, self.rank, send.len())?;
-        count(kind, self.rank, recv.len())?;
-        let dt = datatype(T::DTYPE);
-        // SAFETY: lengths checked: `send` holds c and `recv` n × c elements.
-        let rc = unsafe { ffi::MPI_Allgather(ptr(send), c, dt, mut_ptr(recv), c, dt, self.comm) };
-        check(kind, self.rank, rc)
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), send.len());
+        let (me, n) = (self.rank, self.size);
+        let (send_len, recv_len) = (send.len(), recv.len());
+        let want = || {
+            crate::local::validate::product(
+                kind,
+                me,
+                n,
+                send_len,
+                isize::MAX as usize / size_of::<T>(),
+            )
+        };
+        self.collective(
+            fp,
+            send_len,
+            recv_len,
+            (&[], &[]),
+            || self.length(kind, BufferRole::Receive, want()?, recv_len),
+            || {
+                // MPI takes the per-rank count; the total may exceed an int.
+                let c = count(kind, me, send.len())?;
+                let dt = datatype(T::DTYPE);
+                let (sp, rp) = (ptr(send), mut_ptr(recv));
+                // SAFETY: lengths checked: `send` holds c and `recv` n × c elements.
+                let rc = self
+                    .session
+                    .mpi(|| unsafe { ffi::MPI_Allgather(sp, c, dt, rp, c, dt, self.comm) });
+                check(kind, me, rc)
+            },
+        )
     }
 
     fn all_gather_v<T: Element>(
@@ -732,48 +732,41 @@ impl Communicator for MpiCommunicator {
         counts: &[usize],
     ) -> Result<(), CommError> {
         let kind = OpKind::AllGatherV;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, 0);
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), 0);
         let (me, n) = (self.rank, self.size);
-        self.admit(
-            Call {
-                fp,
-                send_len: send.len(),
-                recv_len: recv.len(),
-                counts,
-                counts2: &[],
-            },
+        let (send_len, recv_len) = (send.len(), recv.len());
+        self.collective(
+            fp,
+            send_len,
+            recv_len,
+            (counts, &[]),
             || {
                 self.length(kind, BufferRole::ReceiveCounts, n, counts.len())?;
-                if counts[me] != send.len() {
+                if counts[me] != send_len {
                     return Err(CommError::CountMismatch {
                         op: kind,
                         rank: me,
                         offender: me,
                         peer: me,
                         expected: counts[me],
-                        got: send.len(),
+                        got: send_len,
+                        context: ErrorContext::none(),
                     });
                 }
-                self.length(kind, BufferRole::Receive, counts.iter().sum(), recv.len())
+                let total = self.total::<T>(kind, counts)?;
+                self.length(kind, BufferRole::Receive, total, recv_len)
             },
-        )?;
-        let (c, d) = counts_and_displs(kind, me, counts)?;
-        let dt = datatype(T::DTYPE);
-        // SAFETY: lengths checked against the counts.
-        let rc = unsafe {
-            ffi::MPI_Allgatherv(
-                ptr(send),
-                c[me],
-                dt,
-                mut_ptr(recv),
-                c.as_ptr(),
-                d.as_ptr(),
-                dt,
-                self.comm,
-            )
-        };
-        check(kind, me, rc)
+            || {
+                let (c, d) = counts_and_displs(kind, me, counts)?;
+                let dt = datatype(T::DTYPE);
+                let (sp, rp) = (ptr(send), mut_ptr(recv));
+                // SAFETY: lengths checked against the counts.
+                let rc = self.session.mpi(|| unsafe {
+                    ffi::MPI_Allgatherv(sp, c[me], dt, rp, c.as_ptr(), d.as_ptr(), dt, self.comm)
+                });
+                check(kind, me, rc)
+            },
+        )
     }
 
     fn reduce_scatter<T: Element>(
@@ -783,19 +776,35 @@ impl Communicator for MpiCommunicator {
         op: ReduceOp,
     ) -> Result<(), CommError> {
         let kind = OpKind::ReduceScatter;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, recv.len()).with_reduce(op);
-        let n = self.size;
-        self.admit(Call::lens(fp, send.len(), recv.len()), || {
-            self.length(kind, BufferRole::Send, n * recv.len(), send.len())
-        })?;
-        self.avg_on_integers::<T>(kind, op)?;
-        let c = count(kind, self.rank, recv.len())?;
-        count(kind, self.rank, send.len())?;
-        self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
-            // SAFETY: buffers of n × c and c elements of `dt`.
-            unsafe { ffi::MPI_Reduce_scatter_block(sp, rp, c, dt, operator(op), self.comm) }
-        })
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), recv.len()).with_reduce(op);
+        let (me, n) = (self.rank, self.size);
+        let (send_len, recv_len) = (send.len(), recv.len());
+        self.collective(
+            fp,
+            send_len,
+            recv_len,
+            (&[], &[]),
+            || {
+                let want = crate::local::validate::product(
+                    kind,
+                    me,
+                    n,
+                    recv_len,
+                    isize::MAX as usize / size_of::<T>(),
+                )?;
+                self.length(kind, BufferRole::Send, want, send_len)
+            },
+            || {
+                self.avg_on_integers::<T>(kind, op)?;
+                let c = count(kind, me, recv_len)?;
+                self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
+                    // SAFETY: buffers of n × c and c elements of `dt`.
+                    self.session.mpi(|| unsafe {
+                        ffi::MPI_Reduce_scatter_block(sp, rp, c, dt, operator(op), self.comm)
+                    })
+                })
+            },
+        )
     }
 
     fn reduce_scatter_v<T: Element>(
@@ -806,88 +815,104 @@ impl Communicator for MpiCommunicator {
         op: ReduceOp,
     ) -> Result<(), CommError> {
         let kind = OpKind::ReduceScatterV;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, 0).with_reduce(op);
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), 0).with_reduce(op);
         let (me, n) = (self.rank, self.size);
-        self.admit(
-            Call {
-                fp,
-                send_len: send.len(),
-                recv_len: recv.len(),
-                counts,
-                counts2: &[],
-            },
+        let (send_len, recv_len) = (send.len(), recv.len());
+        self.collective(
+            fp,
+            send_len,
+            recv_len,
+            (counts, &[]),
             || {
                 self.length(kind, BufferRole::ReceiveCounts, n, counts.len())?;
-                self.length(kind, BufferRole::Receive, counts[me], recv.len())?;
-                self.length(kind, BufferRole::Send, counts.iter().sum(), send.len())
+                self.length(kind, BufferRole::Receive, counts[me], recv_len)?;
+                let total = self.total::<T>(kind, counts)?;
+                self.length(kind, BufferRole::Send, total, send_len)
             },
-        )?;
-        self.avg_on_integers::<T>(kind, op)?;
-        let (c, _) = counts_and_displs(kind, me, counts)?;
-        self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
-            // SAFETY: buffers of the checked lengths, in elements of `dt`.
-            unsafe { ffi::MPI_Reduce_scatter(sp, rp, c.as_ptr(), dt, operator(op), self.comm) }
-        })
+            || {
+                self.avg_on_integers::<T>(kind, op)?;
+                let (c, _) = counts_and_displs(kind, me, counts)?;
+                self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
+                    // SAFETY: buffers of the checked lengths, in elements of `dt`.
+                    self.session.mpi(|| unsafe {
+                        ffi::MPI_Reduce_scatter(sp, rp, c.as_ptr(), dt, operator(op), self.comm)
+                    })
+                })
+            },
+        )
     }
 
     fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
         let kind = OpKind::Broadcast;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, buf.len()).with_root(root);
-        self.admit(Call::lens(fp, 0, buf.len()), || Ok(()))?;
-        if root >= self.size {
-            return Err(CommError::InvalidArgument {
-                op: kind,
-                rank: self.rank,
-                reason: InvalidArgument::Root {
-                    root,
-                    size: self.size,
-                },
-            });
-        }
-        let dt = datatype(T::DTYPE);
-        for chunk in buf.chunks_mut(raw::MAX_COUNT) {
-            // SAFETY: a chunk of at most i32::MAX elements.
-            let rc = unsafe {
-                ffi::MPI_Bcast(
-                    mut_ptr(chunk),
-                    chunk.len() as c_int,
-                    dt,
-                    root as c_int,
-                    self.comm,
-                )
-            };
-            check(kind, self.rank, rc)?;
-        }
-        Ok(())
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len()).with_root(root);
+        let n = self.size;
+        let bad_root = || {
+            if root >= n {
+                Err(self.invalid(kind, InvalidArgument::Root { root, size: n }))
+            } else {
+                Ok(())
+            }
+        };
+        let len = buf.len();
+        // A bad root is the same on every rank that passes it: an error,
+        // never a reason to abort.
+        self.collective(
+            fp,
+            0,
+            len,
+            (&[], &[]),
+            || Ok(()),
+            || {
+                bad_root()?;
+                let dt = datatype(T::DTYPE);
+                for chunk in buf.chunks_mut(raw::MAX_COUNT) {
+                    let (p, c) = (mut_ptr(chunk), chunk.len() as c_int);
+                    // SAFETY: a chunk of at most i32::MAX elements.
+                    let rc = self
+                        .session
+                        .mpi(|| unsafe { ffi::MPI_Bcast(p, c, dt, root as c_int, self.comm) });
+                    check(kind, self.rank, rc)?;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), CommError> {
         let kind = OpKind::AllToAll;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, send.len());
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), send.len());
         let (me, n) = (self.rank, self.size);
-        self.admit(Call::lens(fp, send.len(), recv.len()), || {
-            if !send.len().is_multiple_of(n) {
-                return Err(CommError::InvalidArgument {
-                    op: kind,
-                    rank: me,
-                    reason: InvalidArgument::NotDivisible {
-                        rank: me,
-                        len: send.len(),
-                        parts: n,
-                    },
-                });
-            }
-            self.length(kind, BufferRole::Receive, send.len(), recv.len())
-        })?;
-        let c = count(kind, me, send.len() / n)?;
-        count(kind, me, send.len())?;
-        let dt = datatype(T::DTYPE);
-        // SAFETY: both buffers hold n × c elements.
-        let rc = unsafe { ffi::MPI_Alltoall(ptr(send), c, dt, mut_ptr(recv), c, dt, self.comm) };
-        check(kind, me, rc)
+        let (send_len, recv_len) = (send.len(), recv.len());
+        self.collective(
+            fp,
+            send_len,
+            recv_len,
+            (&[], &[]),
+            || {
+                if !send_len.is_multiple_of(n) {
+                    return Err(self.invalid(
+                        kind,
+                        InvalidArgument::NotDivisible {
+                            rank: me,
+                            len: send_len,
+                            parts: n,
+                        },
+                    ));
+                }
+                self.length(kind, BufferRole::Receive, send_len, recv_len)
+            },
+            || {
+                // MPI takes the per-block count; the total may exceed an int.
+                let c = count(kind, me, send_len / n)?;
+                let dt = datatype(T::DTYPE);
+                let (sp, rp) = (ptr(send), mut_ptr(recv));
+                // SAFETY: both buffers hold n × c elements.
+                let rc = self
+                    .session
+                    .mpi(|| unsafe { ffi::MPI_Alltoall(sp, c, dt, rp, c, dt, self.comm) });
+                check(kind, me, rc)
+            },
+        )
     }
 
     fn all_to_all_v<T: Element>(
@@ -898,67 +923,84 @@ impl Communicator for MpiCommunicator {
         recv_counts: &[usize],
     ) -> Result<(), CommError> {
         let kind = OpKind::AllToAllV;
-        let _b = self.enter(kind)?;
-        let fp = self.fingerprint::<T>(kind, 0);
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), 0);
         let (me, n) = (self.rank, self.size);
-        let call = Call {
+        let (send_len, recv_len) = (send.len(), recv.len());
+        self.collective(
             fp,
-            send_len: send.len(),
-            recv_len: recv.len(),
-            counts: send_counts,
-            counts2: recv_counts,
-        };
-        self.admit(call, || {
-            self.length(kind, BufferRole::SendCounts, n, send_counts.len())?;
-            self.length(kind, BufferRole::ReceiveCounts, n, recv_counts.len())?;
-            self.length(kind, BufferRole::Send, send_counts.iter().sum(), send.len())?;
-            self.length(
-                kind,
-                BufferRole::Receive,
-                recv_counts.iter().sum(),
-                recv.len(),
-            )
-        })?;
-        let (sc, sd) = counts_and_displs(kind, me, send_counts)?;
-        let (rc_, rd) = counts_and_displs(kind, me, recv_counts)?;
-        let dt = datatype(T::DTYPE);
-        // SAFETY: lengths checked against the counts.
-        let rc = unsafe {
-            ffi::MPI_Alltoallv(
-                ptr(send),
-                sc.as_ptr(),
-                sd.as_ptr(),
-                dt,
-                mut_ptr(recv),
-                rc_.as_ptr(),
-                rd.as_ptr(),
-                dt,
-                self.comm,
-            )
-        };
-        check(kind, me, rc)
+            send_len,
+            recv_len,
+            (send_counts, recv_counts),
+            || {
+                self.length(kind, BufferRole::SendCounts, n, send_counts.len())?;
+                self.length(kind, BufferRole::ReceiveCounts, n, recv_counts.len())?;
+                let sent = self.total::<T>(kind, send_counts)?;
+                self.length(kind, BufferRole::Send, sent, send_len)?;
+                let received = self.total::<T>(kind, recv_counts)?;
+                self.length(kind, BufferRole::Receive, received, recv_len)
+            },
+            || {
+                let (sc, sd) = counts_and_displs(kind, me, send_counts)?;
+                let (rc_, rd) = counts_and_displs(kind, me, recv_counts)?;
+                let dt = datatype(T::DTYPE);
+                let (sp, rp) = (ptr(send), mut_ptr(recv));
+                // SAFETY: lengths checked against the counts.
+                let rc = self.session.mpi(|| unsafe {
+                    ffi::MPI_Alltoallv(
+                        sp,
+                        sc.as_ptr(),
+                        sd.as_ptr(),
+                        dt,
+                        rp,
+                        rc_.as_ptr(),
+                        rd.as_ptr(),
+                        dt,
+                        self.comm,
+                    )
+                });
+                check(kind, me, rc)
+            },
+        )
     }
 
     fn send<T: Element>(&self, buf: &[T], dest: usize) -> Result<(), CommError> {
         let kind = OpKind::Send;
-        let _b = self.enter(kind)?;
-        let d = self.peer(kind, dest)?;
-        if dest == self.rank {
-            return Err(self.self_message(kind));
-        }
-        count(kind, self.rank, buf.len())?;
-        self.p2p(kind, Some((buf, d)), None::<(&mut [T], c_int)>)
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len());
+        self.call(fp, buf.len(), Some(dest), |_| {
+            let d = self.peer(kind, dest)?;
+            if d == self.rank {
+                return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind }));
+            }
+            let deadline = Instant::now() + self.session.timeout;
+            super::p2p::exchange(
+                &self.channel(),
+                self.comm,
+                kind,
+                Some((buf, d)),
+                None::<(&mut [T], usize)>,
+                deadline,
+            )
+        })
     }
 
     fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError> {
         let kind = OpKind::Recv;
-        let _b = self.enter(kind)?;
-        let s = self.peer(kind, source)?;
-        if source == self.rank {
-            return Err(self.self_message(kind));
-        }
-        count(kind, self.rank, buf.len())?;
-        self.p2p(kind, None::<(&[T], c_int)>, Some((buf, s)))
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len());
+        self.call(fp, buf.len(), Some(source), |_| {
+            let s = self.peer(kind, source)?;
+            if s == self.rank {
+                return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind }));
+            }
+            let deadline = Instant::now() + self.session.timeout;
+            super::p2p::exchange(
+                &self.channel(),
+                self.comm,
+                kind,
+                None::<(&[T], usize)>,
+                Some((buf, s)),
+                deadline,
+            )
+        })
     }
 
     fn send_recv<T: Element>(
@@ -969,19 +1011,45 @@ impl Communicator for MpiCommunicator {
         source: usize,
     ) -> Result<(), CommError> {
         let kind = OpKind::SendRecv;
-        let _b = self.enter(kind)?;
-        let (d, s) = (self.peer(kind, dest)?, self.peer(kind, source)?);
-        count(kind, self.rank, send.len())?;
-        count(kind, self.rank, recv.len())?;
-        self.p2p(kind, Some((send, d)), Some((recv, s)))
+        let fp = Fingerprint::new(0, kind, Some(T::DTYPE), send.len());
+        let me = self.rank;
+        self.call(fp, send.len(), Some(dest), |_| {
+            let (d, s) = (self.peer(kind, dest)?, self.peer(kind, source)?);
+            match (d == me, s == me) {
+                (true, true) => {
+                    self.length(kind, BufferRole::Receive, send.len(), recv.len())?;
+                    recv.copy_from_slice(send);
+                    return Ok(());
+                }
+                (false, false) => {}
+                _ => return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind })),
+            }
+            let deadline = Instant::now() + self.session.timeout;
+            super::p2p::exchange(
+                &self.channel(),
+                self.comm,
+                kind,
+                Some((send, d)),
+                Some((recv, s)),
+                deadline,
+            )
+        })
     }
 
     fn barrier(&self) -> Result<(), CommError> {
         let kind = OpKind::Barrier;
-        let _b = self.enter(kind)?;
-        let fp = Fingerprint::new(self.seq.fetch_add(1, Ordering::Relaxed), kind, None, 0);
-        self.admit(Call::lens(fp, 0, 0), || Ok(()))?;
-        // SAFETY: a valid communicator.
-        check(kind, self.rank, unsafe { ffi::MPI_Barrier(self.comm) })
+        let fp = Fingerprint::new(0, kind, None, 0);
+        self.collective(
+            fp,
+            0,
+            0,
+            (&[], &[]),
+            || Ok(()),
+            || {
+                // SAFETY: a valid communicator.
+                let rc = self.session.mpi(|| unsafe { ffi::MPI_Barrier(self.comm) });
+                check(kind, self.rank, rc)
+            },
+        )
     }
 }

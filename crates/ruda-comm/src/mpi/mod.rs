@@ -1,9 +1,13 @@
 //! The MPI transport (feature `mpi`): ranks are processes started by
 //! `mpirun`, on one machine or many, communicating through Open MPI.
 
+mod agree;
 mod communicator;
+mod p2p;
 mod raw;
+mod session;
+mod wait;
 mod world;
 
 pub use communicator::MpiCommunicator;
-pub use world::MpiWorld;
+pub use world::{MPI_CHECKS_ENV, MpiWorld, MpiWorldBuilder};

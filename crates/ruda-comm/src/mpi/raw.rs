@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 
 use mpi::ffi;
 
-use crate::{CommError, DType, InvalidArgument, OpKind, ReduceOp};
+use crate::{CommError, DType, ErrorContext, InvalidArgument, OpKind, ReduceOp};
 
 /// The MPI datatype an element moves as. `f16` and `bf16` move as 2-byte
 /// words; their reductions are done in `f32` (see the communicator).
@@ -49,6 +49,7 @@ pub(crate) fn count(op: OpKind, rank: usize, n: usize) -> Result<c_int, CommErro
             count: n,
             max: MAX_COUNT,
         },
+        context: ErrorContext::none(),
     })
 }
 
@@ -95,6 +96,7 @@ pub(crate) fn check(op: OpKind, rank: usize, rc: c_int) -> Result<(), CommError>
             op,
             rank,
             message: error_string(rc),
+            context: ErrorContext::none(),
         })
     }
 }

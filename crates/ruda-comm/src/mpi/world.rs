@@ -1,85 +1,247 @@
-//! Starting and ending MPI for ruda: initialisation, the panic hook that
-//! takes the job down, and finalisation after the last communicator.
+//! Starting and ending MPI for ruda: initialisation at a thread level that
+//! is checked, the world communicator, the optional panic hook that takes
+//! the job down, and finalisation tied to an explicit guard.
 
 use std::ffi::{c_char, c_int};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use mpi::ffi;
 
 use super::communicator::MpiCommunicator;
 use super::raw;
-use crate::{CommError, OpKind};
+use super::session::Session;
+use crate::{CommError, ErrorContext, OpKind, TIMEOUT_ENV};
 
-/// Ends MPI when the last communicator that holds it is dropped.
-#[derive(Debug)]
-pub(crate) struct Session {
-    /// `MPI_IN_PLACE` is Open MPI's `(void *) 1`; other libraries get a copy.
-    pub in_place: bool,
-    /// `RUDA_DEBUG=1`: exchange fingerprints before every collective.
-    pub debug: bool,
+/// Whether this process has an `MpiWorld` alive (`Some(true)`), had one
+/// (`Some(false)`: MPI cannot start again), or never had one.
+static STARTED: Mutex<Option<bool>> = Mutex::new(None);
+
+/// The environment variable that turns the MPI transport's per-call checks
+/// off when set to `0` (see [`MpiWorldBuilder::checked`]).
+pub const MPI_CHECKS_ENV: &str = "RUDA_MPI_CHECKS";
+
+/// How to start MPI; see [`MpiWorld::builder`].
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use ruda_comm::MpiWorld;
+/// // Run with: mpirun -n 4 target/release/my_program
+/// let mpi = MpiWorld::builder()
+///     .timeout(Duration::from_secs(60))
+///     .abort_on_panic(true)
+///     .init()
+///     .expect("MPI starts");
+/// let world = mpi.world().unwrap();
+/// # drop(world);
+/// mpi.finalize().unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct MpiWorldBuilder {
+    timeout: Option<Duration>,
+    abort_on_panic: bool,
+    checked: Option<bool>,
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        let mut done: c_int = 0;
-        // SAFETY: plain MPI state queries and finalisation on the owning process.
-        unsafe {
-            ffi::MPI_Finalized(&mut done);
-            if done == 0 {
-                ffi::MPI_Finalize();
-            }
+impl MpiWorldBuilder {
+    /// The deadline of every wait (default: `RUDA_TIMEOUT_SECS`, else
+    /// [`crate::DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Install a panic hook that aborts the whole MPI job after printing
+    /// the panic, so that no rank waits for one that died (default off).
+    /// The hook fires on every panic of the process, caught ones included.
+    pub fn abort_on_panic(mut self, yes: bool) -> Self {
+        self.abort_on_panic = yes;
+        self
+    }
+
+    /// Whether every collective first exchanges every rank's call record
+    /// (default on; `RUDA_MPI_CHECKS=0` turns it off). With it, a missing
+    /// rank is a [`CommError::Timeout`] naming it, and ranks in different
+    /// collectives or with counts that do not fit are the same error on
+    /// every rank, at the cost of one small message to and from each peer
+    /// per call. Without it, calls go straight to MPI: no deadline for
+    /// collectives, and a rank whose own arguments are inconsistent aborts
+    /// the job (point-to-point calls keep their checks and deadline).
+    pub fn checked(mut self, yes: bool) -> Self {
+        self.checked = Some(yes);
+        self
+    }
+
+    /// Start MPI (or join an MPI someone else started) and return the guard
+    /// that finalises it.
+    ///
+    /// # Errors
+    /// [`CommError::Transport`] when MPI fails to start, was already
+    /// finalised, another `MpiWorld` is alive in this process, or MPI runs
+    /// at a thread level below `MPI_THREAD_SERIALIZED` (ruda's calls may
+    /// come from several threads).
+    pub fn init(self) -> Result<MpiWorld, CommError> {
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        match *started {
+            Some(true) => return Err(transport("another MpiWorld is alive in this process")),
+            Some(false) => return Err(transport("MPI was already finalised in this process")),
+            None => {}
         }
+        let (owns, provided) = start()?;
+        if provided < thread_level_serialized() {
+            return Err(transport(&format!(
+                "MPI runs at thread level {} (ruda needs MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE)",
+                level_name(provided)
+            )));
+        }
+        if self.abort_on_panic {
+            install_panic_hook();
+        }
+        let checked = self
+            .checked
+            .unwrap_or_else(|| std::env::var(MPI_CHECKS_ENV).map_or(true, |v| v.trim() != "0"));
+        let timeout = self.timeout.unwrap_or_else(default_timeout);
+        let multiple = provided >= thread_level_multiple();
+        *started = Some(true);
+        Ok(MpiWorld {
+            session: Arc::new(Session::new(is_open_mpi(), checked, timeout, multiple)),
+            owns,
+            multiple,
+        })
     }
 }
 
-static SESSION: Mutex<Weak<Session>> = Mutex::new(Weak::new());
-
-/// The MPI transport's entry point.
+/// The MPI transport's entry point and the guard that finalises MPI.
+///
+/// MPI is finalised when [`MpiWorld::finalize`] is called or the guard is
+/// dropped — not when the last communicator goes, since an autodiff graph
+/// may keep communicators alive. Communicators used after that fail with
+/// [`CommError::Transport`].
+///
+/// After a call of this process timed out ([`CommError::Timeout`]), a late
+/// peer may still be inside that call and MPI cannot end cleanly: then
+/// finalising (or dropping the guard) aborts the whole job (exit code 75)
+/// instead, so that no rank is left waiting. The timed-out ranks get their
+/// error first, to report or record.
 ///
 /// # Example
 /// ```no_run
 /// use ruda_comm::{Communicator, MpiWorld, ReduceOp};
 /// // Run with: mpirun -n 4 target/release/my_program
-/// let world = MpiWorld::init().expect("MPI starts");
+/// let mpi = MpiWorld::init().expect("MPI starts");
+/// let world = mpi.world().unwrap();
 /// let mut x = [world.rank() as f32];
 /// world.all_reduce(&mut x, ReduceOp::Sum).unwrap();
 /// ```
 #[derive(Debug)]
-pub struct MpiWorld;
+pub struct MpiWorld {
+    session: Arc<Session>,
+    owns: bool,
+    multiple: bool,
+}
 
 impl MpiWorld {
-    /// Initialise MPI (once per process; later calls return a new handle on
-    /// the same world) and return the world communicator. Also installs a
-    /// panic hook that aborts the whole MPI job after printing the panic, so
-    /// that no rank is left blocked waiting for one that died.
-    ///
-    /// MPI is finalised when the last communicator is dropped; it cannot be
-    /// initialised again in the same process after that.
+    /// Start MPI with the defaults (see [`MpiWorldBuilder`]).
     ///
     /// # Errors
-    /// [`CommError::Transport`] when MPI fails to start or was already
-    /// finalised.
-    pub fn init() -> Result<MpiCommunicator, CommError> {
-        let mut guard = SESSION.lock().unwrap_or_else(|e| e.into_inner());
-        let session = match guard.upgrade() {
-            Some(s) => s,
-            None => {
-                let s = Arc::new(start()?);
-                *guard = Arc::downgrade(&s);
-                s
-            }
-        };
-        drop(guard);
-        // SAFETY: reading MPI's null communicator handle.
-        let mut comm = unsafe { ffi::RSMPI_COMM_NULL };
-        // SAFETY: MPI is initialised; duplicate the world so the communicator owns its handle.
-        let rc = unsafe { ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm) };
-        raw::check(OpKind::Init, 0, rc)?;
-        Ok(MpiCommunicator::new(comm, session))
+    /// As [`MpiWorldBuilder::init`].
+    pub fn init() -> Result<MpiWorld, CommError> {
+        Self::builder().init()
+    }
+
+    /// Settings for starting MPI.
+    pub fn builder() -> MpiWorldBuilder {
+        MpiWorldBuilder {
+            timeout: None,
+            abort_on_panic: false,
+            checked: None,
+        }
+    }
+
+    /// A communicator over every process of the job (a duplicate of
+    /// `MPI_COMM_WORLD` whose errors return codes instead of aborting;
+    /// `MPI_COMM_WORLD` itself is left as it is).
+    ///
+    /// # Errors
+    /// [`CommError::Transport`] when MPI fails or is finalised.
+    pub fn world(&self) -> Result<MpiCommunicator, CommError> {
+        let _gate = self.session.gate(OpKind::Init, 0)?;
+        // SAFETY: reading MPI's predefined world handle after initialisation.
+        let world = unsafe { ffi::RSMPI_COMM_WORLD };
+        MpiCommunicator::duplicate(world, self.session.clone())
+    }
+
+    /// Whether MPI granted `MPI_THREAD_MULTIPLE` (else ruda serialises its
+    /// MPI calls process-wide).
+    pub fn thread_multiple(&self) -> bool {
+        self.multiple
+    }
+
+    /// Finalise MPI (if ruda started it) once every call in flight has
+    /// returned.
+    ///
+    /// # Errors
+    /// None today; the signature leaves room for MPI's.
+    pub fn finalize(self) -> Result<(), CommError> {
+        self.session.finalize(self.owns);
+        Ok(())
     }
 }
 
-fn start() -> Result<Session, CommError> {
+impl Drop for MpiWorld {
+    fn drop(&mut self) {
+        self.session.finalize(self.owns);
+        *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some(false);
+    }
+}
+
+fn transport(message: &str) -> CommError {
+    CommError::Transport {
+        op: OpKind::Init,
+        rank: 0,
+        message: message.into(),
+        context: ErrorContext::none(),
+    }
+}
+
+fn default_timeout() -> Duration {
+    std::env::var(TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(crate::DEFAULT_TIMEOUT, Duration::from_secs_f64)
+}
+
+fn thread_level_serialized() -> c_int {
+    // SAFETY: reading a constant of the bindings.
+    unsafe { ffi::RSMPI_THREAD_SERIALIZED as c_int }
+}
+
+fn thread_level_multiple() -> c_int {
+    // SAFETY: reading a constant of the bindings.
+    unsafe { ffi::RSMPI_THREAD_MULTIPLE as c_int }
+}
+
+fn level_name(level: c_int) -> &'static str {
+    // SAFETY: reading constants of the bindings.
+    let (single, funneled) = unsafe {
+        (
+            ffi::RSMPI_THREAD_SINGLE as c_int,
+            ffi::RSMPI_THREAD_FUNNELED as c_int,
+        )
+    };
+    match level {
+        l if l == single => "MPI_THREAD_SINGLE",
+        l if l == funneled => "MPI_THREAD_FUNNELED",
+        l if l == thread_level_serialized() => "MPI_THREAD_SERIALIZED",
+        _ => "MPI_THREAD_MULTIPLE",
+    }
+}
+
+/// Initialise MPI if nobody has; returns whether ruda owns it (and must
+/// finalise it) and the thread level in force.
+fn start() -> Result<(bool, c_int), CommError> {
     let (mut initialized, mut finalized): (c_int, c_int) = (0, 0);
     // SAFETY: MPI state queries are allowed before MPI_Init.
     unsafe {
@@ -87,33 +249,27 @@ fn start() -> Result<Session, CommError> {
         ffi::MPI_Finalized(&mut finalized);
     }
     if finalized != 0 {
-        return Err(CommError::Transport {
-            op: OpKind::Init,
-            rank: 0,
-            message: "MPI was already finalized in this process".into(),
-        });
+        return Err(transport("MPI was already finalised in this process"));
     }
+    let mut provided: c_int = 0;
     if initialized == 0 {
-        let mut provided: c_int = 0;
         // SAFETY: first initialisation of this process; no arguments passed.
         let rc = unsafe {
             ffi::MPI_Init_thread(
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
-                ffi::RSMPI_THREAD_SERIALIZED,
+                thread_level_multiple(),
                 &mut provided,
             )
         };
         raw::check(OpKind::Init, 0, rc)?;
+        Ok((true, provided))
+    } else {
+        // SAFETY: MPI is initialised; query the level someone else chose.
+        let rc = unsafe { ffi::MPI_Query_thread(&mut provided) };
+        raw::check(OpKind::Init, 0, rc)?;
+        Ok((false, provided))
     }
-    // SAFETY: MPI is initialised; errors on the world (and communicators
-    // derived from it) return codes instead of aborting.
-    unsafe { ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN) };
-    install_panic_hook();
-    Ok(Session {
-        in_place: is_open_mpi(),
-        debug: std::env::var("RUDA_DEBUG").is_ok_and(|v| v == "1"),
-    })
 }
 
 fn is_open_mpi() -> bool {

@@ -126,18 +126,37 @@ fn run(world: MpiCommunicator) -> Result<usize, String> {
         primitives::polar_halo_exchange::<Ad, _>(&grid, t, 1).expect("halo")
     })?;
     passed += 1;
+    // A transpose with uneven sizes along the split axis, and a desync of
+    // two tensor operations with equal shapes: an error on every rank.
+    let cols = 2 + me % 3;
+    adjoint(&sums, input(me, (n + 1) * cols), &[n + 1, cols], |t| {
+        primitives::transpose::<Ad>(&coll, t, (0, 1), None).expect("transpose")
+    })?;
+    let r = if me == 0 {
+        primitives::reduce_from::<Flex>(&coll, x(me)).map(|_| ())
+    } else {
+        primitives::all_reduce::<Flex>(&coll, x(me)).map(|_| ())
+    };
+    if n > 1 && !matches!(r, Err(ruda_tensor::Error::Desync { offender: 1, .. })) {
+        return Err(format!("desync of tensor operations: {r:?}"));
+    }
+    passed += 2;
     Ok(passed)
 }
 
 fn main() {
-    let world = MpiWorld::init().expect("MPI starts");
+    let mpi = MpiWorld::builder()
+        .abort_on_panic(true)
+        .init()
+        .expect("MPI starts");
+    let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
     match run(world) {
         Ok(passed) if me == 0 => {
             println!("tensor layer on mpi, {n} ranks: {passed} passed, 0 failed")
         }
         Ok(_) => {}
-        // Panicking aborts the whole job (see MpiWorld::init).
+        // Panicking aborts the whole job (abort_on_panic).
         Err(e) => panic!("rank {me} of {n}: tensor layer on mpi FAILED: {e}"),
     }
 }

@@ -1,0 +1,111 @@
+//! The process-wide MPI session: the thread level MPI granted, the lock
+//! that serialises ruda's MPI calls when MPI grants only
+//! `MPI_THREAD_SERIALIZED`, the gate that keeps calls out of a finalised
+//! MPI, and the settings every communicator of the session shares.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use mpi::ffi;
+
+use crate::{CommError, ErrorContext, OpKind};
+
+/// What one process's MPI session shares between its communicators.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// `MPI_IN_PLACE` is Open MPI's `(void *) 1`; other libraries get a copy.
+    pub in_place: bool,
+    /// Whether every collective first exchanges every rank's call record
+    /// (the deadline, and cross-rank checks); see `MpiWorldBuilder::checked`.
+    pub checked: bool,
+    /// The deadline of every wait.
+    pub timeout: Duration,
+    /// Held around every MPI call when MPI is at `MPI_THREAD_SERIALIZED`;
+    /// `None` at `MPI_THREAD_MULTIPLE`, where calls from several threads
+    /// may overlap.
+    serial: Option<Mutex<()>>,
+    /// `true` once MPI is finalised: calls hold a read guard, finalisation
+    /// takes the write guard, so no call runs into a finalised MPI.
+    finalized: RwLock<bool>,
+    /// Set when a call timed out (see [`Session::mark_broken`]).
+    broken: AtomicBool,
+}
+
+/// Keeps MPI from being finalised while a call runs.
+pub(crate) type Gate<'a> = RwLockReadGuard<'a, bool>;
+
+impl Session {
+    pub(crate) fn new(in_place: bool, checked: bool, timeout: Duration, multiple: bool) -> Self {
+        Session {
+            in_place,
+            checked,
+            timeout,
+            serial: (!multiple).then(|| Mutex::new(())),
+            finalized: RwLock::new(false),
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Enter a call: fails once MPI is finalised.
+    pub(crate) fn gate(&self, op: OpKind, rank: usize) -> Result<Gate<'_>, CommError> {
+        let g = self.finalized.read().unwrap_or_else(|e| e.into_inner());
+        if *g {
+            return Err(CommError::Transport {
+                op,
+                rank,
+                message: "MPI is finalised (its MpiWorld was finalised or dropped)".into(),
+                context: ErrorContext::none(),
+            });
+        }
+        Ok(g)
+    }
+
+    /// Run one MPI call, serialised process-wide when MPI requires it.
+    pub(crate) fn mpi<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _g: Option<MutexGuard<'_, ()>> = self
+            .serial
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        f()
+    }
+
+    /// Finalise MPI (when `owns` it: ruda initialised it) after every call
+    /// in flight has returned; later calls fail with a transport error.
+    pub(crate) fn finalize(&self, owns: bool) {
+        let mut g = self.finalized.write().unwrap_or_else(|e| e.into_inner());
+        if *g {
+            return;
+        }
+        *g = true;
+        if self.is_broken() {
+            eprintln!(
+                "ruda: an MPI call of this process timed out, so peers may still wait inside it; aborting the MPI job instead of finalising"
+            );
+            // SAFETY: abort the whole job; never returns in practice.
+            unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 75) };
+        }
+        if owns {
+            let mut done: std::ffi::c_int = 0;
+            // SAFETY: no ruda call is in flight (we hold the write gate);
+            // plain state query, then finalisation of the MPI we started.
+            unsafe {
+                ffi::MPI_Finalized(&mut done);
+                if done == 0 {
+                    ffi::MPI_Finalize();
+                }
+            }
+        }
+    }
+
+    /// Record that a call timed out: peers may still be inside it, so MPI
+    /// can no longer be finalised cleanly.
+    pub(crate) fn mark_broken(&self) {
+        self.broken.store(true, Ordering::Release);
+    }
+
+    /// Whether a call of this process timed out.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,195 @@
+//! Waiting for non-blocking MPI requests with a deadline, and abandoning
+//! the ones that cannot complete without leaving MPI to write into memory
+//! that is gone.
+
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+use mpi::ffi;
+
+use super::raw::check;
+use super::session::Session;
+use crate::{CommError, OpKind};
+
+/// The null request handle.
+pub(crate) fn null_request() -> ffi::MPI_Request {
+    // SAFETY: reading MPI's predefined null request handle.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+/// Poll `reqs` until every one completes or `deadline` passes. Completed
+/// requests become the null request. Returns the indices still pending.
+///
+/// The MPI lock (when MPI needs one) is held only for each test, so other
+/// threads' calls go on meanwhile. Polls spin briefly, then yield, then
+/// sleep for growing intervals, so that a long wait does not take a core
+/// from the ranks it waits for.
+pub(crate) fn wait_until(
+    session: &Session,
+    op: OpKind,
+    rank: usize,
+    reqs: &mut [ffi::MPI_Request],
+    deadline: Instant,
+) -> Result<Vec<usize>, CommError> {
+    let null = null_request();
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        let mut pending = false;
+        for r in reqs.iter_mut() {
+            if *r == null {
+                continue;
+            }
+            let mut flag: c_int = 0;
+            // SAFETY: `r` is an active request of this process; MPI_Test
+            // completes it (setting it to null) or leaves it active.
+            let rc =
+                session.mpi(|| unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
+            check(op, rank, rc)?;
+            pending |= flag == 0;
+        }
+        if !pending {
+            return Ok(Vec::new());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(reqs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r != null)
+                .map(|(i, _)| i)
+                .collect());
+        }
+        polls = polls.saturating_add(1);
+        back_off(polls, now - start);
+    }
+}
+
+fn back_off(polls: u32, waited: Duration) {
+    if polls < 64 {
+        std::hint::spin_loop();
+    } else if waited < Duration::from_millis(2) {
+        std::thread::yield_now();
+    } else if waited < Duration::from_millis(200) {
+        std::thread::sleep(Duration::from_micros(20));
+    } else {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Give up on the pending requests of a timed-out call: receives are
+/// cancelled and completed; a send still pending (MPI cannot cancel it
+/// reliably) is freed, and the caller must then leak its buffer, which MPI
+/// may still read. Returns whether every request is complete (so that all
+/// buffers may be released).
+pub(crate) fn abandon(session: &Session, reqs: &mut [ffi::MPI_Request], is_recv: &[bool]) -> bool {
+    let null = null_request();
+    let mut all_done = true;
+    for (r, &recv) in reqs.iter_mut().zip(is_recv) {
+        if *r == null {
+            continue;
+        }
+        if recv {
+            // SAFETY: an active receive of this process: cancel it, then
+            // complete it (a cancelled or just-matched small receive
+            // completes at once).
+            session.mpi(|| unsafe {
+                ffi::MPI_Cancel(r);
+                ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+            });
+        } else {
+            let mut flag: c_int = 0;
+            // SAFETY: an active send of this process; if it has not
+            // completed, free it (MPI finishes or drops it on its own).
+            session.mpi(|| unsafe {
+                ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE);
+                if flag == 0 {
+                    ffi::MPI_Request_free(r);
+                }
+            });
+            all_done &= flag != 0;
+        }
+    }
+    all_done
+}
+
+/// Requests in flight and the buffers they use, released together: when
+/// dropped with requests still pending (an error or a timeout), those are
+/// abandoned (see [`abandon`]) and the buffers are freed only if MPI can no
+/// longer touch them, else leaked. Every buffer a request of this value
+/// uses must live in `B`.
+pub(crate) struct Inflight<'a, B> {
+    session: &'a Session,
+    reqs: Vec<ffi::MPI_Request>,
+    is_recv: Vec<bool>,
+    /// Owned (from `Box::into_raw`); reached only through this pointer, so
+    /// that no reference to it exists while MPI writes into it.
+    bufs: *mut B,
+}
+
+impl<'a, B> Inflight<'a, B> {
+    pub(crate) fn new(session: &'a Session, bufs: B) -> Self {
+        Inflight {
+            session,
+            reqs: Vec::new(),
+            is_recv: Vec::new(),
+            bufs: Box::into_raw(Box::new(bufs)),
+        }
+    }
+
+    /// The buffers, for taking pointers into them and, once the requests
+    /// that write them have completed, reading them.
+    pub(crate) fn bufs(&self) -> *mut B {
+        self.bufs
+    }
+
+    /// Post one request with `start`, which gets the request handle to set;
+    /// returns its index.
+    pub(crate) fn post(
+        &mut self,
+        op: OpKind,
+        rank: usize,
+        recv: bool,
+        start: impl FnOnce(&mut ffi::MPI_Request) -> c_int,
+    ) -> Result<usize, CommError> {
+        self.reqs.push(null_request());
+        self.is_recv.push(recv);
+        let i = self.reqs.len() - 1;
+        let r = &mut self.reqs[i];
+        let rc = self.session.mpi(|| start(r));
+        check(op, rank, rc)?;
+        Ok(i)
+    }
+
+    /// Wait for the requests `range` until `deadline`; returns the indices
+    /// still pending.
+    pub(crate) fn wait(
+        &mut self,
+        op: OpKind,
+        rank: usize,
+        range: std::ops::Range<usize>,
+        deadline: Instant,
+    ) -> Result<Vec<usize>, CommError> {
+        let start = range.start;
+        let pending = wait_until(self.session, op, rank, &mut self.reqs[range], deadline)?;
+        Ok(pending.into_iter().map(|i| i + start).collect())
+    }
+
+    /// How many requests were posted.
+    pub(crate) fn len(&self) -> usize {
+        self.reqs.len()
+    }
+}
+
+impl<B> Drop for Inflight<'_, B> {
+    fn drop(&mut self) {
+        let null = null_request();
+        let done = self.reqs.iter().all(|r| *r == null)
+            || abandon(self.session, &mut self.reqs, &self.is_recv);
+        if done {
+            // SAFETY: from `Box::into_raw` in `new`; no request uses it now.
+            drop(unsafe { Box::from_raw(self.bufs) });
+        }
+        // Otherwise MPI may still read a send buffer: leave it allocated.
+    }
+}

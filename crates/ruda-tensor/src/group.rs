@@ -1,0 +1,150 @@
+//! [`Group`]: the ranks a tensor operation runs over, and how tensors move
+//! between them. Every operation of the tensor layer (the seed's contract,
+//! the primitives, the tensor methods) is written against this trait, so it
+//! runs unchanged on any implementation: [`crate::HostCollective`] stages
+//! tensors through host memory over any `ruda-comm` communicator.
+//!
+//! The movement methods do no cross-rank checking of their own: the
+//! operations that call them first reach agreement (one small exchange of
+//! every rank's call, shapes and counts), so every rank passes consistent
+//! arguments by the time data moves.
+
+use alloc::vec::Vec;
+use core::fmt::Debug;
+
+use burn_backend::Backend;
+use burn_backend::tensor::{FloatTensor, IntTensor};
+
+use crate::error::{Error, TensorOp};
+
+/// A group of ranks that tensors move between (a communicator, the world or
+/// any sub-group of it), seen from one rank.
+///
+/// Cheap to clone; every rank holds its own. Implemented by
+/// [`crate::HostCollective`]; the operations of this crate take `&impl
+/// Group`, so they run on any implementation.
+///
+/// # Example
+/// ```
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Group, HostCollective};
+/// let sizes = LocalWorld::new(4).run(|c| {
+///     let world = HostCollective::new(c);
+///     let pair = world.split(Some((world.rank() / 2) as u32), 0)?.unwrap();
+///     Ok::<_, ruda_tensor::Error>((pair.rank(), pair.size()))
+/// }).unwrap();
+/// assert_eq!(sizes, vec![(0, 2), (1, 2), (0, 2), (1, 2)]);
+/// ```
+pub trait Group: Clone + Debug + Send + Sync + 'static {
+    /// A handle that does not keep the group alive, held by backward steps
+    /// (Burn's autodiff graph may outlive the rank that built it).
+    type Weak: Clone + Debug + Send + Sync + 'static;
+
+    /// This rank's index in the group.
+    fn rank(&self) -> usize;
+
+    /// Ranks in the group, at least 1.
+    fn size(&self) -> usize;
+
+    /// Collective calls this rank has made on the group so far (the same on
+    /// every rank between the same two calls).
+    fn seq(&self) -> u64;
+
+    /// A non-owning handle.
+    fn downgrade(&self) -> Self::Weak;
+
+    /// The group again, if some handle still owns it.
+    fn upgrade(weak: &Self::Weak) -> Option<Self>;
+
+    /// Split into sub-groups (collective): ranks passing the same
+    /// `Some(color)` form one, ordered by `key` then rank; `None` leaves the
+    /// rank out.
+    ///
+    /// # Errors
+    /// The communicator's errors, as [`Error::Comm`].
+    fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, Error>;
+
+    /// Gather every rank's `words` (the same count on every rank), in rank
+    /// order: the exchange by which operations agree before data moves.
+    ///
+    /// # Errors
+    /// The communicator's errors.
+    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error>;
+
+    /// Concatenate every rank's rows along the leading axis; rank `r` holds
+    /// `rows[r]` (agreed beforehand, like the trailing axes and dtype).
+    ///
+    /// # Errors
+    /// The communicator's or the backend's errors.
+    fn gather_rows<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        rows: &[usize],
+    ) -> Result<FloatTensor<B>, Error>;
+
+    /// Sum every rank's tensor (of `rows.iter().sum()` rows) and keep this
+    /// rank's block of `rows[rank]` rows. Halves accumulate in `f32`.
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn reduce_scatter_rows<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        rows: &[usize],
+    ) -> Result<FloatTensor<B>, Error>;
+
+    /// Sum every rank's tensor (same shape everywhere).
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn sum<B: Backend>(&self, op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error>;
+
+    /// Every rank gets `root`'s tensor (same shape everywhere).
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn broadcast<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        root: usize,
+    ) -> Result<FloatTensor<B>, Error>;
+
+    /// Send `send_rows[p]` leading rows (blocks in rank order) to each rank
+    /// `p` and receive `recv_rows[p]` rows from each, in rank order.
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn exchange_rows<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        send_rows: &[usize],
+        recv_rows: &[usize],
+    ) -> Result<FloatTensor<B>, Error>;
+
+    /// [`Group::gather_rows`] for integer tensors, bit for bit.
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn gather_rows_int<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: IntTensor<B>,
+        rows: &[usize],
+    ) -> Result<IntTensor<B>, Error>;
+
+    /// [`Group::exchange_rows`] for integer tensors, bit for bit.
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn exchange_rows_int<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: IntTensor<B>,
+        send_rows: &[usize],
+        recv_rows: &[usize],
+    ) -> Result<IntTensor<B>, Error>;
+}

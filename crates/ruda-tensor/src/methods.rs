@@ -1,0 +1,331 @@
+//! The operations as methods of Burn's user-facing tensors, over any
+//! [`Group`]: the world, a sub-group from [`Group::split`], or a
+//! [`crate::ProcessGrid`]'s polar or azimuth group. Each call looks at the
+//! device the tensor lives on (Flex, or CubeCL's wgpu/CUDA/ROCm with
+//! feature `cube`; with or without autodiff) and runs the primitive-level
+//! operation of [`crate::primitives`] there, so gradients flow through
+//! `Tensor::backward` as through any Burn operation.
+//!
+//! ```
+//! use burn_tensor::{Device, Tensor};
+//! use ruda_comm::LocalWorld;
+//! use ruda_tensor::{HostCollective, TensorExt};
+//!
+//! let grads = LocalWorld::new(2).run(|comm| {
+//!     let world = HostCollective::new(comm);
+//!     let w = Tensor::<1>::from_floats([1.0, 2.0], &Device::flex().autodiff()).require_grad();
+//!     // A replicated weight used by every rank, per-rank sums back to one loss.
+//!     let loss = w.clone().copy_to(&world)?.sum().reduce_from(&world)?;
+//!     let g = loss.backward();
+//!     Ok::<_, ruda_tensor::Error>(w.grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap())
+//! }).unwrap();
+//! assert_eq!(grads[0], vec![2.0, 2.0]); // the weight is used on both ranks
+//! ```
+
+use alloc::vec::Vec;
+
+use burn_tensor::{Int, Tensor};
+
+use crate::error::{Error, TensorOp};
+use crate::group::Group;
+use crate::primitives as p;
+use crate::route::routed;
+
+/// ruda's operations as methods of a float [`Tensor`]; see the module
+/// documentation, and [`crate::primitives`] for what each does (forward,
+/// backward, errors). None needs a type annotation.
+pub trait TensorExt: Sized {
+    /// Sum over the group; every rank gets the result. Its own adjoint.
+    ///
+    /// # Errors
+    /// As [`p::all_reduce`], and [`Error::UnsupportedTensor`] for a tensor
+    /// on a backend ruda does not run on.
+    fn all_reduce<G: Group>(self, group: &G) -> Result<Self, Error>;
+
+    /// Concatenate every rank's tensor along `dim` in rank order (sizes
+    /// discovered); the adjoint reduce-scatters.
+    ///
+    /// # Errors
+    /// As [`p::all_gather`].
+    fn all_gather<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// Sum over the group and keep this rank's balanced chunk along `dim`;
+    /// the adjoint all-gathers.
+    ///
+    /// # Errors
+    /// As [`p::reduce_scatter`].
+    fn reduce_scatter<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// Every rank gets `root`'s tensor; the adjoint sums at the root.
+    ///
+    /// # Errors
+    /// As [`p::broadcast`].
+    fn broadcast<G: Group>(self, group: &G, root: usize) -> Result<Self, Error>;
+
+    /// Send `counts[p]` slices along `dim` to rank `p`; receive every
+    /// rank's slices for this rank in source order.
+    ///
+    /// # Errors
+    /// As [`p::all_to_all`].
+    fn all_to_all<G: Group>(self, group: &G, dim: isize, counts: &[usize]) -> Result<Self, Error>;
+
+    /// Identity forward, gradient summed over the group (replicated → varying).
+    ///
+    /// # Errors
+    /// As [`p::copy_to`].
+    fn copy_to<G: Group>(self, group: &G) -> Result<Self, Error>;
+
+    /// Sum over the group forward, identity backward (varying → replicated).
+    ///
+    /// # Errors
+    /// As [`p::reduce_from`].
+    fn reduce_from<G: Group>(self, group: &G) -> Result<Self, Error>;
+
+    /// Keep this rank's balanced chunk along `dim` of a replicated tensor;
+    /// the gradient is all-gathered.
+    ///
+    /// # Errors
+    /// As [`p::scatter_to`].
+    fn scatter_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// All-gather along `dim` into a replicated tensor (sizes discovered);
+    /// backward keeps this rank's chunk.
+    ///
+    /// # Errors
+    /// As [`p::gather_from`].
+    fn gather_from<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// [`TensorExt::gather_from`] with the per-rank sizes declared (checked).
+    ///
+    /// # Errors
+    /// As [`p::gather_from_sizes`].
+    fn gather_from_sizes<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        sizes: &[usize],
+    ) -> Result<Self, Error>;
+
+    /// All-gather along `dim`, reduce-scatter backward (varying → varying).
+    ///
+    /// # Errors
+    /// As [`p::gather_from_copy_to`].
+    fn gather_from_copy_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// Reduce-scatter along `dim`, all-gather backward (varying → varying).
+    ///
+    /// # Errors
+    /// As [`p::reduce_from_scatter_to`].
+    fn reduce_from_scatter_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// Distributed transpose: the tensor is split over the group along
+    /// `split_now`; the result is split along `split_next` (balanced) and
+    /// whole along `split_now`.
+    ///
+    /// # Errors
+    /// As [`p::transpose`].
+    fn transpose_over<G: Group>(self, group: &G, dims: (isize, isize)) -> Result<Self, Error>;
+
+    /// Borrow `radius` rows along `dim` from each neighbour (zeros at the
+    /// ends); the adjoint is [`TensorExt::halo_reduce`].
+    ///
+    /// # Errors
+    /// As [`p::halo_exchange`].
+    fn halo_exchange<G: Group>(self, group: &G, dim: isize, radius: usize) -> Result<Self, Error>;
+
+    /// Send the halo rows along `dim` home and add them, leaving
+    /// `local_rows`; the adjoint is [`TensorExt::halo_exchange`].
+    ///
+    /// # Errors
+    /// As [`p::halo_reduce`].
+    fn halo_reduce<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        radius: usize,
+        local_rows: usize,
+    ) -> Result<Self, Error>;
+}
+
+impl<const D: usize> TensorExt for Tensor<D> {
+    fn all_reduce<G: Group>(self, group: &G) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::all_reduce::<B>(
+            group, t
+        ))
+    }
+
+    fn all_gather<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::all_gather::<B>(
+            group, t, dim
+        ))
+    }
+
+    fn reduce_scatter<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::reduce_scatter::<B>(
+            group, t, dim
+        ))
+    }
+
+    fn broadcast<G: Group>(self, group: &G, root: usize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::broadcast::<B>(
+            group, t, root
+        ))
+    }
+
+    fn all_to_all<G: Group>(self, group: &G, dim: isize, counts: &[usize]) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::all_to_all::<B>(
+            group, t, dim, counts
+        ))
+    }
+
+    fn copy_to<G: Group>(self, group: &G) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::copy_to::<B>(
+            group, t
+        ))
+    }
+
+    fn reduce_from<G: Group>(self, group: &G) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::reduce_from::<B>(
+            group, t
+        ))
+    }
+
+    fn scatter_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::scatter_to::<B>(
+            group, t, dim
+        ))
+    }
+
+    fn gather_from<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::gather_from::<B>(
+            group, t, dim
+        ))
+    }
+
+    fn gather_from_sizes<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        sizes: &[usize],
+    ) -> Result<Self, Error> {
+        routed!(
+            self,
+            D,
+            burn_tensor::Float,
+            |B, t| p::gather_from_sizes::<B>(group, t, dim, sizes)
+        )
+    }
+
+    fn gather_from_copy_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(
+            self,
+            D,
+            burn_tensor::Float,
+            |B, t| p::gather_from_copy_to::<B>(group, t, dim, None)
+        )
+    }
+
+    fn reduce_from_scatter_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| {
+            p::reduce_from_scatter_to::<B>(group, t, dim)
+        })
+    }
+
+    fn transpose_over<G: Group>(self, group: &G, dims: (isize, isize)) -> Result<Self, Error> {
+        let (now, next) = dims;
+        routed!(self, D, burn_tensor::Float, |B, t| p::transpose::<B>(
+            group,
+            t,
+            (next, now),
+            None
+        ))
+    }
+
+    fn halo_exchange<G: Group>(self, group: &G, dim: isize, radius: usize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::halo_exchange::<B>(
+            group, t, dim, radius
+        ))
+    }
+
+    fn halo_reduce<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        radius: usize,
+        local_rows: usize,
+    ) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| {
+            p::halo_reduce::<B>(group, t, dim, radius, local_rows)
+        })
+    }
+}
+
+/// ruda's integer operations as methods of an integer [`Tensor`]: moved
+/// bit for bit, never through floats; integers carry no gradient.
+///
+/// # Example
+/// ```
+/// use burn_tensor::{Device, Int, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{HostCollective, IntTensorExt};
+/// let out = LocalWorld::new(2).run(|c| {
+///     let me = ruda_comm::Communicator::rank(&c) as i32;
+///     let ids = Tensor::<1, Int>::from_ints([me, me + 10], &Device::flex()); // i32
+///     let all = ids.all_gather(&HostCollective::new(c), 0)?;
+///     Ok::<_, ruda_tensor::Error>(all.into_data().try_to_vec::<i32>().unwrap())
+/// }).unwrap();
+/// assert_eq!(out[0], vec![0, 10, 1, 11]);
+/// ```
+pub trait IntTensorExt: Sized {
+    /// Concatenate every rank's tensor along `dim` in rank order (sizes
+    /// along `dim` discovered; every other axis must agree).
+    ///
+    /// # Errors
+    /// As [`TensorExt::all_gather`].
+    fn all_gather<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
+
+    /// Send `counts[p]` slices along `dim` to rank `p`; returns what every
+    /// rank sent here, in source order, and the count from each source.
+    ///
+    /// # Errors
+    /// As [`TensorExt::all_to_all`].
+    fn all_to_all<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        counts: &[usize],
+    ) -> Result<(Self, Vec<usize>), Error>;
+}
+
+impl<const D: usize> IntTensorExt for Tensor<D, Int> {
+    fn all_gather<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, Int, |B, t| crate::ints::all_gather_int::<B, G>(
+            group,
+            TensorOp::AllGatherInt,
+            t,
+            dim,
+            false
+        ))
+    }
+
+    fn all_to_all<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        counts: &[usize],
+    ) -> Result<(Self, Vec<usize>), Error> {
+        let mut received = Vec::new();
+        let out = routed!(self, D, Int, |B, t| crate::ints::all_to_all_int::<B, G>(
+            group,
+            TensorOp::AllToAllVInt,
+            t,
+            dim,
+            counts
+        )
+        .map(|(x, r)| {
+            received = r;
+            x
+        }));
+        out.map(|x| (x, received))
+    }
+}

@@ -1,0 +1,192 @@
+//! The distributed transpose: an all-to-all that moves the split from one
+//! dimension to another.
+
+use alloc::vec::Vec;
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, DType, Shape, TensorMetadata};
+
+use super::{LinearOp, Role, balanced, resolve};
+use crate::agreement::{self, Facts, Problem};
+use crate::error::{Error, TensorOp};
+use crate::group::Group;
+use crate::layout::{narrow, starts};
+
+/// The input is split over the ranks along `dims.1` (each rank's size
+/// discovered; a declared list is checked) and whole along `dims.0`; the
+/// output is split along `dims.0` (balanced chunks, or the sizes the
+/// forward pass had when this is its adjoint) and whole along `dims.1`.
+/// Every other axis must agree across ranks. The adjoint is the inverse
+/// transpose with the forward's actual sizes.
+#[derive(Clone, Debug)]
+pub struct Transpose {
+    role: Role,
+    dims: (isize, isize),
+    declared: Option<Vec<usize>>,
+    out_sizes: Option<Vec<usize>>,
+}
+
+impl Transpose {
+    /// Transpose over `dims = (split_next, split_now)`, optionally checking
+    /// the declared sizes along `dims.1`.
+    pub fn new(dims: (isize, isize), declared: Option<Vec<usize>>) -> Self {
+        Transpose {
+            role: Role::forward(TensorOp::Transpose),
+            dims,
+            declared,
+            out_sizes: None,
+        }
+    }
+}
+
+/// The resolved dimensions and every rank's sizes along both.
+#[derive(Clone, Debug)]
+pub struct TransposePlan {
+    /// The dimension split in the output.
+    pub d0: usize,
+    /// The dimension split in the input.
+    pub d1: usize,
+    /// Every rank's size along `d0` in the output.
+    pub sizes0: Vec<usize>,
+    /// Every rank's size along `d1` in the input.
+    pub sizes1: Vec<usize>,
+}
+
+fn hash(v: &[usize]) -> i64 {
+    (ruda_comm::conformance::mix(&v.iter().map(|&x| x as u64).collect::<Vec<_>>()) | 1) as i64
+}
+
+impl LinearOp for Transpose {
+    type Plan = TransposePlan;
+    type Adjoint = Transpose;
+
+    fn role(&self) -> Role {
+        self.role
+    }
+
+    fn plan<G: Group>(
+        &self,
+        g: &G,
+        shape: &[usize],
+        dtype: DType,
+        tracked: bool,
+    ) -> Result<TransposePlan, Error> {
+        let (me, n, op) = (g.rank(), g.size(), self.role.op);
+        let ndim = shape.len();
+        let d0 = resolve(self.dims.0, ndim);
+        let d1 = resolve(self.dims.1, ndim).and_then(|d1| match d0 {
+            Ok(d0) if d0 == d1 => Err(Problem::Dim {
+                dim: self.dims.1,
+                ndim,
+            }),
+            _ => Ok(d1),
+        });
+        let sizes0 = match (&self.out_sizes, d0) {
+            (Some(s), _) => Ok(s.clone()),
+            (None, Ok(d0)) => balanced(shape[d0], n),
+            (None, Err(p)) => Err(p),
+        };
+        let problem = d0
+            .err()
+            .or(d1.err())
+            .or(sizes0.as_ref().err().copied())
+            .or((!agreement::movable(dtype)).then_some(Problem::UnsupportedDType));
+        let (d0, d1) = (d0.unwrap_or(0), d1.unwrap_or(0));
+        let words = match &self.declared {
+            Some(v) => [hash(v), 0],
+            None => [0, 0],
+        };
+        let mut f = Facts::new(op, dtype, shape);
+        f.backward = self.role.backward;
+        f.problem = problem;
+        f.free_axis = Some(d1);
+        f.tracked = Some(tracked);
+        f.param = (d0 * 64 + d1) as i64;
+        f.words = &words;
+        let param = f.param;
+        let agreed = agreement::agree(g, f, |offender, got| Error::Mismatch {
+            op,
+            rank: me,
+            offender,
+            what: "dims (as 64 × dims.0 + dims.1, resolved)",
+            expected: param,
+            got,
+        })?;
+        let sizes1 = agreed.sizes;
+        let want = hash(&sizes1);
+        for (r, w) in agreed.words.iter().enumerate() {
+            if w[0] != 0 && w[0] != want {
+                return Err(Error::DeclaredSizes {
+                    op,
+                    rank: me,
+                    offender: r,
+                    declared: (r == me).then(|| self.declared.clone()).flatten(),
+                    actual: sizes1,
+                });
+            }
+        }
+        Ok(TransposePlan {
+            d0,
+            d1,
+            sizes0: sizes0.unwrap_or_default(),
+            sizes1,
+        })
+    }
+
+    fn forward<B: Backend, G: Group>(
+        &self,
+        g: &G,
+        plan: &TransposePlan,
+        x: FloatTensor<B>,
+    ) -> Result<FloatTensor<B>, Error> {
+        let (me, n) = (g.rank(), g.size());
+        if n == 1 {
+            return Ok(x);
+        }
+        let (d0, d1) = (plan.d0, plan.d1);
+        let shape = x.shape().to_vec();
+        // Order the axes [d0, d1, rest…] so each destination's chunk of d0
+        // is contiguous, and exchange elements as rows of one.
+        let rest: Vec<usize> = (0..shape.len()).filter(|&d| d != d0 && d != d1).collect();
+        let mut perm = alloc::vec![d0, d1];
+        perm.extend_from_slice(&rest);
+        let rest_len: usize = rest.iter().map(|&d| shape[d]).product();
+        let numel: usize = shape.iter().product();
+        let flat = B::float_reshape(
+            B::float_permute(x, &perm),
+            Shape::from(alloc::vec![numel, 1]),
+        );
+        let per = |c: usize, s: usize| c * s * rest_len;
+        let send: Vec<usize> = plan.sizes0.iter().map(|&c| per(c, shape[d1])).collect();
+        let recv: Vec<usize> = plan
+            .sizes1
+            .iter()
+            .map(|&s| per(plan.sizes0[me], s))
+            .collect();
+        let got = g.exchange_rows::<B>(self.role.op, flat, &send, &recv)?;
+        let mut blocks = Vec::with_capacity(n);
+        for (p, (s, &len)) in starts(&recv).into_iter().zip(&recv).enumerate() {
+            let mut block_shape = alloc::vec![plan.sizes0[me], plan.sizes1[p]];
+            block_shape.extend(rest.iter().map(|&d| shape[d]));
+            blocks.push(B::float_reshape(
+                narrow::<B>(got.clone(), 0, s, len),
+                Shape::from(block_shape),
+            ));
+        }
+        let joined = B::float_cat(blocks, 1);
+        let mut inverse = alloc::vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        Ok(B::float_permute(joined, &inverse))
+    }
+
+    fn adjoint(&self, plan: &TransposePlan) -> Transpose {
+        Transpose {
+            role: self.role.adjoint(),
+            dims: (plan.d1 as isize, plan.d0 as isize),
+            declared: Some(plan.sizes0.clone()),
+            out_sizes: Some(plan.sizes1.clone()),
+        }
+    }
+}

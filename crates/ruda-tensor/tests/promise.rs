@@ -1,0 +1,312 @@
+//! The tensor layer keeps its promise on the paths training takes: no
+//! silently wrong result, no hang, a typed error on every rank — also under
+//! autodiff, where Burn's graph keeps state alive after a rank has failed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use burn_tensor::{DType, Device, Tensor, TensorData};
+use common::*;
+use ruda_comm::{CommError, LocalWorld, PeerFailureCause, RankError};
+use ruda_tensor::{
+    CallId, Error, Group, HostCollective, TensorExt, TensorOp, primitives, try_backward,
+};
+
+fn f64_tensor<const D: usize>(v: Vec<f64>, shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(v, shape), (device, DType::F64))
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
+    t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap()
+}
+
+/// A world whose deadline is long: a test that passes only by timing out
+/// would take a minute, so "prompt" below means far under it.
+fn patient(n: usize) -> LocalWorld {
+    LocalWorld::new(n).timeout(Duration::from_secs(60))
+}
+
+#[test]
+fn a_transpose_with_other_non_split_axes_is_an_error_everywhere() {
+    // Issue 9 (2): [4, 2, 3, 4] against [4, 2, 4, 3] with dims (0, 1) has the
+    // same product of the other axes; it used to return Ok with rank 0's
+    // elements relabelled. A different product used to panic in Flex.
+    for other in [[4, 2, 4, 3], [4, 2, 5, 3]] {
+        let errs = errors(world(2).run_each(|c| {
+            let g = HostCollective::new(c);
+            let shape = if g.rank() == 0 { [4, 2, 3, 4] } else { other };
+            let x = f64_tensor(vec![1.0; shape.iter().product()], shape, &Device::flex());
+            x.transpose_over(&g, (1, 0)).map(|_| ())
+        }));
+        for (r, e) in errs.into_iter().enumerate() {
+            match e {
+                Error::ShapeMismatch {
+                    op: TensorOp::Transpose,
+                    rank,
+                    offender: 1,
+                    free_axis: Some(1),
+                    expected,
+                    got,
+                    ..
+                } => {
+                    assert_eq!(rank, r);
+                    assert_eq!(expected, vec![Some(4), None, Some(3), Some(4)]);
+                    assert_eq!(got[2..], [Some(other[2]), Some(other[3])]);
+                }
+                other => panic!("{other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn ranks_in_different_operations_with_equal_shapes_are_a_desync() {
+    // Issue 9 (7): both calls all-reduce a [3, 2] tensor underneath; the
+    // agreement names the operations.
+    let errs = errors(world(3).run_each(|c| {
+        let g = HostCollective::new(c);
+        let x = f64_tensor(vec![1.0; 6], [3, 2], &Device::flex());
+        if g.rank() == 2 {
+            x.reduce_from(&g).map(|_| ())
+        } else {
+            x.all_reduce(&g).map(|_| ())
+        }
+    }));
+    for e in errs {
+        let text = e.to_string();
+        assert!(
+            text.contains("rank 2 is in reduce_from (#0) where rank 0 is in all_reduce_sum (#0)"),
+            "{text}"
+        );
+        assert!(
+            matches!(
+                e,
+                Error::Desync {
+                    offender: 2,
+                    expected: CallId {
+                        op: TensorOp::AllReduceSum,
+                        backward: false,
+                        seq: 0
+                    },
+                    got: CallId {
+                        op: TensorOp::ReduceFrom,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn each_call_is_one_agreement_and_one_data_exchange() {
+    // Issue 9 (7): halo exchange used to make 5 collectives, transpose 4.
+    world(3)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let dev = Device::flex();
+            let x = || f64_tensor(vec![1.0; 4 * 6], [4, 6], &dev);
+            let count = |f: &dyn Fn() -> Result<(), Error>| -> Result<u64, Error> {
+                let before = g.seq();
+                f()?;
+                Ok(g.seq() - before)
+            };
+            assert_eq!(count(&|| x().halo_exchange(&g, 0, 2).map(|_| ()))?, 2);
+            assert_eq!(count(&|| x().transpose_over(&g, (0, 1)).map(|_| ()))?, 2);
+            assert_eq!(count(&|| x().all_gather(&g, 1).map(|_| ()))?, 2);
+            assert_eq!(count(&|| x().all_to_all(&g, 0, &[1, 2, 1]).map(|_| ()))?, 2);
+            assert_eq!(count(&|| x().all_reduce(&g).map(|_| ()))?, 2);
+            assert_eq!(count(&|| x().copy_to(&g).map(|_| ()))?, 0);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn halo_exchange_backward_is_halo_reduce_bit_for_bit() {
+    // Issue 9 (8): 13 rows over 4 ranks ([4, 3, 3, 3]) with radius 2 and 3:
+    // chunks with more rows than the radius but fewer than twice it.
+    for radius in [2, 3] {
+        world(4)
+            .run(|c| {
+                let g = HostCollective::new(c);
+                let me = g.rank();
+                let rows = if me == 0 { 4 } else { 3 };
+                let dev = Device::flex().autodiff();
+                let x =
+                    f64_tensor(input::<f64>(7, 1, me, rows * 5), [rows, 5], &dev).require_grad();
+                let up: Vec<f64> = input::<f64>(7, 2, me, (rows + 2 * radius) * 5);
+                let upstream = f64_tensor(up.clone(), [rows + 2 * radius, 5], &dev);
+                let y = x.clone().halo_exchange(&g, 0, radius)?;
+                let grads = (y * upstream).sum().backward();
+                let backward = values(x.grad(&grads).unwrap());
+                let forward = values(
+                    f64_tensor(up, [rows + 2 * radius, 5], &Device::flex())
+                        .halo_reduce(&g, 0, radius, rows)?,
+                );
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&backward), bits(&forward), "radius {radius} rank {me}");
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn halo_reduce_on_one_rank_with_fewer_rows_than_the_radius() {
+    // Issue 9 (9): used to underflow `local_rows - radius`.
+    world(1)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let y = f64_tensor((0..5).map(f64::from).collect(), [5, 1], &Device::flex());
+            let out = y.halo_reduce(&g, 0, 2, 1)?;
+            assert_eq!(values(out), vec![2.0]); // the halo rows fall off the ends
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_rank_that_panics_after_a_differentiable_forward_fails_its_peers_promptly() {
+    // Issue 9 (3): the autodiff graph keeps the backward state (and the
+    // communicator it used to hold) alive; peers must not wait the deadline.
+    let start = Instant::now();
+    let results = patient(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        let dev = Device::flex().autodiff();
+        let x = f64_tensor(vec![1.0; 4], [2, 2], &dev).require_grad();
+        let y = x.all_gather(&g, 0)?;
+        if g.rank() == 1 {
+            panic!("rank 1 fails after its forward");
+        }
+        y.sum().all_reduce(&g).map(|_| ())
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(
+            &results[0],
+            Err(RankError::Failed(Error::Comm(CommError::PeerFailure {
+                peer: 1,
+                cause: PeerFailureCause::Panicked,
+                ..
+            })))
+        ),
+        "{:?}",
+        results[0]
+    );
+}
+
+#[test]
+fn a_backward_on_only_some_ranks_is_a_typed_error_promptly() {
+    let start = Instant::now();
+    let results = patient(3).run_each(|c| {
+        let g = HostCollective::new(c);
+        let dev = Device::flex().autodiff();
+        let x = f64_tensor(vec![1.0; 3], [3], &dev).require_grad();
+        let loss = x.all_gather(&g, 0)?.sum();
+        if g.rank() == 2 {
+            return Ok::<_, Error>(None); // skips the backward pass and returns
+        }
+        Ok(try_backward(|| loss.backward()).err())
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    for r in &results[..2] {
+        // Rank 2 dropped its group on returning (the graph holds no strong
+        // handle on it), or its world marked it finished: either way its
+        // peers learn at once.
+        assert!(
+            matches!(
+                r,
+                Ok(Some(Error::Comm(CommError::PeerFailure {
+                    peer: 2,
+                    cause: PeerFailureCause::Finished | PeerFailureCause::LeftGroup,
+                    ..
+                })))
+            ),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn tracked_and_untracked_inputs_are_an_error_in_the_forward_pass() {
+    // A rank whose input is untracked would skip a backward collective the
+    // others enter: refused at once, on every rank.
+    let errs = errors(world(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        let dev = Device::flex().autodiff();
+        let x = f64_tensor(vec![1.0; 2], [2], &dev);
+        let x = if g.rank() == 0 { x.require_grad() } else { x };
+        x.all_reduce(&g).map(|_| ())
+    }));
+    for e in errs {
+        assert!(
+            matches!(
+                e,
+                Error::TrackingMismatch {
+                    offender: 1,
+                    offender_tracked: false,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    // Where the backward does not communicate, it does not matter.
+    world(2)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let dev = Device::flex().autodiff();
+            let x = f64_tensor(vec![1.0; 2], [2], &dev);
+            let x = if g.rank() == 0 { x.require_grad() } else { x };
+            x.reduce_from(&g).map(|_| ())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_backward_after_the_group_is_dropped_is_a_typed_error() {
+    // Backward steps hold no strong handle on the group.
+    world(1)
+        .run(|c| {
+            let dev = Device::flex().autodiff();
+            let x = f64_tensor(vec![1.0; 2], [2], &dev).require_grad();
+            let loss = {
+                let g = HostCollective::new(c);
+                x.all_reduce(&g)?.sum()
+            }; // the last handle on the group goes here
+            match try_backward(|| loss.backward()) {
+                Err(Error::GroupDropped {
+                    op: TensorOp::AllReduceSum,
+                    rank: 0,
+                }) => Ok(()),
+                other => panic!("{:?}", other.map(|_| ())),
+            }
+        })
+        .map_err(|e: ruda_comm::WorldError<Error>| e.to_string())
+        .unwrap();
+}
+
+#[test]
+fn primitive_level_calls_need_only_the_backend_named() {
+    world(2)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let x = leaf(vec![1.0, 2.0], &[2]);
+            let y = primitives::all_gather::<Ad>(&g, x.clone(), 0)?;
+            assert_eq!(read_ad(y).0, vec![1.0, 2.0, 1.0, 2.0]);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
