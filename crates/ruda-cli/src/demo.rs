@@ -1,33 +1,37 @@
-//! `ruda demo`: train a small spatially decomposed model on a polar ×
-//! azimuth grid of in-process ranks, run the same model serially, and
+//! `ruda demo`: train a spectral model on the sphere distributed over a
+//! polar × azimuth grid of ranks, train the same model serially, and
 //! compare every step's loss and gradients.
 //!
-//! The model regresses a `[channels, latitudes, longitudes]` field onto a
-//! target: each rank holds a patch; a three-point latitude stencil with
-//! learnable taps (one halo row from each polar neighbour) and learnable
-//! per-channel weights give the prediction; the squared residual goes
-//! through an azimuth transpose (longitudes whole, channels split), is
-//! summed over longitudes, gathered over azimuth ranks and reduced over
-//! polar ranks into one replicated loss. Parameters are replicated and
-//! enter through `copy_to` regions, so their gradients are summed over all
-//! ranks. Plain SGD updates them each step.
+//! The data ([`problem`]) is a band-limited random field of several
+//! channels on an equiangular grid and its image under one and two steps
+//! of a linear map: solid-body rotation about the polar axis, diffusion,
+//! and a coupling of the channels. The model ([`model`]) is a spectral
+//! block — forward transform, a learnable complex filter per mode `(l, m)`
+//! and channel, inverse transform — plus a learnable pointwise channel mix;
+//! it can represent the map exactly, and Adam fits it on the one-step and
+//! two-step (rollout) error, so gradients flow through both transforms.
+//!
+//! The distributed run uses ruda-sphere's distributed transforms (azimuth
+//! transposes, polar reduce-scatter and all-gather) with the parameters
+//! entering through `copy_to` regions and the loss leaving through
+//! `reduce_from` regions; the serial run uses its serial transforms, code
+//! that involves no communication at all. Ranks are threads, or MPI
+//! processes under `mpirun` (feature `mpi`).
+
+pub mod model;
+pub mod problem;
 
 use std::io::Write;
 use std::time::Instant;
 
-use burn_autodiff::Autodiff;
-use burn_backend::ops::FloatTensorOps;
-use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, Slice, TensorData, TensorMetadata, read_sync};
-use burn_flex::{Flex, FlexDevice};
 use indicatif::{ProgressBar, ProgressStyle};
-use ruda_comm::{Communicator, LocalWorld, WorldError};
-use ruda_tensor::layout::compute_split_shapes;
-use ruda_tensor::primitives as p;
-use ruda_tensor::{HostCollective, PrimitiveError, ProcessGrid};
+use ruda_comm::{Communicator, LocalCommunicator, LocalWorld, WorldError};
+use ruda_sphere::{LatitudeGrid, ShtSpec, SphereError, SphereLayout};
+use ruda_tensor::{HostCollective, ProcessGrid};
 use thiserror::Error;
 
-type Ad = Autodiff<Flex>;
+use crate::timed_comm::TimedComm;
+use problem::Problem;
 
 /// What the demo trains and on how many ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,28 +42,26 @@ pub struct DemoConfig {
     pub azimuth: usize,
     /// Optimisation steps.
     pub steps: usize,
-    /// SGD learning rate.
-    pub learning_rate: f64,
     /// Channels of the field.
     pub channels: usize,
-    /// Latitudes.
+    /// Latitudes (equiangular, poles included).
     pub nlat: usize,
     /// Longitudes.
     pub nlon: usize,
 }
 
 impl Default for DemoConfig {
-    /// 4 channels on a 33 × 62 grid (uneven over 2 and 4 ranks), 2 × 2
-    /// ranks, 12 steps.
+    /// 4 channels on a 361 × 720 grid (half a degree; lmax = 181; latitudes
+    /// and degrees uneven over 2 ranks), 2 × 2 ranks, 12 steps: about 8 s
+    /// on two cores.
     fn default() -> Self {
         DemoConfig {
             polar: 2,
             azimuth: 2,
             steps: 12,
-            learning_rate: 0.5,
             channels: 4,
-            nlat: 33,
-            nlon: 62,
+            nlat: 361,
+            nlon: 720,
         }
     }
 }
@@ -67,7 +69,7 @@ impl Default for DemoConfig {
 /// Why the demo could not run.
 #[derive(Debug, Error)]
 pub enum DemoError {
-    /// A rank failed (a primitive's error, or a panic).
+    /// A rank failed (a transform's or primitive's error, or a panic).
     #[error("the {grid} run failed on rank {rank}: {message}")]
     Rank {
         /// The grid, e.g. `2x2`.
@@ -79,7 +81,7 @@ pub enum DemoError {
     },
     /// The grid does not fit the field.
     #[error(
-        "a {polar}x{azimuth} grid does not fit {channels} channels × {nlat} × {nlon}: every rank needs at least one latitude, one longitude and one channel"
+        "a {polar}x{azimuth} grid does not fit {channels} channels × {nlat} × {nlon}: {reason}"
     )]
     Grid {
         /// Polar ranks.
@@ -92,6 +94,8 @@ pub enum DemoError {
         nlat: usize,
         /// Longitudes.
         nlon: usize,
+        /// What does not fit.
+        reason: String,
     },
     /// Under MPI, the grid does not match the number of processes.
     #[error("a {polar}x{azimuth} grid needs {} MPI processes, mpirun started {ranks}", polar * azimuth)]
@@ -113,193 +117,150 @@ pub enum DemoError {
 pub struct StepRecord {
     /// The (replicated) loss before the update.
     pub loss: f64,
-    /// The gradient of every parameter (channel weights, then taps).
+    /// The gradient of every parameter (filter, then channel mix).
     pub grads: Vec<f64>,
 }
 
-fn tensor(values: Vec<f64>, shape: &[usize]) -> FloatTensor<Ad> {
-    Ad::float_from_data(TensorData::new(values, shape.to_vec()), &FlexDevice)
+/// How long one step took on one rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTiming {
+    /// Wall time of the forward and backward pass, seconds.
+    pub wall: f64,
+    /// Of which in collectives (waiting for peers included), seconds.
+    pub comm: f64,
 }
 
-fn values(t: FloatTensor<Flex>) -> Vec<f64> {
-    read_sync(Flex::float_into_data(t))
-        .expect("host tensor")
-        .try_to_vec::<f64>()
-        .expect("f64 tensor")
+/// A run's records (replicated) and its timings (the slowest rank's wall
+/// time, the ranks' mean communication time).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// Every step's loss and gradients.
+    pub records: Vec<StepRecord>,
+    /// Every step's time.
+    pub timings: Vec<StepTiming>,
 }
 
-fn narrow(x: FloatTensor<Ad>, dim: usize, start: usize, len: usize) -> FloatTensor<Ad> {
-    let full = Slice::new(0, None, 1);
-    let mut s = vec![full; x.shape().num_dims()];
-    s[dim] = Slice::new(start as isize, Some((start + len) as isize), 1);
-    Ad::float_slice(x, &s)
+fn grid_error(cfg: &DemoConfig, polar: usize, azimuth: usize, reason: String) -> DemoError {
+    DemoError::Grid {
+        polar,
+        azimuth,
+        channels: cfg.channels,
+        nlat: cfg.nlat,
+        nlon: cfg.nlon,
+        reason,
+    }
 }
 
-/// The input field and the target, full size, the same on every rank.
-fn fields(cfg: &DemoConfig) -> (Vec<f64>, Vec<f64>) {
-    let (c, h, w) = (cfg.channels, cfg.nlat, cfg.nlon);
-    let mut field = Vec::with_capacity(c * h * w);
-    let mut target = Vec::with_capacity(c * h * w);
-    for k in 0..c {
-        for i in 0..h {
-            let theta = (i as f64 + 0.5) * std::f64::consts::PI / h as f64;
-            for j in 0..w {
-                let phi = j as f64 * 2.0 * std::f64::consts::PI / w as f64;
-                let f = (theta * (k + 1) as f64).sin() * (phi * (k + 1) as f64).cos()
-                    + 0.1 * ((i * 7 + j * 3 + k) % 5) as f64;
-                field.push(f);
-                target.push(0.6 * f * theta.cos() + 0.2);
-            }
+/// Check that the grid fits the field before starting any rank.
+fn check_grid(cfg: &DemoConfig, polar: usize, azimuth: usize) -> Result<Problem, DemoError> {
+    if polar == 0 || azimuth == 0 {
+        return Err(grid_error(cfg, polar, azimuth, "no ranks".into()));
+    }
+    let fit = |e: SphereError| grid_error(cfg, polar, azimuth, e.to_string());
+    let spec = ShtSpec::new(cfg.nlat, cfg.nlon, LatitudeGrid::Equiangular).map_err(fit)?;
+    for pr in 0..polar {
+        for ar in 0..azimuth {
+            SphereLayout::new(spec, (pr, polar), (ar, azimuth)).map_err(fit)?;
         }
     }
-    (field, target)
+    Problem::new(cfg.nlat, cfg.nlon, cfg.channels).map_err(fit)
 }
 
-/// The replicated loss on `grid`, from this rank's patches.
-fn loss<C: Communicator + std::fmt::Debug + 'static>(
-    grid: &ProcessGrid<HostCollective<C>>,
-    cfg: &DemoConfig,
-    x: &FloatTensor<Ad>,
-    target: &FloatTensor<Ad>,
-    weights: FloatTensor<Ad>,
-    taps: FloatTensor<Ad>,
-) -> Result<FloatTensor<Ad>, PrimitiveError> {
-    let w =
-        p::copy_to_azimuth_region::<Ad, _>(grid, p::copy_to_polar_region::<Ad, _>(grid, weights)?)?;
-    let t =
-        p::copy_to_azimuth_region::<Ad, _>(grid, p::copy_to_polar_region::<Ad, _>(grid, taps)?)?;
-    let h = x.shape()[1];
-    let xh = p::polar_halo_exchange::<Ad, _>(grid, x.clone(), 1)?;
-    let mut stencil = None;
-    for k in 0..3 {
-        let term = Ad::float_mul(narrow(xh.clone(), 1, k, h), narrow(t.clone(), 0, k, 1));
-        stencil = Some(match stencil {
-            None => term,
-            Some(s) => Ad::float_add(s, term),
-        });
-    }
-    let y = Ad::float_mul(stencil.expect("three taps"), w);
-    let r = Ad::float_sub(y, target.clone());
-    let sq = Ad::float_mul(r.clone(), r);
-    let lon = compute_split_shapes(cfg.nlon, grid.azimuth_size()).expect("checked grid");
-    let by_channel = p::distributed_transpose_azimuth::<Ad, _>(grid, sq, (0, -1), &lon)?;
-    let per_lat = Ad::float_sum_dim(by_channel, 2);
-    let channels = compute_split_shapes(cfg.channels, grid.azimuth_size()).expect("checked grid");
-    let gathered = p::gather_from_sizes::<Ad>(grid.azimuth(), per_lat, 0, &channels)?;
-    let partial = Ad::float_sum(gathered);
-    let total = p::reduce_from_polar_region::<Ad, _>(grid, partial)?;
-    let n = (cfg.channels * cfg.nlat * cfg.nlon) as f64;
-    Ok(Ad::float_mul_scalar(total, (1.0 / n).into()))
-}
-
-fn check_grid(cfg: &DemoConfig, polar: usize, azimuth: usize) -> Result<(), DemoError> {
-    if polar == 0
-        || azimuth == 0
-        || polar > cfg.nlat
-        || azimuth > cfg.nlon
-        || azimuth > cfg.channels
-    {
-        return Err(DemoError::Grid {
-            polar,
-            azimuth,
-            channels: cfg.channels,
-            nlat: cfg.nlat,
-            nlon: cfg.nlon,
-        });
-    }
-    Ok(())
+/// Every rank's timings folded into one per step.
+fn fold_timings(per_rank: &[Vec<StepTiming>]) -> Vec<StepTiming> {
+    let steps = per_rank.first().map_or(0, Vec::len);
+    (0..steps)
+        .map(|s| StepTiming {
+            wall: per_rank.iter().map(|r| r[s].wall).fold(0.0, f64::max),
+            comm: per_rank.iter().map(|r| r[s].comm).sum::<f64>() / per_rank.len() as f64,
+        })
+        .collect()
 }
 
 /// Train as one rank of a `polar × azimuth` grid built on `comm` (every
-/// rank of `comm` calls this); returns this rank's records.
+/// rank of `comm` calls this); returns this rank's records and timings.
 ///
 /// # Errors
-/// The primitives' errors.
+/// The transforms' and primitives' errors.
 pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
     comm: C,
+    problem: &Problem,
     cfg: &DemoConfig,
-    polar: usize,
-    azimuth: usize,
     progress: &ProgressBar,
-) -> Result<Vec<StepRecord>, PrimitiveError> {
-    let (field, target) = fields(cfg);
-    let shape = [cfg.channels, cfg.nlat, cfg.nlon];
-    let grid = ProcessGrid::new(comm, polar, azimuth)?;
-    let patch = |v: &Vec<f64>| -> Result<FloatTensor<Ad>, PrimitiveError> {
-        let x = p::scatter_to_polar_region::<Ad, _>(&grid, tensor(v.clone(), &shape), -2)?;
-        p::scatter_to::<Ad>(grid.azimuth(), x, -1)
-    };
-    let (x, tgt) = (patch(&field)?, patch(&target)?);
-    let mut weights = vec![1.0; cfg.channels];
-    let mut taps = vec![0.2, 0.6, 0.2];
-    let mut records = Vec::with_capacity(cfg.steps);
-    let lead = grid.world().comm().rank() == 0;
-    for _ in 0..cfg.steps {
-        let wt = Ad::float_set_require_grad(tensor(weights.clone(), &[cfg.channels, 1, 1]), true);
-        let tt = Ad::float_set_require_grad(tensor(taps.clone(), &[3, 1, 1]), true);
-        let l = loss(&grid, cfg, &x, &tgt, wt.clone(), tt.clone())?;
-        let value = values(Ad::inner(l.clone()))[0];
-        let grads = Ad::backward(l);
-        let gw = values(Ad::grad(&wt, &grads).expect("weights are used"));
-        let gt = values(Ad::grad(&tt, &grads).expect("taps are used"));
-        for (w, g) in weights.iter_mut().zip(&gw) {
-            *w -= cfg.learning_rate * g;
-        }
-        for (t, g) in taps.iter_mut().zip(&gt) {
-            *t -= cfg.learning_rate * g;
-        }
-        records.push(StepRecord {
-            loss: value,
-            grads: gw.into_iter().chain(gt).collect(),
-        });
-        if lead {
-            progress.inc(1);
-        }
-    }
-    Ok(records)
+) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
+    let comm = TimedComm::new(comm);
+    let clock = comm.clock();
+    let lead = comm.rank() == 0;
+    let grid = ProcessGrid::new(comm, cfg.polar, cfg.azimuth)?;
+    model::train(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
 }
 
-/// Train on a `polar × azimuth` grid of threads; every rank's records (they
-/// are replicated, so rank 0's are returned after checking they agree).
+/// Train on a `polar × azimuth` grid of threads (`1 × 1`: the serial
+/// transforms, no communication).
 ///
 /// # Errors
 /// [`DemoError::Grid`] for a grid that does not fit the field;
-/// [`DemoError::Rank`] when a rank fails.
+/// [`DemoError::Rank`] when a rank fails or the ranks' replicated results
+/// differ.
 pub fn train(
     cfg: &DemoConfig,
     polar: usize,
     azimuth: usize,
     progress: &ProgressBar,
-) -> Result<Vec<StepRecord>, DemoError> {
-    check_grid(cfg, polar, azimuth)?;
+) -> Result<Run, DemoError> {
+    let problem = check_grid(cfg, polar, azimuth)?;
+    train_problem(&problem, cfg, polar, azimuth, progress)
+}
+
+fn train_problem(
+    problem: &Problem,
+    cfg: &DemoConfig,
+    polar: usize,
+    azimuth: usize,
+    progress: &ProgressBar,
+) -> Result<Run, DemoError> {
     let grid_name = format!("{polar}x{azimuth}");
+    if (polar, azimuth) == (1, 1) {
+        let (records, timings) = model::train::<HostCollective<LocalCommunicator>>(
+            problem, None, cfg.steps, None, progress, true,
+        )
+        .map_err(|e| DemoError::Rank {
+            grid: "serial".into(),
+            rank: 0,
+            message: e.to_string(),
+        })?;
+        return Ok(Run { records, timings });
+    }
+    let cfg = DemoConfig {
+        polar,
+        azimuth,
+        ..cfg.clone()
+    };
     let runs = LocalWorld::new(polar * azimuth)
-        .run(|comm| train_rank(comm, cfg, polar, azimuth, progress));
-    let runs = runs.map_err(|e| match e {
-        WorldError::Empty => DemoError::Grid {
-            polar,
-            azimuth,
-            channels: cfg.channels,
-            nlat: cfg.nlat,
-            nlon: cfg.nlon,
-        },
-        WorldError::Rank { rank, error } => DemoError::Rank {
-            grid: grid_name.clone(),
-            rank,
-            message: error.to_string(),
-        },
-    })?;
+        .run(|comm| train_rank(comm, problem, &cfg, progress))
+        .map_err(|e| match e {
+            WorldError::Empty => grid_error(&cfg, polar, azimuth, "no ranks".into()),
+            WorldError::Rank { rank, error } => DemoError::Rank {
+                grid: grid_name.clone(),
+                rank,
+                message: error.to_string(),
+            },
+        })?;
     // Replicated: every rank must have computed the very same numbers.
     for (rank, r) in runs.iter().enumerate() {
-        if r != &runs[0] {
+        if r.0 != runs[0].0 {
             return Err(DemoError::Rank {
                 grid: grid_name,
                 rank,
-                message: "its replicated loss differs from rank 0's".into(),
+                message: "its replicated loss or gradients differ from rank 0's".into(),
             });
         }
     }
-    Ok(runs.into_iter().next().expect("at least one rank"))
+    let timings: Vec<Vec<StepTiming>> = runs.iter().map(|r| r.1.clone()).collect();
+    Ok(Run {
+        records: runs.into_iter().next().expect("at least one rank").0,
+        timings: fold_timings(&timings),
+    })
 }
 
 /// One step of the comparison.
@@ -309,7 +270,8 @@ pub struct StepComparison {
     pub distributed: f64,
     /// Serial loss.
     pub serial: f64,
-    /// Largest gradient difference, relative to the gradient's size.
+    /// Largest gradient difference relative to the serial gradient's
+    /// largest entry.
     pub grad_diff: f64,
 }
 
@@ -324,22 +286,24 @@ pub struct Verdict {
     pub agree: bool,
 }
 
-/// Relative difference, scaled by the larger magnitude (at least 1).
-fn rel(a: f64, b: f64) -> f64 {
-    let d = (a - b).abs() / a.abs().max(b.abs()).max(1.0);
+/// `|a − b| / scale`, infinite for NaN.
+fn rel(diff: f64, scale: f64) -> f64 {
+    let d = diff / scale.max(f64::MIN_POSITIVE);
     if d.is_nan() { f64::INFINITY } else { d }
 }
 
-/// Compare the runs step by step; they agree when every loss and gradient
-/// matches within `tolerance` (relative) and both ran the same steps.
+/// Compare the runs step by step: each loss relative to the serial loss,
+/// each gradient's largest difference relative to the serial gradient's
+/// largest entry. They agree when everything is within `tolerance` and
+/// both ran the same, non-zero, number of steps.
 ///
 /// # Example
 /// ```
 /// use ruda_cli::demo::{StepRecord, compare};
-/// let a = vec![StepRecord { loss: 1.0, grads: vec![0.5] }];
+/// let a = vec![StepRecord { loss: 1.0, grads: vec![0.5, 1e-3] }];
 /// let mut b = a.clone();
 /// assert!(compare(&a, &b, 1e-12).agree);
-/// b[0].grads[0] += 1e-6;
+/// b[0].grads[1] += 1e-9;
 /// assert!(!compare(&a, &b, 1e-12).agree);
 /// ```
 pub fn compare(distributed: &[StepRecord], serial: &[StepRecord], tolerance: f64) -> Verdict {
@@ -350,11 +314,18 @@ pub fn compare(distributed: &[StepRecord], serial: &[StepRecord], tolerance: f64
             distributed: d.loss,
             serial: s.loss,
             grad_diff: if d.grads.len() == s.grads.len() {
-                d.grads
+                let diff = d
+                    .grads
                     .iter()
                     .zip(&s.grads)
-                    .map(|(a, b)| rel(*a, *b))
-                    .fold(0.0, f64::max)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max);
+                let scale = s.grads.iter().map(|g| g.abs()).fold(0.0, f64::max);
+                if d.grads.iter().chain(&s.grads).any(|g| g.is_nan()) {
+                    f64::INFINITY
+                } else {
+                    rel(diff, scale)
+                }
             } else {
                 f64::INFINITY
             },
@@ -362,7 +333,7 @@ pub fn compare(distributed: &[StepRecord], serial: &[StepRecord], tolerance: f64
         .collect();
     let worst = steps
         .iter()
-        .map(|c| rel(c.distributed, c.serial).max(c.grad_diff))
+        .map(|c| rel((c.distributed - c.serial).abs(), c.serial.abs()).max(c.grad_diff))
         .fold(0.0, f64::max);
     let agree = distributed.len() == serial.len() && !distributed.is_empty() && worst <= tolerance;
     Verdict {
@@ -381,13 +352,14 @@ pub const TOLERANCE: f64 = 1e-10;
 /// # Errors
 /// As [`train`], and [`DemoError::Io`].
 pub fn run(cfg: &DemoConfig, out: &mut impl Write) -> Result<Verdict, DemoError> {
+    let problem = check_grid(cfg, cfg.polar, cfg.azimuth)?;
     header(cfg, "threads", out)?;
     let bar = progress(cfg);
     let t = Instant::now();
-    let distributed = train(cfg, cfg.polar, cfg.azimuth, &bar)?;
+    let distributed = train_problem(&problem, cfg, cfg.polar, cfg.azimuth, &bar)?;
     let t_dist = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let serial = train(cfg, 1, 1, &bar)?;
+    let serial = train_problem(&problem, cfg, 1, 1, &bar)?;
     let t_serial = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
     report(cfg, &distributed, &serial, (t_dist, t_serial), out)
@@ -407,7 +379,6 @@ pub fn run_mpi(
     out: &mut impl Write,
 ) -> Result<Verdict, DemoError> {
     use ruda_comm::ReduceOp;
-    check_grid(cfg, cfg.polar, cfg.azimuth)?;
     let (me, n) = (world.rank(), world.size());
     if n != cfg.polar * cfg.azimuth {
         return Err(DemoError::WorldSize {
@@ -416,6 +387,7 @@ pub fn run_mpi(
             ranks: n,
         });
     }
+    let problem = check_grid(cfg, cfg.polar, cfg.azimuth)?;
     let rank_err = |e: &dyn std::fmt::Display| DemoError::Rank {
         grid: format!("{}x{}", cfg.polar, cfg.azimuth),
         rank: me,
@@ -434,11 +406,10 @@ pub fn run_mpi(
         ProgressBar::hidden()
     };
     let t = Instant::now();
-    let distributed =
-        train_rank(world, cfg, cfg.polar, cfg.azimuth, &bar).map_err(|e| rank_err(&e))?;
+    let (records, timings) = train_rank(world, &problem, cfg, &bar).map_err(|e| rank_err(&e))?;
     let t_dist = t.elapsed().as_secs_f64();
     // Replicated: the same numbers on every rank.
-    let flat: Vec<f64> = distributed
+    let flat: Vec<f64> = records
         .iter()
         .flat_map(|r| std::iter::once(r.loss).chain(r.grads.iter().copied()))
         .collect();
@@ -454,10 +425,28 @@ pub fn run_mpi(
             &"the replicated loss or gradients differ between ranks",
         ));
     }
+    // Timings: every rank's wall and communication time, to rank 0.
+    let mine: Vec<f64> = timings.iter().flat_map(|t| [t.wall, t.comm]).collect();
+    let all = check.all_gather_vec(&mine).map_err(|e| rank_err(&e))?;
+    let per_rank: Vec<Vec<StepTiming>> = all
+        .chunks(mine.len().max(1))
+        .map(|r| {
+            r.chunks(2)
+                .map(|p| StepTiming {
+                    wall: p[0],
+                    comm: p[1],
+                })
+                .collect()
+        })
+        .collect();
+    let distributed = Run {
+        records,
+        timings: fold_timings(&per_rank),
+    };
     let mut agree = [0u8];
     let verdict = if me == 0 {
         let t = Instant::now();
-        let serial = train(cfg, 1, 1, &bar)?;
+        let serial = train_problem(&problem, cfg, 1, 1, &bar)?;
         let t_serial = t.elapsed().as_secs_f64();
         bar.finish_and_clear();
         let v = report(cfg, &distributed, &serial, (t_dist, t_serial), out)?;
@@ -477,22 +466,28 @@ pub fn run_mpi(
 fn progress(cfg: &DemoConfig) -> ProgressBar {
     let bar = ProgressBar::new(2 * cfg.steps as u64);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} steps")
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} steps {elapsed}")
             .expect("valid template"),
     );
-    bar.set_message("training");
+    bar.set_message("training (distributed, then serial)");
     bar
 }
 
 fn header(cfg: &DemoConfig, ranks: &str, out: &mut impl Write) -> std::io::Result<()> {
+    let lmax = cfg.nlat.div_ceil(2).min(cfg.nlon / 2 + 1);
     writeln!(
         out,
-        "ruda demo: {} channels × {} latitudes × {} longitudes, {} SGD steps",
+        "ruda demo: a spectral model on the sphere, {} channels on a {} × {} equiangular grid (lmax = mmax = {lmax}), {} Adam steps",
         cfg.channels, cfg.nlat, cfg.nlon, cfg.steps
     )?;
     writeln!(
         out,
-        "distributed on a {}x{} polar × azimuth grid of {ranks}; serial on one rank",
+        "it learns one step of solid-body rotation ({:.2} rad about the polar axis), diffusion and channel coupling, on one- and two-step rollouts",
+        problem::ROTATION
+    )?;
+    writeln!(
+        out,
+        "distributed on a {}x{} polar × azimuth grid of {ranks}; serial with the serial transforms",
         cfg.polar, cfg.azimuth
     )
 }
@@ -500,27 +495,46 @@ fn header(cfg: &DemoConfig, ranks: &str, out: &mut impl Write) -> std::io::Resul
 /// Compare the runs, print the table and the verdict line.
 fn report(
     cfg: &DemoConfig,
-    distributed: &[StepRecord],
-    serial: &[StepRecord],
+    distributed: &Run,
+    serial: &Run,
     (t_dist, t_serial): (f64, f64),
     out: &mut impl Write,
 ) -> Result<Verdict, DemoError> {
-    let verdict = compare(distributed, serial, TOLERANCE);
+    let verdict = compare(&distributed.records, &serial.records, TOLERANCE);
     writeln!(
         out,
-        "{:>5} {:>22} {:>22} {:>14}",
-        "step", "distributed loss", "serial loss", "max grad diff"
+        "{:>5} {:>22} {:>22} {:>14} {:>27} {:>10}",
+        "step",
+        "distributed loss",
+        "serial loss",
+        "max grad diff",
+        "distributed ms (comm ms)",
+        "serial ms"
     )?;
     for (i, s) in verdict.steps.iter().enumerate() {
+        let (d, t) = (distributed.timings[i], serial.timings[i]);
         writeln!(
             out,
-            "{:>5} {:>22.15e} {:>22.15e} {:>14.2e}",
-            i, s.distributed, s.serial, s.grad_diff
+            "{:>5} {:>22.15e} {:>22.15e} {:>14.2e} {:>17.1} {:>9} {:>10.1}",
+            i,
+            s.distributed,
+            s.serial,
+            s.grad_diff,
+            1e3 * d.wall,
+            format!("({:.1})", 1e3 * d.comm),
+            1e3 * t.wall
         )?;
     }
+    let (wall, comm): (f64, f64) = distributed
+        .timings
+        .iter()
+        .fold((0.0, 0.0), |(w, c), t| (w + t.wall, c + t.comm));
     writeln!(
         out,
-        "distributed run {t_dist:.2} s, serial run {t_serial:.2} s"
+        "distributed run {t_dist:.2} s (steps: {:.2} s compute + {:.2} s communication, {:.0}%), serial run {t_serial:.2} s",
+        wall - comm,
+        comm,
+        100.0 * comm / wall.max(f64::MIN_POSITIVE)
     )?;
     if verdict.agree {
         writeln!(

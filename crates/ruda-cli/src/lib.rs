@@ -1,10 +1,13 @@
-//! The library behind the `ruda` binary: the demo (a spatially decomposed
-//! model trained on a process grid and checked against the serial run) and
-//! the bandwidth benchmark in the conventions of nccl-tests.
+//! The library behind the `ruda` binary: the demo (a spectral model on the
+//! sphere trained on a process grid and checked against the serial run),
+//! the bandwidth benchmark in the conventions of nccl-tests, and the
+//! spherical harmonic transform benchmark.
 
 #![warn(missing_docs)]
 
 pub mod bench_cmd;
 pub mod demo;
 pub mod plot;
+pub mod sht_bench;
 pub mod sizes;
+pub mod timed_comm;

@@ -1,6 +1,8 @@
-//! `ruda`: the command-line face of ruda — `ruda demo` trains a spatially
-//! decomposed model and proves it matches the serial model; `ruda bench`
-//! measures collective bandwidth in the conventions of nccl-tests.
+//! `ruda`: the command-line face of ruda — `ruda demo` trains a spectral
+//! model on the sphere distributed over a process grid and proves it
+//! matches the serial model; `ruda bench` measures collective bandwidth in
+//! the conventions of nccl-tests, `ruda bench sht` the spherical harmonic
+//! transform.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,9 +25,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Train a small model on a polar × azimuth grid of in-process ranks, run
-    /// it serially too, and check that losses and gradients agree at every
-    /// step (exit status 1 if they do not).
+    /// Train a spectral model on the sphere on a polar × azimuth grid of
+    /// in-process ranks (or MPI processes under mpirun), train it serially
+    /// too, and check that losses and gradients agree at every step (exit
+    /// status 1 if they do not).
     Demo {
         /// The process grid, polar × azimuth ranks, e.g. 2x2 or 4x1.
         #[arg(long, default_value = "2x2", value_parser = parse_grid)]
@@ -33,10 +36,24 @@ enum Command {
         /// Optimisation steps.
         #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1000))]
         steps: u32,
+        /// Latitudes of the equiangular grid (poles included).
+        #[arg(long, default_value_t = 361, value_parser = clap::value_parser!(u32).range(2..=2049))]
+        nlat: u32,
+        /// Longitudes.
+        #[arg(long, default_value_t = 720, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        nlon: u32,
+        /// Channels of the field.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        channels: u32,
     },
     /// Measure collective bandwidth over a sweep of sizes, with a memcpy
-    /// reference line of each size from the same run.
+    /// reference line of each size from the same run (`ruda bench sht`:
+    /// time the spherical harmonic transform instead).
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
+        /// What else to benchmark.
+        #[command(subcommand)]
+        target: Option<BenchTarget>,
         /// The collective to time.
         #[arg(long, value_enum, default_value_t = OpArg::All)]
         op: OpArg,
@@ -68,6 +85,125 @@ enum Command {
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchTarget {
+    /// Time the spherical harmonic transform (forward + inverse) serially
+    /// and on process grids of threads, with the share of time spent in
+    /// communication and, with --torch-harmonics, torch-harmonics on the
+    /// same machine in the same run.
+    Sht(ShtArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ShtArgs {
+    /// Equiangular grids as NLATxNLON, comma-separated.
+    #[arg(long, default_value = "91x180,181x360,361x720", value_delimiter = ',', value_parser = parse_sphere_size)]
+    sizes: Vec<(usize, usize)>,
+    /// Element types, comma-separated (f32, f64).
+    #[arg(long, default_value = "f32,f64", value_delimiter = ',')]
+    dtype: Vec<FloatArg>,
+    /// Process grids (polar × azimuth ranks), comma-separated; the serial
+    /// transform always runs first.
+    #[arg(long, default_value = "2x1,1x2,2x2", value_delimiter = ',', value_parser = parse_grid)]
+    grids: Vec<(usize, usize)>,
+    /// Fields transformed together.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    channels: u32,
+    /// Timed iterations (the median is reported).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed warm-up iterations.
+    #[arg(long, default_value_t = 2)]
+    warmup: u32,
+    /// Also time torch-harmonics 0.9.3 with this Python interpreter.
+    #[arg(long, value_name = "PYTHON")]
+    torch_harmonics: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FloatArg {
+    F32,
+    F64,
+}
+
+fn parse_sphere_size(s: &str) -> Result<(usize, usize), String> {
+    let bad = || {
+        format!("`{s}` is not a grid size: write latitudes × longitudes as NLATxNLON, e.g. 181x360")
+    };
+    let (h, w) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (h, w) = (
+        h.trim().parse::<usize>().map_err(|_| bad())?,
+        w.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if !(2..=4096).contains(&h) || !(1..=8192).contains(&w) {
+        return Err(format!(
+            "a {h}x{w} grid is out of range: 2 to 4096 latitudes, 1 to 8192 longitudes"
+        ));
+    }
+    Ok((h, w))
+}
+
+/// `ruda bench sht`.
+fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
+    use ruda_cli::sht_bench::{self, ShtBenchConfig};
+    let mut grids = vec![(1, 1)];
+    grids.extend(args.grids.into_iter().filter(|&g| g != (1, 1)));
+    let cfg = ShtBenchConfig {
+        sizes: args.sizes,
+        dtypes: args
+            .dtype
+            .iter()
+            .map(|d| match d {
+                FloatArg::F32 => burn_tensor::DType::F32,
+                FloatArg::F64 => burn_tensor::DType::F64,
+            })
+            .collect(),
+        grids,
+        channels: args.channels as usize,
+        iters: args.iters as usize,
+        warmup: args.warmup as usize,
+    };
+    let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.grids.len()) as u64);
+    let rows = sht_bench::run(&cfg, &bar);
+    bar.finish_and_clear();
+    let mut rows = match rows {
+        Ok(r) => r,
+        Err(e @ sht_bench::ShtBenchError::Config(_)) => {
+            eprintln!("ruda bench sht: {e}");
+            return ExitCode::from(USAGE);
+        }
+        Err(e) => {
+            eprintln!("ruda bench sht: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(python) = &args.torch_harmonics
+        && let Err(e) = sht_bench::add_torch_harmonics(&cfg, python, &mut rows)
+    {
+        eprintln!("ruda bench sht: {e}");
+        return ExitCode::FAILURE;
+    }
+    let written = if args.json {
+        serde_json::to_writer_pretty(&mut *out, &rows)
+            .map_err(std::io::Error::other)
+            .and_then(|_| writeln!(out))
+    } else {
+        sht_bench::print_table(&cfg, &rows, out)
+    };
+    if let Err(e) = written {
+        eprintln!("ruda bench sht: writing the output: {e}");
+        return ExitCode::FAILURE;
+    }
+    if rows.iter().any(|r| r.wrong) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -204,12 +340,17 @@ fn main() -> ExitCode {
         Command::Demo {
             grid: (polar, azimuth),
             steps,
+            nlat,
+            nlon,
+            channels,
         } => {
             let cfg = DemoConfig {
                 polar,
                 azimuth,
                 steps: steps as usize,
-                ..DemoConfig::default()
+                nlat: nlat as usize,
+                nlon: nlon as usize,
+                channels: channels as usize,
             };
             match run_demo(&cfg, &mut out) {
                 Ok(v) if v.agree => ExitCode::SUCCESS,
@@ -225,6 +366,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Bench {
+            target: Some(BenchTarget::Sht(args)),
+            ..
+        } => bench_sht(args, &mut out),
+        Command::Bench {
+            target: None,
             op,
             dtype: d,
             sizes: s,

@@ -1,5 +1,5 @@
 //! The `ruda` binary from the outside: the demo's verdict, the bench's
-//! output (table, JSON, plot), and argument errors.
+//! output (table, JSON, plot), the SHT bench, and argument errors.
 
 use std::process::Command;
 
@@ -12,23 +12,37 @@ fn ruda(args: &[&str]) -> std::process::Output {
         .expect("run ruda")
 }
 
+/// A small demo problem: 17 × 32 (l = m = 9, latitudes uneven over 2 and
+/// 4 ranks), 2 channels.
+fn small(steps: usize) -> DemoConfig {
+    DemoConfig {
+        steps,
+        nlat: 17,
+        nlon: 32,
+        channels: 2,
+        ..DemoConfig::default()
+    }
+}
+
 #[test]
 fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
-    let cfg = DemoConfig {
-        steps: 3,
-        ..DemoConfig::default()
-    };
+    let cfg = small(3);
     let bar = indicatif::ProgressBar::hidden();
     let dist = train(&cfg, 2, 2, &bar).unwrap();
     let serial = train(&cfg, 1, 1, &bar).unwrap();
+    let (dist, serial) = (dist.records, serial.records);
     let v = compare(&dist, &serial, TOLERANCE);
     assert!(v.agree, "worst {}", v.worst);
     assert_eq!(v.steps.len(), 3);
-    // The loss goes down under SGD.
+    // Filter (2 channels × 9 × 9 × 2) and mix (2 × 2) gradients.
+    assert_eq!(dist[0].grads.len(), 2 * 9 * 9 * 2 + 4);
+    // The loss goes down under Adam.
     assert!(dist[2].loss < dist[0].loss);
-    // A deliberately wrong gradient (one element off by 1e-8) is caught.
+    // A deliberately wrong gradient (one element off by 1e-8 of the
+    // largest) is caught.
+    let largest = serial[1].grads.iter().fold(0.0f64, |m, g| m.max(g.abs()));
     let mut wrong = dist.clone();
-    wrong[1].grads[3] += 1e-8;
+    wrong[1].grads[3] += 1e-8 * largest;
     let v = compare(&wrong, &serial, TOLERANCE);
     assert!(!v.agree && v.worst >= 1e-8 / 2.0);
     // So are a wrong loss, a missing step and a NaN.
@@ -47,8 +61,20 @@ fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
 }
 
 #[test]
-fn demo_command_prints_steps_and_a_verdict() {
-    let out = ruda(&["demo", "--grid", "4x1", "--steps", "2"]);
+fn demo_command_prints_steps_timings_and_a_verdict() {
+    let out = ruda(&[
+        "demo",
+        "--grid",
+        "4x1",
+        "--steps",
+        "2",
+        "--nlat",
+        "17",
+        "--nlon",
+        "32",
+        "--channels",
+        "2",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -56,12 +82,88 @@ fn demo_command_prints_steps_and_a_verdict() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("verdict: OK"), "{text}");
-    assert_eq!(
-        text.lines()
-            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
-            .count(),
-        2
+    assert!(
+        text.contains("17 × 32") && text.contains("communication"),
+        "{text}"
     );
+    let steps: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(steps.len(), 2, "{text}");
+    // step, two losses, the gradient difference, distributed ms, (comm ms), serial ms.
+    for line in steps {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 7, "{line}");
+        let ms: f64 = cols[4].parse().unwrap();
+        let comm: f64 = cols[5].trim_matches(['(', ')']).parse().unwrap();
+        assert!(ms > 0.0 && (0.0..=ms).contains(&comm), "{line}");
+    }
+}
+
+#[test]
+fn bench_sht_times_and_checks_every_configuration() {
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--sizes",
+        "9x16,13x22",
+        "--dtype",
+        "f32,f64",
+        "--grids",
+        "2x1,1x2",
+        "--channels",
+        "2",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = rows.as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 3,
+        "serial, 2x1 and 1x2 for each size and type"
+    );
+    for r in rows {
+        let err = r["round_trip_err"].as_f64().unwrap();
+        let tol = if r["dtype"] == "f32" { 1e-5 } else { 1e-12 };
+        assert!(err < tol, "{r}");
+        assert_eq!(r["wrong"], false);
+        assert!(r["time_ms"].as_f64().unwrap() > 0.0);
+        let share = r["comm_share"].as_f64().unwrap();
+        if r["run"] == "serial" {
+            assert_eq!(share, 0.0);
+            assert_eq!(r["vs_serial"], 1.0);
+        } else {
+            assert!(share > 0.0 && share < 1.0, "{r}");
+        }
+    }
+    assert_eq!(rows[0]["lmax"], 5);
+    // Without a usable Python, --torch-harmonics fails with a clear message.
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--sizes",
+        "9x16",
+        "--dtype",
+        "f64",
+        "--grids",
+        "1x1",
+        "--iters",
+        "1",
+        "--torch-harmonics",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("torch-harmonics script"));
 }
 
 #[test]
@@ -173,7 +275,15 @@ fn argument_errors_exit_2_with_a_clear_message() {
         ),
         (vec!["demo", "--grid", "2by2"], "PxA"),
         (vec!["demo", "--grid", "0x2"], "at least 1"),
-        (vec!["demo", "--grid", "1x8"], "does not fit"),
+        (
+            vec!["demo", "--grid", "1x8", "--nlat", "9", "--nlon", "16"],
+            "does not fit",
+        ),
+        (vec!["bench", "sht", "--sizes", "9by16"], "NLATxNLON"),
+        (
+            vec!["bench", "sht", "--sizes", "9x16", "--grids", "1x8"],
+            "cannot split",
+        ),
         (vec!["demo", "--steps", "0"], "steps"),
         (vec!["frobnicate"], "unrecognized subcommand"),
     ]
@@ -198,4 +308,7 @@ fn help_explains_the_commands() {
     let out = ruda(&["bench", "--help"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--sizes") && text.contains("doubling range") && text.contains("--plot"));
+    let out = ruda(&["bench", "sht", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--torch-harmonics") && text.contains("NLATxNLON"));
 }

@@ -41,7 +41,22 @@ fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
 #[test]
 fn demo_runs_one_rank_per_process() {
     for (n, grid) in [(4, "2x2"), (2, "1x2")] {
-        let Some(out) = mpirun(n, &["demo", "--grid", grid, "--steps", "3"]) else {
+        let Some(out) = mpirun(
+            n,
+            &[
+                "demo",
+                "--grid",
+                grid,
+                "--steps",
+                "3",
+                "--nlat",
+                "17",
+                "--nlon",
+                "32",
+                "--channels",
+                "2",
+            ],
+        ) else {
             return;
         };
         let text = String::from_utf8_lossy(&out.stdout);

@@ -1,0 +1,517 @@
+//! `ruda bench sht`: forward + inverse spherical harmonic transform time,
+//! serial and on process grids of in-process ranks, with the share of time
+//! spent in communication, a round-trip check of every configuration, and
+//! (optionally) torch-harmonics' `RealSHT` / `InverseRealSHT` on CPU timed
+//! in the same run by a Python script shipped inside the binary.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use burn_tensor::{DType, Device, Tensor, TensorData};
+use indicatif::ProgressBar;
+use ruda_comm::{Communicator, LocalWorld};
+use ruda_sphere::{
+    DistributedInverseRealSht, DistributedRealSht, InverseRealSht, LatitudeGrid, RealSht, ShtSpec,
+    SphereError, SphereLayout,
+};
+use ruda_tensor::ProcessGrid;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::timed_comm::TimedComm;
+
+/// The torch-harmonics timing script (run with `--torch-harmonics PYTHON`).
+pub const TORCH_HARMONICS_SCRIPT: &str = include_str!("../scripts/sht_bench_torch_harmonics.py");
+
+/// What to time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShtBenchConfig {
+    /// Equiangular grids, `(nlat, nlon)`.
+    pub sizes: Vec<(usize, usize)>,
+    /// Element types (f32, f64).
+    pub dtypes: Vec<DType>,
+    /// Process grids, polar × azimuth; `1x1` is the serial transform.
+    pub grids: Vec<(usize, usize)>,
+    /// Fields transformed together (leading dimension).
+    pub channels: usize,
+    /// Timed iterations (the median is reported).
+    pub iters: usize,
+    /// Untimed iterations first.
+    pub warmup: usize,
+}
+
+impl Default for ShtBenchConfig {
+    /// The table: 91 × 180, 181 × 360 and 361 × 720, f32 and f64,
+    /// serial, 2 and 4 ranks, 4 channels.
+    fn default() -> Self {
+        ShtBenchConfig {
+            sizes: vec![(91, 180), (181, 360), (361, 720)],
+            dtypes: vec![DType::F32, DType::F64],
+            grids: vec![(1, 1), (2, 1), (1, 2), (2, 2)],
+            channels: 4,
+            iters: 10,
+            warmup: 2,
+        }
+    }
+}
+
+/// A progress bar over the configurations (drawn on stderr).
+pub fn progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::new(steps);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg:<24} [{bar:30}] {pos}/{len} {elapsed}",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+/// One line of the table.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ShtRow {
+    /// Latitudes.
+    pub nlat: usize,
+    /// Longitudes.
+    pub nlon: usize,
+    /// Degrees and orders kept.
+    pub lmax: usize,
+    /// `f32` or `f64`.
+    pub dtype: &'static str,
+    /// `serial`, a grid such as `2x2`, or `torch-harmonics`.
+    pub run: String,
+    /// Ranks (threads for torch-harmonics).
+    pub ranks: usize,
+    /// Median over iterations of the slowest rank's forward + inverse time.
+    pub time_ms: f64,
+    /// Share of that time spent in collectives (mean over ranks).
+    pub comm_share: f64,
+    /// Serial ruda-sphere time divided by this time.
+    pub vs_serial: f64,
+    /// torch-harmonics' time divided by this time (when it ran).
+    pub vs_torch_harmonics: Option<f64>,
+    /// Largest `|isht(sht(x)) − x|` relative to `max |x|` for a band-limited
+    /// field (`None` for torch-harmonics).
+    pub round_trip_err: Option<f64>,
+    /// Whether the round trip exceeded the tolerance of the element type.
+    pub wrong: bool,
+}
+
+/// Why the benchmark could not run.
+#[derive(Debug, Error)]
+pub enum ShtBenchError {
+    /// A transform failed on a rank.
+    #[error("{grid} {nlat}x{nlon} {dtype}: rank {rank} failed: {message}")]
+    Rank {
+        /// The grid.
+        grid: String,
+        /// Latitudes.
+        nlat: usize,
+        /// Longitudes.
+        nlon: usize,
+        /// Element type.
+        dtype: &'static str,
+        /// The failing rank.
+        rank: usize,
+        /// What happened.
+        message: String,
+    },
+    /// A grid or size that cannot be benchmarked.
+    #[error("{0}")]
+    Config(#[from] SphereError),
+    /// The torch-harmonics script failed.
+    #[error("torch-harmonics script: {0}")]
+    TorchHarmonics(String),
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    if d == DType::F32 { "f32" } else { "f64" }
+}
+
+/// The round-trip tolerance of an element type.
+fn tolerance(d: DType) -> f64 {
+    if d == DType::F32 { 1e-4 } else { 1e-10 }
+}
+
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A band-limited f64 field `[channels, nlat, nlon]` (the inverse
+/// transform of random coefficients), as values.
+fn band_limited_field(spec: ShtSpec, channels: usize) -> Vec<f64> {
+    let (l, m) = (spec.lmax(), spec.mmax());
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut c = Vec::with_capacity(channels * l * m * 2);
+    for _ in 0..channels {
+        for li in 0..l {
+            for mi in 0..m {
+                for part in 0..2 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    let v = (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                    let zero = mi > li || (part == 1 && (mi == 0 || 2 * mi == spec.nlon()));
+                    c.push(if zero { 0.0 } else { v });
+                }
+            }
+        }
+    }
+    let c = Tensor::<4>::from_data(
+        TensorData::new(c, [channels, l, m, 2]),
+        (&Device::flex(), DType::F64),
+    );
+    let x: Tensor<3> = InverseRealSht::new(spec)
+        .forward(c)
+        .expect("a valid spec and shape");
+    x.into_data().try_to_vec::<f64>().expect("f64 values")
+}
+
+/// `[c, h, w]` values restricted to rows and columns.
+fn patch(
+    v: &[f64],
+    [c, h, w]: [usize; 3],
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(c * rows.len() * cols.len());
+    for ci in 0..c {
+        for r in rows.clone() {
+            let s = (ci * h + r) * w;
+            out.extend_from_slice(&v[s + cols.start..s + cols.end]);
+        }
+    }
+    out
+}
+
+/// Per iteration: (seconds, seconds in collectives); and the round trip's
+/// (max |error|, max |x|) of this rank.
+type RankTiming = (Vec<(f64, f64)>, (f64, f64));
+
+fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
+    comm: C,
+    (p, a): (usize, usize),
+    spec: ShtSpec,
+    dtype: DType,
+    field: &[f64],
+    cfg: &ShtBenchConfig,
+) -> Result<RankTiming, SphereError> {
+    let comm = TimedComm::new(comm);
+    let clock = comm.clock();
+    let grid = ProcessGrid::new(comm, p, a)?;
+    let sht = DistributedRealSht::new(&grid, spec)?;
+    let isht = DistributedInverseRealSht::new(&grid, spec)?;
+    let (rows, cols) = (sht.layout().lat_range(), sht.layout().lon_range());
+    let dims = [cfg.channels, rows.len(), cols.len()];
+    let local = patch(field, [cfg.channels, spec.nlat(), spec.nlon()], rows, cols);
+    let x = Tensor::<3>::from_data(
+        TensorData::new(local.clone(), dims),
+        (&Device::flex(), dtype),
+    );
+    let mut times = Vec::with_capacity(cfg.iters);
+    let mut last = None;
+    for i in 0..cfg.warmup + cfg.iters {
+        grid.world()
+            .comm()
+            .barrier()
+            .map_err(ruda_tensor::Error::from)?;
+        let (t, c0) = (Instant::now(), clock.spent());
+        let c: Tensor<4> = sht.forward(x.clone())?;
+        let y: Tensor<3> = isht.forward(c)?;
+        let (secs, comm_secs) = (
+            t.elapsed().as_secs_f64(),
+            (clock.spent() - c0).as_secs_f64(),
+        );
+        if i >= cfg.warmup {
+            times.push((secs, comm_secs));
+        }
+        last = Some(y);
+    }
+    let y = last.expect("at least one iteration").into_data();
+    let y: Vec<f64> = match dtype {
+        DType::F32 => y
+            .try_to_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => y.try_to_vec::<f64>().expect("f64"),
+    };
+    let err = y
+        .iter()
+        .zip(&local)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    let scale = local.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    Ok((times, (err, scale)))
+}
+
+fn serial_timing(
+    spec: ShtSpec,
+    dtype: DType,
+    field: &[f64],
+    cfg: &ShtBenchConfig,
+) -> Result<RankTiming, SphereError> {
+    let (sht, isht) = (RealSht::new(spec), InverseRealSht::new(spec));
+    let x = Tensor::<3>::from_data(
+        TensorData::new(field.to_vec(), [cfg.channels, spec.nlat(), spec.nlon()]),
+        (&Device::flex(), dtype),
+    );
+    let mut times = Vec::with_capacity(cfg.iters);
+    let mut last = None;
+    for i in 0..cfg.warmup + cfg.iters {
+        let t = Instant::now();
+        let c: Tensor<4> = sht.forward(x.clone())?;
+        let y: Tensor<3> = isht.forward(c)?;
+        if i >= cfg.warmup {
+            times.push((t.elapsed().as_secs_f64(), 0.0));
+        }
+        last = Some(y);
+    }
+    let y = last.expect("at least one iteration").into_data();
+    let y: Vec<f64> = match dtype {
+        DType::F32 => y
+            .try_to_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => y.try_to_vec::<f64>().expect("f64"),
+    };
+    let err = y
+        .iter()
+        .zip(field)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    let scale = field.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    Ok((times, (err, scale)))
+}
+
+/// Time every configuration; rows in the order size, dtype, grid.
+///
+/// # Errors
+/// [`ShtBenchError::Config`] for a grid that does not fit a size;
+/// [`ShtBenchError::Rank`] when a rank fails.
+pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBenchError> {
+    // Every grid must fit every size before anything runs.
+    for &(nlat, nlon) in &cfg.sizes {
+        let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
+        for &(p, a) in &cfg.grids {
+            for rank in 0..p * a {
+                SphereLayout::new(spec, (rank / a, p), (rank % a, a))?;
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for &(nlat, nlon) in &cfg.sizes {
+        let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
+        let field = band_limited_field(spec, cfg.channels);
+        for &dtype in &cfg.dtypes {
+            let name = dtype_name(dtype);
+            let mut serial_ms = None;
+            for &(p, a) in &cfg.grids {
+                let grid_name = format!("{p}x{a}");
+                bar.set_message(format!("{nlat}x{nlon} {name} {grid_name}"));
+                let per_rank: Vec<RankTiming> = if (p, a) == (1, 1) {
+                    vec![serial_timing(spec, dtype, &field, cfg)?]
+                } else {
+                    LocalWorld::new(p * a)
+                        .run(|comm| time_rank(comm, (p, a), spec, dtype, &field, cfg))
+                        .map_err(|e| match e {
+                            ruda_comm::WorldError::Rank { rank, error } => ShtBenchError::Rank {
+                                grid: grid_name.clone(),
+                                nlat,
+                                nlon,
+                                dtype: name,
+                                rank,
+                                message: error.to_string(),
+                            },
+                            other => ShtBenchError::Rank {
+                                grid: grid_name.clone(),
+                                nlat,
+                                nlon,
+                                dtype: name,
+                                rank: 0,
+                                message: other.to_string(),
+                            },
+                        })?
+                };
+                let mut slowest: Vec<f64> = (0..cfg.iters)
+                    .map(|i| per_rank.iter().map(|r| r.0[i].0).fold(0.0, f64::max))
+                    .collect();
+                let mut shares: Vec<f64> = (0..cfg.iters)
+                    .map(|i| {
+                        per_rank.iter().map(|r| r.0[i].1 / r.0[i].0).sum::<f64>()
+                            / per_rank.len() as f64
+                    })
+                    .collect();
+                let time_ms = median(&mut slowest) * 1e3;
+                let comm_share = median(&mut shares);
+                let err = per_rank.iter().map(|r| r.1.0).fold(0.0, f64::max);
+                let scale = per_rank.iter().map(|r| r.1.1).fold(0.0, f64::max);
+                let rel = err / scale.max(f64::MIN_POSITIVE);
+                let serial = *serial_ms.get_or_insert(time_ms);
+                rows.push(ShtRow {
+                    nlat,
+                    nlon,
+                    lmax: spec.lmax(),
+                    dtype: name,
+                    run: if (p, a) == (1, 1) {
+                        "serial".into()
+                    } else {
+                        grid_name
+                    },
+                    ranks: p * a,
+                    time_ms,
+                    comm_share,
+                    vs_serial: serial / time_ms,
+                    vs_torch_harmonics: None,
+                    round_trip_err: Some(rel),
+                    wrong: rel.is_nan() || rel > tolerance(dtype),
+                });
+                bar.inc(1);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// One timing from the torch-harmonics script.
+#[derive(Debug, Deserialize)]
+struct TorchTiming {
+    nlat: usize,
+    nlon: usize,
+    lmax: usize,
+    dtype: String,
+    threads: usize,
+    ms: f64,
+}
+
+/// Time torch-harmonics with `python` on the same sizes, types, channels
+/// and iterations, and add its rows (and the ratios against it).
+///
+/// # Errors
+/// [`ShtBenchError::TorchHarmonics`] when the script cannot run or its
+/// output cannot be read.
+pub fn add_torch_harmonics(
+    cfg: &ShtBenchConfig,
+    python: &Path,
+    rows: &mut Vec<ShtRow>,
+) -> Result<(), ShtBenchError> {
+    let script = std::env::temp_dir().join(format!("ruda-sht-bench-{}.py", std::process::id()));
+    std::fs::write(&script, TORCH_HARMONICS_SCRIPT)
+        .map_err(|e| ShtBenchError::TorchHarmonics(format!("writing {}: {e}", script.display())))?;
+    let sizes: Vec<String> = cfg.sizes.iter().map(|(h, w)| format!("{h}x{w}")).collect();
+    let dtypes: Vec<&str> = cfg.dtypes.iter().map(|&d| dtype_name(d)).collect();
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let out = Command::new(python)
+        .arg(&script)
+        .args(["--sizes", &sizes.join(",")])
+        .args(["--dtypes", &dtypes.join(",")])
+        .args(["--channels", &cfg.channels.to_string()])
+        .args(["--iters", &cfg.iters.to_string()])
+        .args(["--warmup", &cfg.warmup.to_string()])
+        .args(["--threads", &threads.to_string()])
+        .output();
+    let _ = std::fs::remove_file(&script);
+    let out = out.map_err(|e| {
+        ShtBenchError::TorchHarmonics(format!("starting {}: {e}", python.display()))
+    })?;
+    if !out.status.success() {
+        return Err(ShtBenchError::TorchHarmonics(format!(
+            "{} exited with {}: {}",
+            python.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let timings: Vec<TorchTiming> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| ShtBenchError::TorchHarmonics(format!("reading its output: {e}")))?;
+    for t in timings {
+        let key = |r: &ShtRow| r.nlat == t.nlat && r.nlon == t.nlon && r.dtype == t.dtype;
+        let serial = rows
+            .iter()
+            .find(|r| key(r) && r.run == "serial")
+            .map_or(f64::NAN, |r| r.time_ms);
+        for r in rows.iter_mut().filter(|r| key(r)) {
+            r.vs_torch_harmonics = Some(t.ms / r.time_ms);
+        }
+        let at = rows.iter().rposition(key).map_or(rows.len(), |i| i + 1);
+        let dtype = if t.dtype == "f32" { "f32" } else { "f64" };
+        rows.insert(
+            at,
+            ShtRow {
+                nlat: t.nlat,
+                nlon: t.nlon,
+                lmax: t.lmax,
+                dtype,
+                run: "torch-harmonics".into(),
+                ranks: t.threads,
+                time_ms: t.ms,
+                comm_share: 0.0,
+                vs_serial: serial / t.ms,
+                vs_torch_harmonics: Some(1.0),
+                round_trip_err: None,
+                wrong: false,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Print the table.
+///
+/// # Errors
+/// Writing to `out`.
+pub fn print_table(
+    cfg: &ShtBenchConfig,
+    rows: &[ShtRow],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "# forward + inverse real SHT, equiangular grid, {} channels, median of {} (after {} warm-up), slowest rank",
+        cfg.channels, cfg.iters, cfg.warmup
+    )?;
+    writeln!(
+        out,
+        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>10}",
+        "grid",
+        "lmax",
+        "dtype",
+        "run",
+        "ranks",
+        "time ms",
+        "comm %",
+        "vs serial",
+        "vs th",
+        "round trip"
+    )?;
+    for r in rows {
+        writeln!(
+            out,
+            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>10}",
+            format!("{}x{}", r.nlat, r.nlon),
+            r.lmax,
+            r.dtype,
+            r.run,
+            r.ranks,
+            r.time_ms,
+            100.0 * r.comm_share,
+            r.vs_serial,
+            r.vs_torch_harmonics
+                .map_or("-".into(), |v| format!("{v:.2}")),
+            match (r.round_trip_err, r.wrong) {
+                (None, _) => "-".into(),
+                (Some(e), false) => format!("{e:.1e}"),
+                (Some(e), true) => format!("{e:.1e} WRONG"),
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "# vs serial, vs th: the serial ruda-sphere time, torch-harmonics' time, divided by this row's (above 1: this row is faster)"
+    )
+}

@@ -1,0 +1,64 @@
+//! # ruda-sphere
+//!
+//! The real spherical harmonic transform on Burn tensors, serial and
+//! distributed over a ruda [`ProcessGrid`](ruda_tensor::ProcessGrid), both
+//! directions differentiable, in torch-harmonics' conventions
+//! (`RealSHT` / `InverseRealSHT` with `norm="ortho"`, `csphase=True`):
+//!
+//! - grids: [`LatitudeGrid::Equiangular`] (Clenshaw–Curtis, poles included)
+//!   and [`LatitudeGrid::LegendreGauss`], `nlon` equally spaced longitudes
+//!   from 0;
+//! - truncation ([`ShtSpec`]): `lmax = mmax = (nlat + 1)/2` on equiangular
+//!   grids, `nlat` on Legendre–Gauss grids, at most `nlon/2 + 1`;
+//! - coefficients `[.., lmax, mmax, 2]`: real and imaginary parts on a
+//!   trailing axis (Burn has no complex dtype), `c_lm = ∫ f conj(Y_l^m)`;
+//!   the inverse is `f = Σ_l c_l0 Y_l^0 + 2 Re Σ_{m>0} c_lm Y_l^m`.
+//!
+//! The longitude transform is a real FFT (`realfft`) recorded as a Burn
+//! operation with its adjoint; the Legendre transform is a batched Burn
+//! matmul. The distributed transforms ([`DistributedRealSht`],
+//! [`DistributedInverseRealSht`]) use nothing but ruda-tensor's
+//! differentiable primitives (azimuth transposes, `reduce_from_scatter_to`
+//! and `gather_from_copy_to` over the polar ranks), so their gradients are
+//! exact too, for any split of the field that [`SphereLayout`] describes.
+//!
+//! ```
+//! use burn_tensor::{DType, Device, Tensor, TensorData};
+//! use ruda_sphere::{InverseRealSht, LatitudeGrid, RealSht, ShtSpec};
+//!
+//! let spec = ShtSpec::new(17, 32, LatitudeGrid::Equiangular)?;
+//! let (sht, isht) = (RealSht::new(spec), InverseRealSht::new(spec));
+//! let device = Device::flex().autodiff();
+//! // A band-limited field: synthesised from coefficients.
+//! let c0 = Tensor::<4>::ones([2, spec.lmax(), spec.mmax(), 2], (&device, DType::F64));
+//! let field: Tensor<3> = isht.forward(c0)?;
+//! let x = field.detach().require_grad();
+//! let c: Tensor<4> = sht.forward(x.clone())?;
+//! let loss = c.powi_scalar(2).sum();
+//! let grads = loss.backward();
+//! assert_eq!(x.grad(&grads).unwrap().dims(), [2, 17, 32]);
+//! # Ok::<(), ruda_sphere::SphereError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+mod distributed;
+mod error;
+pub mod fourier;
+mod layout;
+mod legendre;
+mod legendre_op;
+mod quadrature;
+mod route;
+mod sht;
+mod spec;
+
+pub use distributed::{DistributedInverseRealSht, DistributedRealSht};
+pub use error::SphereError;
+pub use layout::SphereLayout;
+pub use legendre::legendre_table;
+pub use quadrature::{LatitudeGrid, Latitudes};
+pub use sht::{InverseRealSht, RealSht};
+pub use spec::ShtSpec;
