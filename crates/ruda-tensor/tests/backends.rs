@@ -125,6 +125,11 @@ fn run_case(
 
 #[test]
 fn every_operation_on_every_backend_matches_flex_f64() {
+    let all = targets();
+    for t in &all {
+        eprintln!("backend under test: {} {:?}", t.name, t.dtypes);
+    }
+    assert_eq!(all.len(), if cfg!(feature = "wgpu") { 2 } else { 1 });
     for n in [1, 2, 3] {
         for case in cases() {
             let reference = run_case(n, &case, &Device::flex(), DType::F64);

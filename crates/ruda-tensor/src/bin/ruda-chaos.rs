@@ -1,0 +1,684 @@
+//! `ruda-chaos`: randomized programs of collectives and differentiable
+//! primitives on random process grids, with one injected fault each — a
+//! panic (before or after a step, or inside a backward pass), a rank that
+//! skips a call, passes wrong sizes, calls another operation, or arrives
+//! after the deadline — checking that every run ends within its deadline
+//! with the documented error on every live rank.
+//!
+//! ```text
+//! ruda-chaos [--programs N] [--seed S] [--timeout-ms T] [--quiet]   # local transport
+//! mpirun -n N ruda-chaos --mpi --seed S                                # one program per job (feature mpi)
+//! ```
+//!
+//! Exit status 0 when every program behaved; 1 (with the program's seed and
+//! what went wrong) otherwise, including a hang (a program that does not
+//! end within a generous watchdog).
+
+use std::fmt;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use burn_tensor::{DType, Device, Tensor, TensorData};
+use ruda_comm::conformance::mix;
+use ruda_comm::{CommError, Communicator, LocalWorld, PeerFailureCause, RankError, ReduceOp};
+use ruda_tensor::ops::{LinearOp, Role, apply};
+use ruda_tensor::{Error, Group, ProcessGrid, TensorExt, TensorOp, try_backward};
+
+/// A small deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = mix(&[self.0, 0x9e37_79b9]);
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Axis {
+    World,
+    Polar,
+    Azimuth,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    RawAllReduce,
+    RawAllGatherV,
+    AllReduce(Axis),
+    AllGather(Axis),
+    ReduceScatter(Axis),
+    Transpose,
+    Halo,
+    CopyReduce(Axis),
+    Tripwire,
+    Backward,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum When {
+    Before,
+    After,
+    InBackward,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    None,
+    Panic {
+        rank: usize,
+        step: usize,
+        when: When,
+    },
+    Skip {
+        rank: usize,
+        step: usize,
+    },
+    WrongSize {
+        rank: usize,
+        step: usize,
+    },
+    WrongOp {
+        rank: usize,
+        step: usize,
+    },
+    Late {
+        rank: usize,
+        step: usize,
+    },
+}
+
+impl Fault {
+    fn kind(&self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Panic { .. } => "panic",
+            Fault::Skip { .. } => "skip",
+            Fault::WrongSize { .. } => "wrong size",
+            Fault::WrongOp { .. } => "wrong op",
+            Fault::Late { .. } => "late",
+        }
+    }
+    fn at(&self, rank: usize, step: usize) -> Option<Fault> {
+        let hit = match *self {
+            Fault::None => false,
+            Fault::Panic {
+                rank: r, step: s, ..
+            }
+            | Fault::Skip { rank: r, step: s }
+            | Fault::WrongSize { rank: r, step: s }
+            | Fault::WrongOp { rank: r, step: s }
+            | Fault::Late { rank: r, step: s } => r == rank && s == step,
+        };
+        hit.then_some(*self)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Program {
+    seed: u64,
+    polar: usize,
+    azimuth: usize,
+    steps: Vec<Step>,
+    fault: Fault,
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} grid {}x{} steps {:?} fault {:?}",
+            self.seed, self.polar, self.azimuth, self.steps, self.fault
+        )
+    }
+}
+
+const GRIDS: [(usize, usize); 8] = [
+    (1, 1),
+    (2, 1),
+    (1, 2),
+    (2, 2),
+    (3, 1),
+    (1, 3),
+    (3, 2),
+    (2, 3),
+];
+
+fn generate(seed: u64) -> Program {
+    let mut g = Rng(seed);
+    let (polar, azimuth) = GRIDS[g.below(GRIDS.len())];
+    let n = polar * azimuth;
+    let axis = |g: &mut Rng| [Axis::World, Axis::Polar, Axis::Azimuth][g.below(3)];
+    let len = 2 + g.below(6);
+    let mut steps: Vec<Step> = (0..len)
+        .map(|_| match g.below(9) {
+            0 => Step::RawAllReduce,
+            1 => Step::RawAllGatherV,
+            2 => Step::AllReduce(axis(&mut g)),
+            3 => Step::AllGather(axis(&mut g)),
+            4 => Step::ReduceScatter(axis(&mut g)),
+            5 => Step::Transpose,
+            6 => Step::Halo,
+            7 => Step::CopyReduce(axis(&mut g)),
+            _ => Step::Backward,
+        })
+        .collect();
+    steps.push(Step::Backward);
+    let rank = g.below(n);
+    let fault = match g.below(8) {
+        0 | 1 => Fault::None,
+        2 => {
+            let step = g.below(steps.len());
+            let when = [When::Before, When::After][g.below(2)];
+            Fault::Panic { rank, step, when }
+        }
+        3 => {
+            // A tripwire whose backward panics on `rank`, before the last backward.
+            let step = g.below(steps.len() - 1);
+            steps.insert(step, Step::Tripwire);
+            Fault::Panic {
+                rank,
+                step,
+                when: When::InBackward,
+            }
+        }
+        4 => Fault::Skip {
+            rank,
+            step: g.below(steps.len()),
+        },
+        5 => {
+            let candidates: Vec<usize> = (0..steps.len()).filter(|&s| sizeable(steps[s])).collect();
+            match candidates.len() {
+                0 => Fault::None,
+                k => Fault::WrongSize {
+                    rank,
+                    step: candidates[g.below(k)],
+                },
+            }
+        }
+        6 => Fault::WrongOp {
+            rank,
+            step: g.below(steps.len()),
+        },
+        _ => Fault::Late {
+            rank,
+            step: g.below(steps.len()),
+        },
+    };
+    Program {
+        seed,
+        polar,
+        azimuth,
+        steps,
+        fault,
+    }
+}
+
+/// Whether a wrong size at this step is visible to the other ranks (a sum
+/// of a whole tensor, say, hides it).
+fn sizeable(s: Step) -> bool {
+    matches!(
+        s,
+        Step::RawAllReduce
+            | Step::RawAllGatherV
+            | Step::AllReduce(_)
+            | Step::AllGather(_)
+            | Step::ReduceScatter(_)
+            | Step::Transpose
+            | Step::Halo
+    )
+}
+
+/// An identity whose backward pass panics on one rank: a fault inside
+/// Burn's backward, injected through ruda's own extension point.
+#[derive(Clone, Debug)]
+struct Tripwire {
+    panic_on: Option<usize>,
+}
+
+impl LinearOp for Tripwire {
+    type Plan = ();
+    type Adjoint = Tripwire;
+    fn role(&self) -> Role {
+        Role::forward(TensorOp::CopyTo)
+    }
+    fn plan<G: Group>(
+        &self,
+        _: &G,
+        _: &[usize],
+        _: burn_backend::DType,
+        _: bool,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    fn forward<B: burn_backend::Backend, G: Group>(
+        &self,
+        g: &G,
+        _: &(),
+        x: burn_backend::tensor::FloatTensor<B>,
+    ) -> Result<burn_backend::tensor::FloatTensor<B>, Error> {
+        if self.panic_on == Some(g.rank()) {
+            panic!("chaos: rank {} panics inside the backward pass", g.rank());
+        }
+        Ok(x)
+    }
+    fn adjoint(&self, _: &()) -> Tripwire {
+        Tripwire {
+            panic_on: self.panic_on,
+        }
+    }
+}
+
+fn tensor<const D: usize>(v: Vec<f64>, shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(v, shape), (device, DType::F64))
+}
+
+fn ramp(len: usize, salt: usize) -> Vec<f64> {
+    (0..len)
+        .map(|i| ((i * 7 + salt * 3) % 11) as f64 / 4.0 - 1.0)
+        .collect()
+}
+
+/// What one rank's run ended with.
+type Outcome = Result<Option<f64>, Error>;
+
+/// Run `prog` as world rank `me` over `world`; the last loss on success.
+fn run_rank<C: Communicator + fmt::Debug + 'static>(
+    world: C,
+    prog: &Program,
+    timeout: Duration,
+) -> Outcome {
+    let me = world.rank();
+    let raw = world.split(Some(0), 0)?.expect("a colour");
+    let grid = ProcessGrid::new(world, prog.polar, prog.azimuth)?;
+    let group = |a: Axis| match a {
+        Axis::World => grid.world(),
+        Axis::Polar => grid.polar(),
+        Axis::Azimuth => grid.azimuth(),
+    };
+    let dev = Device::flex().autodiff();
+    let mut acc: Option<Tensor<1>> = None;
+    let mut last = None;
+    for (s, &step) in prog.steps.iter().enumerate() {
+        let fault = prog.fault.at(me, s);
+        let extra = usize::from(matches!(fault, Some(Fault::WrongSize { .. })));
+        match fault {
+            Some(Fault::Skip { .. }) => continue,
+            Some(Fault::Late { .. }) => std::thread::sleep(timeout + Duration::from_millis(150)),
+            Some(Fault::Panic {
+                when: When::Before, ..
+            }) => panic!("chaos: rank {me} panics before step {s}"),
+            _ => {}
+        }
+        if matches!(fault, Some(Fault::WrongOp { .. })) {
+            // Another collective than the others' at this position.
+            match step {
+                Step::RawAllReduce | Step::RawAllGatherV => {
+                    let x = tensor(vec![1.0; 2], [2], &dev).detach();
+                    x.all_reduce(grid.world())?;
+                }
+                _ => raw.barrier()?,
+            }
+            continue;
+        }
+        let leaf = |v: Vec<f64>, shape: [usize; 2]| tensor(v, shape, &dev).require_grad();
+        let out: Option<Tensor<1>> = match step {
+            Step::RawAllReduce => {
+                let mut v = vec![me as f64; 5 + extra];
+                raw.all_reduce(&mut v, ReduceOp::Sum)?;
+                None
+            }
+            Step::RawAllGatherV => {
+                let n = raw.size();
+                let counts: Vec<usize> = (0..n)
+                    .map(|r| r + 1 + usize::from(r == me) * extra)
+                    .collect();
+                let mut out = vec![0u32; counts.iter().sum()];
+                raw.all_gather_v(&vec![me as u32; counts[me]], &mut out, &counts)?;
+                None
+            }
+            Step::AllReduce(a) => Some(
+                leaf(ramp(3 * (4 + extra), me), [3, 4 + extra])
+                    .all_reduce(group(a))?
+                    .sum(),
+            ),
+            Step::AllGather(a) => {
+                let k = group(a).rank();
+                Some(
+                    leaf(ramp((2 + k) * (3 + extra), me), [2 + k, 3 + extra])
+                        .all_gather(group(a), 0)?
+                        .sum(),
+                )
+            }
+            Step::ReduceScatter(a) => {
+                let rows = group(a).size() + 1;
+                Some(
+                    leaf(ramp(rows * (3 + extra), me), [rows, 3 + extra])
+                        .reduce_scatter(group(a), 0)?
+                        .sum(),
+                )
+            }
+            Step::Transpose => {
+                let w = 2 + grid.azimuth_rank();
+                let x =
+                    tensor(ramp(4 * (3 + extra) * w, me), [4, 3 + extra, w], &dev).require_grad();
+                Some(x.transpose_over(grid.azimuth(), (2, 0))?.sum().reshape([1]))
+            }
+            Step::Halo => {
+                let h = 2 + grid.polar_rank() % 2;
+                Some(
+                    leaf(ramp(h * (5 + extra), me), [h, 5 + extra])
+                        .halo_exchange(grid.polar(), 0, 1)?
+                        .sum(),
+                )
+            }
+            Step::CopyReduce(a) => {
+                let w = tensor(vec![0.5, 1.5], [2], &dev).require_grad();
+                Some(w.copy_to(group(a))?.sum().reduce_from(group(a))?)
+            }
+            Step::Tripwire => {
+                let panic_on = match prog.fault {
+                    Fault::Panic {
+                        rank,
+                        step,
+                        when: When::InBackward,
+                    } if step == s => Some(rank),
+                    _ => None,
+                };
+                let x = leaf(ramp(3, me), [1, 3]);
+                let y = routed_tripwire(x, grid.world(), panic_on)?;
+                Some(y.sum())
+            }
+            Step::Backward => {
+                if let Some(total) = acc.take() {
+                    let loss = total.reduce_from(grid.world())?;
+                    last = Some(
+                        loss.clone()
+                            .into_data()
+                            .convert::<f64>()
+                            .try_to_vec::<f64>()
+                            .expect("f64")[0],
+                    );
+                    try_backward(|| loss.backward())?;
+                }
+                None
+            }
+        };
+        if let Some(o) = out {
+            acc = Some(match acc {
+                Some(a) => a + o,
+                None => o,
+            });
+        }
+        if matches!(
+            fault,
+            Some(Fault::Panic {
+                when: When::After,
+                ..
+            })
+        ) {
+            panic!("chaos: rank {me} panics after step {s}");
+        }
+    }
+    Ok(last)
+}
+
+/// The tripwire on a user-facing tensor (Autodiff<Flex>).
+fn routed_tripwire<G: Group>(
+    x: Tensor<2>,
+    g: &G,
+    panic_on: Option<usize>,
+) -> Result<Tensor<2>, Error> {
+    type Ad = burn_autodiff::Autodiff<burn_flex::Flex>;
+    let t = x
+        .try_into_primitive::<Ad>()
+        .expect("an Autodiff<Flex> tensor");
+    let y = apply::<Ad, G, Tripwire>(g, Tripwire { panic_on }, t)?;
+    Ok(Tensor::from_primitive::<Ad>(y))
+}
+
+/// Ranks in the group a step runs on.
+fn group_size(prog: &Program, step: Step) -> usize {
+    let axis = |a: Axis| match a {
+        Axis::World => prog.polar * prog.azimuth,
+        Axis::Polar => prog.polar,
+        Axis::Azimuth => prog.azimuth,
+    };
+    match step {
+        Step::AllReduce(a) | Step::AllGather(a) | Step::ReduceScatter(a) | Step::CopyReduce(a) => {
+            axis(a)
+        }
+        Step::Transpose => prog.azimuth,
+        Step::Halo => prog.polar,
+        _ => prog.polar * prog.azimuth,
+    }
+}
+
+/// Whether world rank `r`'s outcome is one the fault allows. `Err` names
+/// the violation.
+fn judge_rank(prog: &Program, r: usize, o: &Result<Outcome, String>) -> Result<(), String> {
+    let peer_failed = |e: &Error, panicked: bool| match e {
+        Error::Comm(CommError::PeerFailure { cause, .. }) => {
+            (*cause == PeerFailureCause::Panicked) == panicked
+        }
+        _ => false,
+    };
+    let injected_panic = matches!(prog.fault, Fault::Panic { rank, .. } if rank == r);
+    match o {
+        Err(msg) if injected_panic && msg.contains("chaos: rank") => Ok(()),
+        Err(msg) => Err(format!("rank {r} panicked: {msg}")),
+        Ok(Ok(_)) if injected_panic => Err(format!("rank {r} should have panicked")),
+        // Finished before the fault reached it, or no fault.
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
+            let ok = match prog.fault {
+                Fault::None => false,
+                Fault::Panic { .. } => peer_failed(e, true),
+                Fault::Late { rank, .. } if rank == r => true,
+                Fault::Late { .. } => {
+                    matches!(e, Error::Comm(CommError::Timeout { .. })) || peer_failed(e, false)
+                }
+                Fault::Skip { .. } | Fault::WrongOp { .. } | Fault::WrongSize { .. } => {
+                    !peer_failed(e, true)
+                }
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "rank {r}: unexpected error for a {} fault: {e}",
+                    prog.fault.kind()
+                ))
+            }
+        }
+    }
+}
+
+/// Whether every rank's outcome is one the fault allows, and the run as a
+/// whole is consistent.
+fn judge(prog: &Program, outcomes: &[Result<Outcome, String>]) -> Result<(), String> {
+    for (r, o) in outcomes.iter().enumerate() {
+        judge_rank(prog, r, o)?;
+    }
+    match prog.fault {
+        Fault::None => {
+            let losses: Vec<Option<f64>> = outcomes
+                .iter()
+                .map(|o| {
+                    o.as_ref()
+                        .ok()
+                        .and_then(|x| x.as_ref().ok())
+                        .copied()
+                        .flatten()
+                })
+                .collect();
+            if losses.iter().any(|l| l != &losses[0]) {
+                return Err(format!("replicated losses differ: {losses:?}"));
+            }
+        }
+        Fault::WrongOp { rank, step } | Fault::WrongSize { rank, step }
+            if group_size(prog, prog.steps[step]) > 1 =>
+        {
+            // The faulty rank itself must be told (alone in its group, it
+            // has no one to disagree with).
+            if matches!(outcomes[rank], Ok(Ok(_))) {
+                return Err(format!(
+                    "rank {rank}'s {} went unnoticed",
+                    prog.fault.kind()
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Run one program on threads; the outcomes and how long the run took.
+fn run_local(prog: &Program, timeout: Duration) -> (Vec<Result<Outcome, String>>, Duration) {
+    let start = Instant::now();
+    let results = LocalWorld::new(prog.polar * prog.azimuth)
+        .timeout(timeout)
+        .run_each(|c| Ok::<_, ()>(run_rank(c, prog, timeout)));
+    let outcomes = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(o) => Ok(o),
+            Err(RankError::Panicked(m)) => Err(m),
+            Err(RankError::Failed(())) => unreachable!("run_rank's errors are values"),
+        })
+        .collect();
+    (outcomes, start.elapsed())
+}
+
+struct Args {
+    programs: u64,
+    seed: u64,
+    timeout: Duration,
+    quiet: bool,
+    mpi: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        programs: 200,
+        seed: 1,
+        timeout: Duration::from_millis(400),
+        quiet: false,
+        mpi: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut val = || {
+            it.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("a number")
+        };
+        match k.as_str() {
+            "--programs" => a.programs = val(),
+            "--seed" => a.seed = val(),
+            "--timeout-ms" => a.timeout = Duration::from_millis(val()),
+            "--quiet" => a.quiet = true,
+            "--mpi" => a.mpi = true,
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+fn main() -> std::process::ExitCode {
+    // Injected panics are expected; keep their messages out of the way.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.to_string();
+        if !msg.contains("chaos: rank") && !msg.contains("ruda: the backward pass") {
+            hook(info);
+        }
+    }));
+    let a = args();
+    if a.mpi {
+        return mpi_main(&a);
+    }
+    let mut by_kind: std::collections::BTreeMap<&str, (u64, Duration)> = Default::default();
+    let mut worst = (Duration::ZERO, 0u64);
+    for i in 0..a.programs {
+        let prog = generate(a.seed.wrapping_add(i));
+        let (tx, rx) = mpsc::channel();
+        let (p2, t) = (prog.clone(), a.timeout);
+        std::thread::spawn(move || {
+            let _ = tx.send(run_local(&p2, t));
+        });
+        // A generous watchdog: every wait has the short deadline `t`.
+        let limit = a.timeout * (2 * prog.steps.len() as u32 + 10) + Duration::from_secs(5);
+        let Ok((outcomes, took)) = rx.recv_timeout(limit) else {
+            eprintln!("HANG: {prog} did not end within {limit:?}");
+            return std::process::ExitCode::FAILURE;
+        };
+        if let Err(why) = judge(&prog, &outcomes) {
+            eprintln!("FAILED: {prog}: {why}");
+            return std::process::ExitCode::FAILURE;
+        }
+        let e = by_kind.entry(prog.fault.kind()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(took);
+        if took > worst.0 {
+            worst = (took, prog.seed);
+        }
+        if !a.quiet && (i + 1) % 100 == 0 {
+            eprintln!("{} programs", i + 1);
+        }
+    }
+    println!(
+        "chaos: {} programs, 0 hangs, 0 violations; worst time to end {:.3} s (seed {}), deadline {:?}",
+        a.programs,
+        worst.0.as_secs_f64(),
+        worst.1,
+        a.timeout
+    );
+    for (k, (count, w)) in by_kind {
+        println!(
+            "  fault {k:<10} {count:>6} programs, slowest {:.3} s",
+            w.as_secs_f64()
+        );
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_main(_: &Args) -> std::process::ExitCode {
+    eprintln!("ruda-chaos was built without the `mpi` feature");
+    std::process::ExitCode::FAILURE
+}
+
+/// One program per MPI job: every rank prints its outcome as one line.
+#[cfg(feature = "mpi")]
+fn mpi_main(a: &Args) -> std::process::ExitCode {
+    let mpi = ruda_comm::MpiWorld::builder()
+        .timeout(a.timeout)
+        .abort_on_panic(true)
+        .init()
+        .expect("MPI starts");
+    let world = mpi.world().expect("the world communicator");
+    let (me, n) = (world.rank(), world.size());
+    let mut prog = generate(a.seed);
+    // Fit the program's grid to the job's size.
+    (prog.polar, prog.azimuth) = if n % 2 == 0 { (n / 2, 2) } else { (n, 1) };
+    if let Fault::Panic { rank, .. }
+    | Fault::Skip { rank, .. }
+    | Fault::WrongSize { rank, .. }
+    | Fault::WrongOp { rank, .. }
+    | Fault::Late { rank, .. } = &mut prog.fault
+    {
+        *rank %= n;
+    }
+    let out = run_rank(world, &prog, a.timeout);
+    let verdict = judge_rank(&prog, me, &Ok(out.clone()));
+    match (&out, verdict) {
+        (_, Err(why)) => println!("rank {me}: VIOLATION {why} ({prog})"),
+        (Ok(_), Ok(())) => println!("rank {me}: ok ({})", prog.fault.kind()),
+        (Err(e), Ok(())) => println!("rank {me}: error ({}): {e}", prog.fault.kind()),
+    }
+    std::process::ExitCode::SUCCESS
+}
