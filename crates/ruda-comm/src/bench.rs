@@ -516,6 +516,24 @@ mod tests {
         }
     }
 
+    /// From 256 KiB on every rank copies a share of every destination.
+    #[test]
+    fn large_broadcasts_from_any_root_are_correct() {
+        for n in [2, 3] {
+            let rows = LocalWorld::new(n)
+                .run(|c| measure::<_, f32>(&c, BenchOp::Broadcast, 1 << 20, Settings::quick(0, 1)))
+                .unwrap();
+            assert_eq!(rows[0].wrong, 0);
+        }
+        let out = LocalWorld::new(3)
+            .run(|c| {
+                let mut v = vec![c.rank() as u32; 100_000];
+                c.broadcast(&mut v, 2).map(|_| v)
+            })
+            .unwrap();
+        assert!(out.iter().all(|v| v.iter().all(|&x| x == 2)));
+    }
+
     #[test]
     fn a_wrong_collective_is_counted() {
         // An "all-gather" that copies only this rank's block everywhere.

@@ -539,14 +539,16 @@ impl Communicator for LocalCommunicator {
             slot,
             |slots| validate::broadcast(slots, me, root),
             |slots| {
-                if me != root {
-                    // SAFETY: lengths equal; the root only reads its buffer
-                    // and only this rank writes its own.
+                let count = slots[0].fp.count;
+                for (d, lo, hi) in kernels::broadcast_pieces::<T>(count, slots.len(), root, me) {
+                    // SAFETY: lengths equal (checked); the root's buffer is
+                    // only read, and the ranges of one destination that
+                    // different ranks write are disjoint.
                     unsafe {
                         kernels::copy(
-                            ptr::<T>(&slots[root]).0,
-                            ptr::<T>(&slots[me]).1,
-                            slots[0].fp.count,
+                            ptr::<T>(&slots[root]).0.add(lo),
+                            ptr::<T>(&slots[d]).1.add(lo),
+                            hi - lo,
                         )
                     }
                 }

@@ -119,6 +119,37 @@ pub(crate) fn rotation(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (me + k) % n)
 }
 
+/// The size from which a broadcast's copies are shared among all ranks.
+/// Below it each rank copies into its own buffer, which it is about to read.
+const SHARE_FROM_BYTES: usize = 256 << 10;
+
+/// The pieces of a broadcast of `count` elements from `root` that rank `me`
+/// of `n` copies, as `(destination rank, lo, hi)`. Small broadcasts: each
+/// non-root rank copies the root's buffer into its own. From
+/// [`SHARE_FROM_BYTES`] on, every destination is split among all `n` ranks
+/// ([`partition`]), so that the root's core copies too instead of idling
+/// (at n = 2 the copy otherwise runs on one core of two).
+pub(crate) fn broadcast_pieces<T>(
+    count: usize,
+    n: usize,
+    root: usize,
+    me: usize,
+) -> Vec<(usize, usize, usize)> {
+    let bytes = count.saturating_mul(size_of::<T>());
+    if bytes < SHARE_FROM_BYTES {
+        return if me == root {
+            Vec::new()
+        } else {
+            vec![(me, 0, count)]
+        };
+    }
+    let (lo, hi) = partition::<T>(count, me, n);
+    rotation(me, n)
+        .filter(|&d| d != root && hi > lo)
+        .map(|d| (d, lo, hi))
+        .collect()
+}
+
 /// Copy `len` elements from `src` to `dst`.
 ///
 /// # Safety
@@ -164,6 +195,34 @@ mod tests {
                 assert_eq!(next, len);
             }
         }
+    }
+
+    /// Every non-root destination is covered exactly once, small or large.
+    #[test]
+    fn broadcast_pieces_cover_every_destination_once() {
+        for count in [0, 10, SHARE_FROM_BYTES / 4 - 1, SHARE_FROM_BYTES / 4 + 17] {
+            for n in 1..=5 {
+                for root in 0..n {
+                    let mut covered = vec![vec![0u8; count]; n];
+                    for me in 0..n {
+                        for (d, lo, hi) in broadcast_pieces::<f32>(count, n, root, me) {
+                            assert_ne!(d, root);
+                            covered[d][lo..hi].iter_mut().for_each(|c| *c += 1);
+                        }
+                    }
+                    for (d, c) in covered.iter().enumerate() {
+                        let want = u8::from(d != root);
+                        assert!(
+                            c.iter().all(|&x| x == want),
+                            "count {count} n {n} root {root} dest {d}"
+                        );
+                    }
+                }
+            }
+        }
+        // Large: the root copies too.
+        assert!(!broadcast_pieces::<f32>(1 << 20, 2, 0, 0).is_empty());
+        assert!(broadcast_pieces::<f32>(1024, 2, 0, 0).is_empty());
     }
 
     #[test]
