@@ -28,6 +28,10 @@ pub fn mpi_in_place() -> bool {
             .contains("Open MPI")
 }
 
+/// Open MPI's `MPI_IN_PLACE`, `(void *) 1` in its `mpi.h`.
+#[allow(clippy::manual_dangling_ptr)]
+const OPEN_MPI_IN_PLACE: *const c_void = 1 as *const c_void;
+
 /// The MPI datatype of `d`, or `None` for the half types (MPI has no sum
 /// for them, so there is no raw baseline to compare with).
 fn datatype(d: DType) -> Option<ffi::MPI_Datatype> {
@@ -90,7 +94,7 @@ pub fn measure_mpi_raw<T: Sample>(
         let rc = unsafe {
             match op {
                 BenchOp::AllReduce if in_place => {
-                    ffi::MPI_Allreduce(1 as *const c_void, sp, c(send.len())?, dt, sum, comm)
+                    ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, sp, c(send.len())?, dt, sum, comm)
                 }
                 BenchOp::AllReduce => {
                     scratch.clear();
