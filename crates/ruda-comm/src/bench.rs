@@ -187,6 +187,14 @@ pub struct Settings {
 impl Settings {
     /// [`Iterations::auto`] for `bytes`, with the roofline and the
     /// back-to-back time.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::bench::Settings;
+    /// let s = Settings::auto(64 << 20);
+    /// assert!(s.roofline && s.wall && s.it.iters == 10);
+    /// assert!(!Settings::quick(1, 3).roofline);
+    /// ```
     pub fn auto(bytes: usize) -> Self {
         Settings {
             it: Iterations::auto(bytes),
@@ -215,6 +223,13 @@ pub fn elements_for<T: Sample>(bytes: usize, ranks: usize) -> usize {
 /// The send and receive lengths of `op` for `S = count` elements on `n`
 /// ranks (the receive length is 0 for the in-place all-reduce and
 /// broadcast).
+///
+/// # Example
+/// ```
+/// use ruda_comm::bench::{BenchOp, buffer_lens};
+/// assert_eq!(buffer_lens(BenchOp::AllGather, 4, 16), (4, 16));
+/// assert_eq!(buffer_lens(BenchOp::AllReduce, 4, 16), (16, 0));
+/// ```
 pub fn buffer_lens(op: BenchOp, n: usize, count: usize) -> (usize, usize) {
     let block = count / n.max(1);
     match op {

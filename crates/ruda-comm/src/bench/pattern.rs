@@ -30,6 +30,17 @@ fn at<T: Sample>(i: usize) -> T {
 /// Fill `send` (the in/out buffer for all-reduce and broadcast) of `rank`
 /// in a world of `n` ranks for `op`, where `count` is `S` in elements (see
 /// [`super`]) and `block = count / n`.
+///
+/// # Example
+/// ```
+/// use ruda_comm::bench::{BenchOp, expected, fill};
+/// // Rank 1 of 2 owns the odd elements of an all-reduce's input.
+/// let mut x = [0u8; 4];
+/// fill(BenchOp::AllReduce, 1, 2, 4, &mut x);
+/// assert_eq!(x, [0, 2, 0, 4]);
+/// // The sum over both ranks is the pattern itself.
+/// assert_eq!(expected::<u8>(BenchOp::AllReduce, 0, 2, 4, 3), 4);
+/// ```
 pub fn fill<T: Sample>(op: BenchOp, rank: usize, n: usize, count: usize, send: &mut [T]) {
     let block = count / n.max(1);
     match op {

@@ -131,7 +131,15 @@ impl LocalWorld {
         self
     }
 
-    /// The core of each rank when [`LocalWorld::run`] pins them, else `None`.
+    /// The core of each rank when [`LocalWorld::run`] pins them, else `None`
+    /// (pinning turned off, or more ranks than cores).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    /// assert_eq!(LocalWorld::new(cores + 1).pinned_cores(), None);
+    /// ```
     pub fn pinned_cores(&self) -> Option<Vec<usize>> {
         super::affinity::Placement::for_world(self.size, self.pin).cores()
     }
