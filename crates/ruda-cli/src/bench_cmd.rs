@@ -1,23 +1,24 @@
 //! `ruda bench`: bandwidth of the collectives (or of the tensor layer) over
-//! a sweep of sizes, in the conventions of nccl-tests, with a memcpy line of
-//! each size measured in the same run.
+//! a sweep of sizes, in the conventions of nccl-tests, each row with its
+//! roofline measured in the same run, p50/p99, an independent back-to-back
+//! wall-clock time, and optionally Open MPI's own collective on the same
+//! sizes ([`crate::baseline`]).
 
 use std::io::Write;
-use std::time::Instant;
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{TensorData, read_sync};
 use burn_flex::{Flex, FlexDevice};
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
-use ruda_comm::bench::{self, BenchOp, Measurement};
+use ruda_comm::bench::{self, BenchOp, Iterations, Measurement, Settings};
 use ruda_comm::conformance::Sample;
-use ruda_comm::{Communicator, DType, LocalWorld, ReduceOp};
+use ruda_comm::{CommError, Communicator, DType, LocalWorld};
 use ruda_tensor::{
     BroadcastTensorCollective, HostCollective, ReplicatedTensorCollective, TensorCollective,
     VariableTensorCollective,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// What to measure.
@@ -31,12 +32,35 @@ pub struct BenchConfig {
     pub sizes: Vec<usize>,
     /// Ranks (threads).
     pub ranks: usize,
-    /// Timed iterations per size.
-    pub iters: usize,
-    /// Untimed warm-up iterations per size.
-    pub warmup: usize,
+    /// Timed iterations per size; `None`: [`Iterations::auto`].
+    pub iters: Option<usize>,
+    /// Untimed warm-up iterations per size; `None`: a tenth of the timed
+    /// ones, at least two.
+    pub warmup: Option<usize>,
     /// Time the ruda-tensor layer on Flex instead of the raw communicator.
     pub tensor: bool,
+    /// Pin rank threads to cores ([`LocalWorld::pin_threads`]).
+    pub pin: bool,
+    /// Time the raw MPI collective instead of ruda's (MPI transport only:
+    /// the baseline run of `--baseline mpi`).
+    pub raw_mpi: bool,
+}
+
+impl BenchConfig {
+    /// How to measure `bytes`: the configured or automatic iterations, with
+    /// roofline and back-to-back time.
+    pub fn settings(&self, bytes: usize) -> Settings {
+        let auto = Iterations::auto(bytes);
+        let iters = self.iters.unwrap_or(auto.iters).max(1);
+        Settings {
+            it: Iterations {
+                warmup: self.warmup.unwrap_or((iters / 10).max(2)),
+                iters,
+            },
+            roofline: true,
+            wall: true,
+        }
+    }
 }
 
 /// Why a benchmark could not run.
@@ -55,72 +79,120 @@ pub enum BenchError {
     /// The tensor layer moves floating tensors only.
     #[error("--tensor needs a floating element type (f16, bf16, f32, f64), not {0}")]
     TensorDType(DType),
+    /// The MPI baseline could not be measured.
+    #[error("--baseline mpi: {0}")]
+    Baseline(#[from] crate::baseline::BaselineError),
     /// Writing the output failed.
     #[error("writing the output: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// One row of the output, as printed and as written by `--json`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One row of the output, as printed and as written by `--json` (figures
+/// not measured are `null` there).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    /// `collective`, `tensor` or `memcpy`.
-    pub kind: &'static str,
-    /// The operation (`all-reduce` …, or `memcpy`).
-    pub op: &'static str,
+    /// `collective`, `tensor` or `mpi` (the raw MPI call).
+    pub kind: String,
+    /// The operation (`all-reduce` …).
+    pub op: String,
     /// Element type.
-    pub dtype: &'static str,
+    pub dtype: String,
     /// Ranks.
     pub ranks: usize,
     /// `S` in bytes.
     pub bytes: usize,
     /// `S` in elements.
     pub count: usize,
-    /// Slowest rank's median time, µs.
+    /// Slowest rank's median time (p50), µs.
     pub time_us: f64,
+    /// Slowest rank's 99th-percentile time, µs.
+    pub p99_us: f64,
+    /// Timed iterations behind p50 and p99.
+    pub iters: usize,
+    /// Back-to-back calls: the slowest rank's total over their number, µs.
+    pub wall_us: Option<f64>,
     /// GB/s.
     pub algbw: f64,
-    /// GB/s (memcpy: equal to algbw).
+    /// GB/s.
     pub busbw: f64,
+    /// Aggregate STREAM rate (copy or add) of all ranks on this row's
+    /// buffer size, GB/s.
+    pub stream_gbps: Option<f64>,
+    /// The op's bytes at `stream_gbps`, µs.
+    pub roofline_us: Option<f64>,
+    /// `roofline_us / time_us`, percent.
+    pub roofline_pct: Option<f64>,
     /// Elements that were wrong in the checked run.
     pub wrong: usize,
+    /// The raw MPI collective's p50 on the same size, µs (`--baseline mpi`).
+    pub mpi_us: Option<f64>,
+    /// `mpi_us / time_us`: above 1, ruda is faster.
+    pub mpi_speedup: Option<f64>,
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
 }
 
 impl Row {
-    fn from_measurement(kind: &'static str, m: &Measurement) -> Self {
+    /// The row of a measurement.
+    pub fn from_measurement(kind: &str, m: &Measurement) -> Self {
         Row {
-            kind,
-            op: m.op.name(),
-            dtype: m.dtype.name(),
+            kind: kind.to_string(),
+            op: m.op.name().to_string(),
+            dtype: m.dtype.name().to_string(),
             ranks: m.ranks,
             bytes: m.bytes,
             count: m.count,
             time_us: m.time_us,
+            p99_us: m.p99_us,
+            iters: m.iters,
+            wall_us: finite(m.wall_us),
             algbw: m.algbw,
             busbw: m.busbw,
+            stream_gbps: finite(m.stream_gbps),
+            roofline_us: finite(m.roofline_us),
+            roofline_pct: finite(m.roofline_pct()),
             wrong: m.wrong,
+            mpi_us: None,
+            mpi_speedup: None,
         }
+    }
+
+    /// The operation of this row.
+    pub fn bench_op(&self) -> Option<BenchOp> {
+        BenchOp::ALL.into_iter().find(|o| o.name() == self.op)
+    }
+
+    /// The roofline busbw: `S` over the roofline time, times the bus factor.
+    pub fn roofline_busbw(&self) -> Option<f64> {
+        let op = self.bench_op()?;
+        self.roofline_us
+            .map(|t| self.bytes as f64 / (t * 1e-6) / 1e9 * op.bus_factor(self.ranks))
     }
 }
 
-/// Run the sweep on threads; rows in size order, each size's memcpy row
-/// first.
+/// Run the sweep on threads; rows in size order, then table order of ops.
 ///
 /// # Errors
 /// [`BenchError::Run`] when a rank fails; [`BenchError::TensorDType`].
 pub fn run(cfg: &BenchConfig, progress: &ProgressBar) -> Result<Vec<Row>, BenchError> {
-    sweep(cfg, progress, |op, bytes| measure_dtype(cfg, op, bytes))
+    let world = LocalWorld::new(cfg.ranks).pin_threads(cfg.pin);
+    sweep(cfg, progress, |op, bytes| {
+        measure_dtype(cfg, &world, op, bytes)
+    })
 }
 
 /// Run the sweep with one rank per MPI process (every process calls this;
 /// every rank gets the same rows). `cfg.ranks` is ignored: the world's size
-/// counts.
+/// counts. With `cfg.raw_mpi` the raw MPI collectives are timed instead.
 ///
 /// # Errors
 /// As [`run`].
 #[cfg(feature = "mpi")]
 pub fn run_mpi(
     cfg: &BenchConfig,
-    world: ruda_comm::MpiCommunicator,
+    world: &ruda_comm::MpiCommunicator,
     progress: &ProgressBar,
 ) -> Result<Vec<Row>, BenchError> {
     let tensor_comm = world
@@ -133,19 +205,21 @@ pub fn run_mpi(
         .expect("a colour");
     let tensor_comm = std::sync::Arc::new(tensor_comm);
     sweep(cfg, progress, |op, bytes| {
+        let settings = cfg.settings(bytes);
         macro_rules! go {
             ($t:ty) => {
-                if cfg.tensor {
+                if cfg.raw_mpi {
+                    bench::measure_mpi_raw::<$t>(world, op, bytes, settings)
+                        .map_err(|e| e.to_string())
+                } else if cfg.tensor {
                     measure_tensor::<_, $t>(
                         HostCollective::from_arc(tensor_comm.clone()),
                         op,
                         bytes,
-                        cfg.warmup,
-                        cfg.iters,
+                        settings,
                     )
                 } else {
-                    bench::measure::<_, $t>(&world, op, bytes, cfg.warmup, cfg.iters)
-                        .map_err(|e| e.to_string())
+                    bench::measure::<_, $t>(world, op, bytes, settings).map_err(|e| e.to_string())
                 }
             };
         }
@@ -170,21 +244,15 @@ fn sweep(
     if cfg.tensor && !cfg.dtype.is_float() {
         return Err(BenchError::TensorDType(cfg.dtype));
     }
+    let kind = if cfg.raw_mpi {
+        "mpi"
+    } else if cfg.tensor {
+        "tensor"
+    } else {
+        "collective"
+    };
     let mut rows = Vec::new();
     for &bytes in &cfg.sizes {
-        let (us, gbps) = bench::memcpy(bytes, cfg.iters.max(5));
-        rows.push(Row {
-            kind: "memcpy",
-            op: "memcpy",
-            dtype: "u8",
-            ranks: 1,
-            bytes,
-            count: bytes,
-            time_us: us,
-            algbw: gbps,
-            busbw: gbps,
-            wrong: 0,
-        });
         for &op in &cfg.ops {
             progress.set_message(format!("{} {}", op.name(), crate::sizes::human(bytes)));
             let m = measure(op, bytes).map_err(|message| BenchError::Run {
@@ -192,20 +260,22 @@ fn sweep(
                 bytes,
                 message,
             })?;
-            rows.push(Row::from_measurement(
-                if cfg.tensor { "tensor" } else { "collective" },
-                &m,
-            ));
+            rows.push(Row::from_measurement(kind, &m));
             progress.inc(1);
         }
     }
     Ok(rows)
 }
 
-fn measure_dtype(cfg: &BenchConfig, op: BenchOp, bytes: usize) -> Result<Measurement, String> {
+fn measure_dtype(
+    cfg: &BenchConfig,
+    world: &LocalWorld,
+    op: BenchOp,
+    bytes: usize,
+) -> Result<Measurement, String> {
     macro_rules! go {
         ($t:ty) => {
-            measure_one::<$t>(cfg, op, bytes)
+            measure_one::<$t>(cfg, world, op, bytes)
         };
     }
     match cfg.dtype {
@@ -222,22 +292,34 @@ fn measure_dtype(cfg: &BenchConfig, op: BenchOp, bytes: usize) -> Result<Measure
 
 fn measure_one<T: Sample + burn_backend::Element>(
     cfg: &BenchConfig,
+    world: &LocalWorld,
     op: BenchOp,
     bytes: usize,
 ) -> Result<Measurement, String> {
-    let rows = LocalWorld::new(cfg.ranks).run(|c| {
+    let settings = cfg.settings(bytes);
+    let rows = world.run(|c| {
         if cfg.tensor {
-            measure_tensor::<_, T>(HostCollective::new(c), op, bytes, cfg.warmup, cfg.iters)
+            measure_tensor::<_, T>(HostCollective::new(c), op, bytes, settings)
         } else {
-            bench::measure::<_, T>(&c, op, bytes, cfg.warmup, cfg.iters).map_err(|e| e.to_string())
+            bench::measure::<_, T>(&c, op, bytes, settings).map_err(|e| e.to_string())
         }
     });
     rows.map(|r| r.into_iter().next().expect("one rank at least"))
         .map_err(|e| e.to_string())
 }
 
-/// Time the tensor-layer version of `op` on Flex: every timed call gets a
-/// fresh tensor built before the timer, as a gradient would be.
+/// A harness error as the tensor bench's text error.
+struct Text(String);
+
+impl From<CommError> for Text {
+    fn from(e: CommError) -> Self {
+        Text(e.to_string())
+    }
+}
+
+/// Time the tensor-layer version of `op` on Flex with the shared harness:
+/// every timed call gets a fresh tensor built before the timer, as a
+/// gradient would be, so there is no back-to-back time.
 fn measure_tensor<
     C: Communicator + std::fmt::Debug + 'static,
     T: Sample + burn_backend::Element,
@@ -245,24 +327,27 @@ fn measure_tensor<
     coll: HostCollective<C>,
     op: BenchOp,
     bytes: usize,
-    warmup: usize,
-    iters: usize,
+    settings: Settings,
 ) -> Result<Measurement, String> {
-    let n = coll.comm().size();
+    let comm = coll.comm();
+    let (n, me) = (comm.size(), comm.rank());
     let count = bench::elements_for::<T>(bytes, n);
-    let fill = T::from_small(coll.comm().rank() as u8 + 1);
-    let input_len = if op == BenchOp::AllGather {
-        count / n
-    } else {
-        count
-    };
-    let make = || {
-        Flex::float_from_data(
-            TensorData::new(vec![fill; input_len], [input_len]),
-            &FlexDevice,
+    let stream = if settings.roofline {
+        let s_bytes = count * size_of::<T>();
+        bench::stream(
+            comm,
+            op.stream_kernel(),
+            op.footprint(n, s_bytes),
+            settings.it,
         )
+        .map_err(|e| e.to_string())?
+    } else {
+        f64::NAN
     };
-    let call = |x| -> Result<_, String> {
+    let mut input = vec![T::zeroed(); bench::buffer_lens(op, n, count).0];
+    bench::fill(op, me, n, count, &mut input);
+    let make = || Flex::float_from_data(TensorData::new(input.clone(), [input.len()]), &FlexDevice);
+    let call = |x| -> Result<_, Text> {
         let r = match op {
             BenchOp::AllReduce => ReplicatedTensorCollective::<Flex>::all_reduce_sum(&coll, x),
             BenchOp::AllGather => TensorCollective::<Flex>::all_gather_float(&coll, x),
@@ -273,100 +358,117 @@ fn measure_tensor<
                     .map(|e| e.value)
             }
         };
-        r.map_err(|e| e.to_string())
+        r.map_err(|e| Text(e.to_string()))
     };
-    for _ in 0..warmup {
-        call(make())?;
-    }
-    let comm = coll.comm();
-    let mut times = Vec::with_capacity(iters.max(1));
-    for _ in 0..iters.max(1) {
-        let x = make();
-        comm.barrier().map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let out = call(x)?;
-        let mut e = [t.elapsed().as_secs_f64()];
-        drop(out);
-        comm.all_reduce(&mut e, ReduceOp::Max)
-            .map_err(|e| e.to_string())?;
-        times.push(e[0]);
-    }
-    let out = read_sync(Flex::float_into_data(call(make())?)).map_err(|e| format!("{e:?}"))?;
+    let samples = bench::time_calls(
+        comm,
+        settings.it.warmup,
+        settings.it.iters.max(1),
+        make,
+        |x| call(x).map(drop),
+    )
+    .map_err(|Text(e)| e)?;
+    let out = read_sync(Flex::float_into_data(call(make()).map_err(|Text(e)| e)?))
+        .map_err(|e| format!("{e:?}"))?;
     let got = out.as_slice::<T>().map_err(|e| format!("{e:?}"))?;
-    let block = count / n;
-    let total = T::from_small((n * (n + 1) / 2) as u8);
-    let expected = |i: usize| match op {
-        BenchOp::AllReduce | BenchOp::ReduceScatter => total,
-        BenchOp::Broadcast => T::from_small(1),
-        BenchOp::AllGather | BenchOp::AllToAll => T::from_small((i / block) as u8 + 1),
-    };
-    let wrong = got
-        .iter()
-        .enumerate()
-        .filter(|(i, x)| **x != expected(*i))
-        .count();
-    let mut w = [wrong as f64];
-    comm.all_reduce(&mut w, ReduceOp::Sum)
+    let mut w = [bench::count_wrong(op, me, n, count, got) as f64];
+    comm.all_reduce(&mut w, ruda_comm::ReduceOp::Sum)
         .map_err(|e| e.to_string())?;
-    times.sort_by(f64::total_cmp);
-    let t = times[times.len() / 2];
-    let s = (count * size_of::<T>()) as f64;
-    let algbw = s / t / 1e9;
-    Ok(Measurement {
+    Ok(Measurement::from_times(
         op,
-        dtype: T::DTYPE,
-        ranks: n,
-        bytes: count * size_of::<T>(),
+        T::DTYPE,
+        n,
         count,
-        time_us: t * 1e6,
-        algbw,
-        busbw: algbw * op.bus_factor(n),
-        wrong: w[0] as usize,
-    })
+        [samples.median(), samples.quantile(0.99), f64::NAN],
+        samples.times().len(),
+        stream,
+        w[0] as usize,
+    ))
 }
 
-/// Print the rows as a table in the style of nccl-tests.
+/// Print the rows as a table in the style of nccl-tests, with the MPI
+/// columns when a baseline was measured.
 ///
 /// # Errors
 /// Writing fails.
-pub fn print_table(cfg: &BenchConfig, rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+pub fn print_table(
+    cfg: &BenchConfig,
+    transport: &str,
+    pinned: Option<&[usize]>,
+    rows: &[Row],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     writeln!(
         out,
-        "# ruda bench: {} ranks (threads), local transport{}, {} timed iterations after {} warm-up",
+        "# ruda bench: {} ranks, {transport} transport{}{}, iterations per size: {}",
         cfg.ranks,
         if cfg.tensor {
             ", tensor layer on Flex"
         } else {
             ""
         },
-        cfg.iters,
-        cfg.warmup
-    )?;
-    writeln!(out, "{}", bench::header())?;
-    for r in rows {
-        if r.kind == "memcpy" {
-            writeln!(
-                out,
-                "{}",
-                bench::format_memcpy_row(r.bytes, r.time_us, r.algbw)
-            )?;
-        } else {
-            let m = Measurement {
-                op: BenchOp::ALL
-                    .into_iter()
-                    .find(|o| o.name() == r.op)
-                    .expect("known op"),
-                dtype: cfg.dtype,
-                ranks: r.ranks,
-                bytes: r.bytes,
-                count: r.count,
-                time_us: r.time_us,
-                algbw: r.algbw,
-                busbw: r.busbw,
-                wrong: r.wrong,
-            };
-            writeln!(out, "{}", bench::format_row(&m))?;
+        match pinned {
+            Some(c) => format!(", ranks pinned to cores {c:?}"),
+            None if transport == "local" => ", ranks not pinned".to_string(),
+            None => String::new(),
+        },
+        match cfg.iters {
+            Some(i) => i.to_string(),
+            None => "auto (2000 at 4K down to 10 at 64M)".to_string(),
         }
+    )?;
+    writeln!(
+        out,
+        "# p50/p99: slowest rank per call; b2b: back-to-back calls, independent wall clock; \
+         roofline: the op's minimum memory traffic at the STREAM rate of {} threads on the same buffer sizes",
+        cfg.ranks
+    )?;
+    let baseline = rows.iter().any(|r| r.mpi_us.is_some());
+    let header = bench::header();
+    if baseline {
+        let mut lines = header.lines();
+        writeln!(
+            out,
+            "{} {:>10} {:>8}",
+            lines.next().unwrap_or(""),
+            "mpi p50",
+            "mpi/ruda"
+        )?;
+        writeln!(
+            out,
+            "{} {:>10} {:>8}",
+            lines.next().unwrap_or(""),
+            "(us)",
+            ""
+        )?;
+    } else {
+        writeln!(out, "{header}")?;
+    }
+    for r in rows {
+        let m = Measurement {
+            op: r.bench_op().expect("known op"),
+            dtype: cfg.dtype,
+            ranks: r.ranks,
+            bytes: r.bytes,
+            count: r.count,
+            time_us: r.time_us,
+            p99_us: r.p99_us,
+            iters: r.iters,
+            wall_us: r.wall_us.unwrap_or(f64::NAN),
+            algbw: r.algbw,
+            busbw: r.busbw,
+            stream_gbps: r.stream_gbps.unwrap_or(f64::NAN),
+            roofline_us: r.roofline_us.unwrap_or(f64::NAN),
+            wrong: r.wrong,
+        };
+        write!(out, "{}", bench::format_row(&m))?;
+        if baseline {
+            match (r.mpi_us, r.mpi_speedup) {
+                (Some(t), Some(s)) => write!(out, " {t:>10.2} {s:>8.2}")?,
+                _ => write!(out, " {:>10} {:>8}", "-", "-")?,
+            }
+        }
+        writeln!(out)?;
     }
     let wrong: usize = rows.iter().map(|r| r.wrong).sum();
     writeln!(
@@ -377,18 +479,20 @@ pub fn print_table(cfg: &BenchConfig, rows: &[Row], out: &mut impl Write) -> std
 }
 
 /// The `--json` document: the configuration and every row.
-#[derive(Debug, Serialize)]
-pub struct Report<'a> {
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Report {
     /// Ranks.
     pub ranks: usize,
     /// Element type.
-    pub dtype: &'static str,
-    /// `local`.
-    pub transport: &'static str,
+    pub dtype: String,
+    /// `local` or `mpi`.
+    pub transport: String,
     /// Whether the tensor layer was timed.
     pub tensor: bool,
-    /// Every row, memcpy rows included.
-    pub rows: &'a [Row],
+    /// The core of each rank when the ranks were pinned.
+    pub pinned_cores: Option<Vec<usize>>,
+    /// Every row.
+    pub rows: Vec<Row>,
 }
 
 /// A progress bar for `steps` measurements, drawn only on a terminal.

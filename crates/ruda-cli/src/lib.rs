@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod baseline;
 pub mod bench_cmd;
 pub mod demo;
 pub mod plot;

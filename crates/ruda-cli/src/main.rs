@@ -46,9 +46,10 @@ enum Command {
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
         channels: u32,
     },
-    /// Measure collective bandwidth over a sweep of sizes, with a memcpy
-    /// reference line of each size from the same run (`ruda bench sht`:
-    /// time the spherical harmonic transform instead).
+    /// Measure collective bandwidth over a sweep of sizes, each row with its
+    /// memory roofline measured in the same run, p50/p99 and a back-to-back
+    /// wall-clock time; optionally beside Open MPI's own collectives
+    /// (`ruda bench sht`: time the spherical harmonic transform instead).
     #[command(args_conflicts_with_subcommands = true)]
     Bench {
         /// What else to benchmark.
@@ -69,19 +70,33 @@ enum Command {
         /// Transport: `local` (threads); `mpi` needs a build with MPI support.
         #[arg(long, value_enum, default_value_t = TransportArg::Local)]
         transport: TransportArg,
-        /// Timed iterations per size (the median of the slowest rank is reported).
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-        iters: u32,
-        /// Untimed warm-up iterations per size.
-        #[arg(long, default_value_t = 5)]
-        warmup: u32,
+        /// Timed iterations per size (the median and 99th percentile of the
+        /// slowest rank are reported); default: 2000 at 4K down to 10 at 64M.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        iters: Option<u32>,
+        /// Untimed warm-up iterations per size; default: a tenth of --iters, at least 2.
+        #[arg(long)]
+        warmup: Option<u32>,
+        /// Let rank threads float instead of pinning rank r to the r-th core
+        /// (pinning needs no more ranks than cores; RUDA_PIN=0 also turns it off).
+        #[arg(long)]
+        no_pin: bool,
+        /// Also time Open MPI's own collective on the same sizes (runs this
+        /// binary under `mpirun`; needs a build with `--features mpi`) and
+        /// print its median and the ratio MPI / ruda beside each row.
+        #[arg(long, value_enum)]
+        baseline: Option<BaselineArg>,
+        /// Time the raw MPI calls instead of ruda's (with --transport mpi;
+        /// used by --baseline mpi).
+        #[arg(long, hide = true)]
+        raw_mpi: bool,
         /// Time the ruda-tensor layer on Burn's Flex backend instead of the raw communicator.
         #[arg(long)]
         tensor: bool,
         /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,
-        /// Also draw busbw against size as an SVG file.
+        /// Also draw busbw (and each op's roofline) against size as an SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
     },
@@ -229,6 +244,12 @@ enum DTypeArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+enum BaselineArg {
+    /// Open MPI's collectives, one process per rank.
+    Mpi,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum TransportArg {
     Local,
     Mpi,
@@ -305,6 +326,7 @@ fn run_demo(cfg: &DemoConfig, out: &mut impl Write) -> Result<demo::Verdict, dem
 fn run_bench(
     cfg: &BenchConfig,
     mpi: bool,
+    baseline: bool,
     bar: &indicatif::ProgressBar,
 ) -> Result<(Vec<bench_cmd::Row>, bool, usize), bench_cmd::BenchError> {
     #[cfg(feature = "mpi")]
@@ -324,10 +346,25 @@ fn run_bench(
         if !lead {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        return Ok((bench_cmd::run_mpi(cfg, world, bar)?, lead, ranks));
+        let mut rows = bench_cmd::run_mpi(cfg, &world, bar)?;
+        if baseline && !cfg.raw_mpi {
+            let raw_cfg = BenchConfig {
+                raw_mpi: true,
+                ..cfg.clone()
+            };
+            let raw = bench_cmd::run_mpi(&raw_cfg, &world, bar)?;
+            ruda_cli::baseline::attach(&mut rows, &raw);
+        }
+        return Ok((rows, lead, ranks));
     }
     let _ = mpi;
-    Ok((bench_cmd::run(cfg, bar)?, true, cfg.ranks))
+    let mut rows = bench_cmd::run(cfg, bar)?;
+    if baseline {
+        bar.set_message("Open MPI baseline");
+        let raw = ruda_cli::baseline::run(cfg)?;
+        ruda_cli::baseline::attach(&mut rows, &raw);
+    }
+    Ok((rows, true, cfg.ranks))
 }
 
 /// Exit status for usage errors, as clap's own.
@@ -378,6 +415,9 @@ fn main() -> ExitCode {
             transport,
             iters,
             warmup,
+            no_pin,
+            baseline,
+            raw_mpi,
             tensor,
             json,
             plot: plot_file,
@@ -401,10 +441,20 @@ fn main() -> ExitCode {
                 dtype: dtype(d),
                 sizes,
                 ranks: ranks as usize,
-                iters: iters as usize,
-                warmup: warmup as usize,
+                iters: iters.map(|i| i as usize),
+                warmup: warmup.map(|w| w as usize),
                 tensor,
+                pin: !no_pin,
+                raw_mpi: raw_mpi && mpi,
             };
+            let baseline = baseline.is_some();
+            if baseline && !cfg!(feature = "mpi") {
+                eprintln!(
+                    "ruda bench: --baseline mpi: {}",
+                    ruda_cli::baseline::BaselineError::NotBuilt
+                );
+                return ExitCode::from(USAGE);
+            }
             if tensor && !cfg.dtype.is_float() {
                 eprintln!(
                     "ruda bench: {}",
@@ -413,7 +463,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(USAGE);
             }
             let bar = bench_cmd::progress((cfg.sizes.len() * cfg.ops.len()) as u64);
-            let (rows, lead, ranks) = match run_bench(&cfg, mpi, &bar) {
+            let (rows, lead, ranks) = match run_bench(&cfg, mpi, baseline, &bar) {
                 Ok(r) => r,
                 Err(e) => {
                     bar.finish_and_clear();
@@ -432,19 +482,28 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
+            let transport = if mpi { "mpi" } else { "local" };
+            let pinned = (!mpi)
+                .then(|| {
+                    ruda_comm::LocalWorld::new(cfg.ranks)
+                        .pin_threads(cfg.pin)
+                        .pinned_cores()
+                })
+                .flatten();
             let written = if json {
                 let report = Report {
                     ranks: cfg.ranks,
-                    dtype: cfg.dtype.name(),
-                    transport: if mpi { "mpi" } else { "local" },
+                    dtype: cfg.dtype.name().to_string(),
+                    transport: transport.to_string(),
                     tensor,
-                    rows: &rows,
+                    pinned_cores: pinned.clone(),
+                    rows: rows.clone(),
                 };
                 serde_json::to_writer_pretty(&mut out, &report)
                     .map_err(std::io::Error::other)
                     .and_then(|_| writeln!(out))
             } else {
-                bench_cmd::print_table(&cfg, &rows, &mut out)
+                bench_cmd::print_table(&cfg, transport, pinned.as_deref(), &rows, &mut out)
             };
             if let Err(e) = written {
                 eprintln!("ruda bench: writing the output: {e}");

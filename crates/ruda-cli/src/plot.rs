@@ -1,5 +1,7 @@
-//! `ruda bench --plot`: bus bandwidth against size, one line per operation,
-//! with the memcpy line, as SVG.
+//! `ruda bench --plot`: bus bandwidth against size, one solid line per
+//! operation and, dashed in the same colour, that operation's roofline (the
+//! busbw it would reach moving its minimum bytes at the STREAM rate measured
+//! in the same run), as SVG.
 
 use std::path::Path;
 
@@ -7,24 +9,42 @@ use plotters::prelude::*;
 
 use crate::bench_cmd::Row;
 
+/// One line of the plot: a name and its points (log₂ size, busbw).
+type Series = (String, Vec<(f64, f64)>);
+
+fn push(series: &mut Vec<Series>, name: String, point: (f64, f64)) {
+    match series.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, pts)) => pts.push(point),
+        None => series.push((name, vec![point])),
+    }
+}
+
 /// Draw `rows` into an SVG file at `path`.
 ///
 /// # Errors
 /// The drawing backend's error, as text.
 pub fn plot(rows: &[Row], title: &str, path: &Path) -> Result<(), String> {
-    let mut series: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
+    let mut measured: Vec<Series> = Vec::new();
+    let mut roofline: Vec<Series> = Vec::new();
     for r in rows {
         let x = (r.bytes as f64).log2();
-        match series.iter_mut().find(|(name, _)| *name == r.op) {
-            Some((_, pts)) => pts.push((x, r.busbw)),
-            None => series.push((r.op, vec![(x, r.busbw)])),
+        push(&mut measured, r.op.clone(), (x, r.busbw));
+        if let Some(b) = r.roofline_busbw() {
+            push(&mut roofline, format!("{} roofline", r.op), (x, b));
         }
     }
     let (xmin, xmax) = rows
         .iter()
         .map(|r| (r.bytes as f64).log2())
         .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
-    let ymax = rows.iter().map(|r| r.busbw).fold(0.0, f64::max) * 1.1 + 1e-9;
+    let ymax = measured
+        .iter()
+        .chain(&roofline)
+        .flat_map(|(_, p)| p.iter().map(|&(_, y)| y))
+        .filter(|y| y.is_finite())
+        .fold(0.0, f64::max)
+        * 1.1
+        + 1e-9;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| e.to_string();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -42,21 +62,27 @@ pub fn plot(rows: &[Row], title: &str, path: &Path) -> Result<(), String> {
         .x_label_formatter(&|x| crate::sizes::human(2f64.powf(x.round()) as usize))
         .draw()
         .map_err(|e| err(&e))?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = if *name == "memcpy" {
-            BLACK.to_rgba()
-        } else {
-            Palette99::pick(i).to_rgba()
-        };
-        let color = ShapeStyle::from(color).stroke_width(2);
+    for (i, (name, pts)) in measured.iter().enumerate() {
+        let color = ShapeStyle::from(Palette99::pick(i).to_rgba()).stroke_width(2);
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color))
             .map_err(|e| err(&e))?
-            .label(*name)
+            .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| err(&e))?;
+        let op_roof = format!("{name} roofline");
+        if let Some((label, roof)) = roofline.iter().find(|(n, _)| *n == op_roof) {
+            let dashed = ShapeStyle::from(Palette99::pick(i).to_rgba()).stroke_width(1);
+            chart
+                .draw_series(DashedLineSeries::new(roof.iter().copied(), 6, 4, dashed))
+                .map_err(|e| err(&e))?
+                .label(label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)], dashed)
+                });
+        }
     }
     chart
         .configure_series_labels()

@@ -181,17 +181,51 @@ fn bench_json_follows_the_bandwidth_conventions() {
     assert_eq!(doc["ranks"], 3);
     assert_eq!(doc["dtype"], "f32");
     let rows = doc["rows"].as_array().unwrap();
-    assert_eq!(
-        rows.len(),
-        2 * (1 + 5),
-        "a memcpy row and five ops per size"
-    );
+    assert_eq!(rows.len(), 2 * 5, "five ops per size");
     for r in rows {
         for key in [
-            "kind", "op", "dtype", "ranks", "bytes", "count", "time_us", "algbw", "busbw", "wrong",
+            "kind",
+            "op",
+            "dtype",
+            "ranks",
+            "bytes",
+            "count",
+            "time_us",
+            "p99_us",
+            "iters",
+            "wall_us",
+            "algbw",
+            "busbw",
+            "stream_gbps",
+            "roofline_us",
+            "roofline_pct",
+            "wrong",
         ] {
             assert!(r.get(key).is_some(), "missing {key} in {r}");
         }
+        assert_eq!(r["iters"], 2);
+        let (p50, p99) = (
+            r["time_us"].as_f64().unwrap(),
+            r["p99_us"].as_f64().unwrap(),
+        );
+        assert!(p99 >= p50 && r["wall_us"].as_f64().unwrap() > 0.0, "{r}");
+        // The roofline is the op's bytes at the STREAM rate.
+        let (stream, roof) = (
+            r["stream_gbps"].as_f64().unwrap(),
+            r["roofline_us"].as_f64().unwrap(),
+        );
+        let bytes = r["bytes"].as_f64().unwrap();
+        let moved = match r["op"].as_str().unwrap() {
+            "all-reduce" | "all-gather" | "all-to-all" => 2.0 * 3.0 * bytes,
+            "reduce-scatter" => 4.0 * bytes,
+            "broadcast" => 2.0 * 2.0 * bytes,
+            other => panic!("unknown op {other}"),
+        };
+        assert!((roof - moved / (stream * 1e3)).abs() <= 1e-9 * roof, "{r}");
+        assert!(
+            (r["roofline_pct"].as_f64().unwrap() - 100.0 * roof / p50).abs() < 1e-6,
+            "{r}"
+        );
         let (algbw, busbw, t, bytes) = (
             r["algbw"].as_f64().unwrap(),
             r["busbw"].as_f64().unwrap(),
@@ -206,7 +240,7 @@ fn bench_json_follows_the_bandwidth_conventions() {
         let factor = match r["op"].as_str().unwrap() {
             "all-reduce" => 2.0 * (n - 1.0) / n,
             "all-gather" | "reduce-scatter" | "all-to-all" => (n - 1.0) / n,
-            "broadcast" | "memcpy" => 1.0,
+            "broadcast" => 1.0,
             other => panic!("unknown op {other}"),
         };
         assert!(
@@ -214,13 +248,11 @@ fn bench_json_follows_the_bandwidth_conventions() {
             "{r}"
         );
         assert_eq!(r["wrong"], 0);
-        if r["kind"] != "memcpy" {
-            assert_eq!(
-                r["count"].as_u64().unwrap() % 3,
-                0,
-                "counts divide over the ranks"
-            );
-        }
+        assert_eq!(
+            r["count"].as_u64().unwrap() % 3,
+            0,
+            "counts divide over the ranks"
+        );
     }
 }
 
@@ -253,14 +285,21 @@ fn bench_table_tensor_mode_and_plot() {
     );
     assert!(
         text.contains("#wrong")
-            && text.contains("memcpy")
+            && text.contains("%roof")
+            && text.contains("p99")
             && text.contains("all-gather")
-            && text.contains("bf16"),
+            && text.contains("bf16")
+            && text.contains("tensor layer"),
         "{text}"
     );
     assert!(text.contains("out of bounds values: 0 OK"));
     let plot = std::fs::read_to_string(&svg).unwrap();
-    assert!(plot.starts_with("<svg") && plot.contains("all-gather") && plot.contains("memcpy"));
+    assert!(
+        plot.starts_with("<svg")
+            && plot.contains("all-gather")
+            && plot.contains("all-gather roofline"),
+        "{plot}"
+    );
 }
 
 #[test]
@@ -292,7 +331,15 @@ fn argument_errors_exit_2_with_a_clear_message() {
     .chain(
         (!cfg!(feature = "mpi"))
             .then(|| (vec!["bench", "--transport", "mpi"], "built without MPI")),
-    ) {
+    )
+    .chain((!cfg!(feature = "mpi")).then(|| {
+        (
+            vec!["bench", "--baseline", "mpi"],
+            "built without MPI; rebuild with `--features mpi`",
+        )
+    }))
+    .chain([(vec!["bench", "--baseline", "nccl"], "mpi")])
+    {
         let out = ruda(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
@@ -308,7 +355,80 @@ fn help_explains_the_commands() {
     let out = ruda(&["bench", "--help"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--sizes") && text.contains("doubling range") && text.contains("--plot"));
+    assert!(text.contains("--no-pin") && text.contains("--baseline") && text.contains("RUDA_PIN"));
+    assert!(!text.contains("--raw-mpi"), "an internal flag stays hidden");
     let out = ruda(&["bench", "sht", "--help"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--torch-harmonics") && text.contains("NLATxNLON"));
+}
+
+#[test]
+fn bench_table_says_where_ranks_run() {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    for (extra, pinned) in [(None, cores >= 2), (Some("--no-pin"), false)] {
+        let mut args = vec![
+            "bench",
+            "--op",
+            "broadcast",
+            "--sizes",
+            "4K",
+            "--iters",
+            "2",
+        ];
+        args.extend(extra);
+        let out = ruda(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        if pinned {
+            assert!(
+                text.contains("ranks pinned to cores [0, 1]")
+                    || text.contains("ranks pinned to cores ["),
+                "{text}"
+            );
+        } else {
+            assert!(text.contains("ranks not pinned"), "{text}");
+        }
+    }
+}
+
+/// `--baseline mpi` runs Open MPI's collectives under `mpirun` and prints
+/// the ratio beside each row.
+#[cfg(feature = "mpi")]
+#[test]
+fn bench_baseline_mpi_prints_the_ratio() {
+    let has_mpirun = Command::new("mpirun").arg("--version").output().is_ok();
+    if !has_mpirun {
+        assert!(
+            std::env::var("RUDA_REQUIRE_MPI").as_deref() != Ok("1"),
+            "RUDA_REQUIRE_MPI=1 but mpirun is missing"
+        );
+        eprintln!("mpirun not found: baseline test not run");
+        return;
+    }
+    let out = ruda(&[
+        "bench",
+        "--op",
+        "all",
+        "--sizes",
+        "4K",
+        "--iters",
+        "3",
+        "--baseline",
+        "mpi",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for r in doc["rows"].as_array().unwrap() {
+        let (t, mpi, ratio) = (
+            r["time_us"].as_f64().unwrap(),
+            r["mpi_us"].as_f64().unwrap(),
+            r["mpi_speedup"].as_f64().unwrap(),
+        );
+        assert!(mpi > 0.0 && (ratio - mpi / t).abs() < 1e-9 * ratio, "{r}");
+    }
 }

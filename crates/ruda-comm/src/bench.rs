@@ -1,17 +1,34 @@
 //! Bandwidth measurement in the conventions of nccl-tests, shared by the
-//! crate's benchmark and `ruda bench`.
+//! crate's benchmark, `ruda bench`, the tensor benchmark and
+//! `ruda-mpi-bench`.
 //!
 //! `algbw = S / t`, where `S` is one rank's buffer for all-reduce and
 //! broadcast and the total gathered size for all-gather, reduce-scatter and
 //! all-to-all; `busbw = algbw × 2(n−1)/n` for all-reduce, `× (n−1)/n` for
 //! all-gather, reduce-scatter and all-to-all, and `× 1` for broadcast. `t` is
-//! the slowest rank's time, the median over the timed iterations.
+//! the slowest rank's time, the median over the timed iterations
+//! ([`time_calls`]).
+//!
+//! Each row also carries its roofline: the bytes the operation must move
+//! ([`BenchOp::traffic`]) divided by the aggregate rate at which the same
+//! number of threads move bytes through buffers of the same size
+//! ([`stream`]), measured just before it; and an independent wall-clock
+//! time of back-to-back calls ([`time_back_to_back`]).
 
-use std::time::Instant;
+#[cfg(feature = "mpi")]
+mod mpi_raw;
+mod pattern;
+mod roofline;
+mod timing;
+
+#[cfg(feature = "mpi")]
+pub use mpi_raw::{measure_mpi_raw, mpi_in_place};
+pub use pattern::{PERIOD, count_wrong, expected, fill};
+pub use roofline::{StreamKernel, Traffic, stream};
+pub use timing::{Iterations, Samples, time_back_to_back, time_calls};
 
 use crate::conformance::Sample;
 use crate::{CommError, Communicator, DType, ReduceOp};
-
 /// A collective that can be benchmarked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BenchOp {
@@ -80,14 +97,120 @@ pub struct Measurement {
     pub bytes: usize,
     /// `S` in elements.
     pub count: usize,
-    /// Median over iterations of the slowest rank's time, in microseconds.
+    /// Median over iterations of the slowest rank's time, in microseconds
+    /// (p50).
     pub time_us: f64,
+    /// 99th percentile of the same times, in microseconds.
+    pub p99_us: f64,
+    /// Timed iterations behind `time_us` and `p99_us`.
+    pub iters: usize,
+    /// The slowest rank's time of back-to-back calls divided by their
+    /// number, in microseconds; NaN when not measured.
+    pub wall_us: f64,
     /// `S / t` in GB/s (10⁹ bytes per second).
     pub algbw: f64,
     /// `algbw × bus_factor`.
     pub busbw: f64,
+    /// Aggregate STREAM rate of all ranks on the operation's buffer size
+    /// ([`stream`] with [`BenchOp::stream_kernel`]), GB/s; NaN when not
+    /// measured.
+    pub stream_gbps: f64,
+    /// The least time the operation's bytes ([`BenchOp::traffic`]) take at
+    /// `stream_gbps`, in microseconds; NaN when not measured.
+    pub roofline_us: f64,
     /// Elements that differed from the expected result in the check run.
     pub wrong: usize,
+}
+
+impl Measurement {
+    /// `roofline_us / time_us` in percent: 100 is as fast as the memory
+    /// system moves the bytes the operation must move.
+    pub fn roofline_pct(&self) -> f64 {
+        100.0 * self.roofline_us / self.time_us
+    }
+
+    /// A row from times in seconds (median, p99, back-to-back) and the
+    /// STREAM rate: the bandwidths and roofline follow from them.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{DType, bench::{BenchOp, Measurement}};
+    /// // 64 MiB all-reduce on 2 ranks in 6 ms, memory moving 44 GB/s.
+    /// let m = Measurement::from_times(BenchOp::AllReduce, DType::F32, 2, 16 << 20,
+    ///     [6e-3, 7e-3, 6.5e-3], 10, 44.0, 0);
+    /// assert!((m.algbw - 11.18).abs() < 0.01);
+    /// assert!((m.roofline_us - 6100.0).abs() < 1.0);
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_times(
+        op: BenchOp,
+        dtype: DType,
+        ranks: usize,
+        count: usize,
+        [median, p99, wall]: [f64; 3],
+        iters: usize,
+        stream_gbps: f64,
+        wrong: usize,
+    ) -> Self {
+        let bytes = count.saturating_mul(dtype.size_in_bytes());
+        let algbw = bytes as f64 / median / 1e9;
+        Measurement {
+            op,
+            dtype,
+            ranks,
+            bytes,
+            count,
+            time_us: median * 1e6,
+            p99_us: p99 * 1e6,
+            iters,
+            wall_us: wall * 1e6,
+            algbw,
+            busbw: algbw * op.bus_factor(ranks),
+            stream_gbps,
+            roofline_us: op.traffic(ranks, bytes).total() / (stream_gbps * 1e9) * 1e6,
+            wrong,
+        }
+    }
+}
+
+/// How to measure one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Warm-up and timed calls.
+    pub it: Iterations,
+    /// Measure the STREAM roofline on the same ranks first.
+    pub roofline: bool,
+    /// Also time `it.iters` calls back to back.
+    pub wall: bool,
+}
+
+impl Settings {
+    /// [`Iterations::auto`] for `bytes`, with the roofline and the
+    /// back-to-back time.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::bench::Settings;
+    /// let s = Settings::auto(64 << 20);
+    /// assert!(s.roofline && s.wall && s.it.iters == 10);
+    /// assert!(!Settings::quick(1, 3).roofline);
+    /// ```
+    pub fn auto(bytes: usize) -> Self {
+        Settings {
+            it: Iterations::auto(bytes),
+            roofline: true,
+            wall: true,
+        }
+    }
+
+    /// `warmup` and `iters` calls, nothing else: for quick checks.
+    pub fn quick(warmup: usize, iters: usize) -> Self {
+        Settings {
+            it: Iterations { warmup, iters },
+            roofline: false,
+            wall: false,
+        }
+    }
 }
 
 /// Elements of `S` for `bytes`, rounded down to a multiple of `ranks` (at
@@ -97,28 +220,41 @@ pub fn elements_for<T: Sample>(bytes: usize, ranks: usize) -> usize {
     per - per % ranks
 }
 
-/// Median of a non-empty list.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        0.5 * (v[m - 1] + v[m])
+/// The send and receive lengths of `op` for `S = count` elements on `n`
+/// ranks (the receive length is 0 for the in-place all-reduce and
+/// broadcast).
+///
+/// # Example
+/// ```
+/// use ruda_comm::bench::{BenchOp, buffer_lens};
+/// assert_eq!(buffer_lens(BenchOp::AllGather, 4, 16), (4, 16));
+/// assert_eq!(buffer_lens(BenchOp::AllReduce, 4, 16), (16, 0));
+/// ```
+pub fn buffer_lens(op: BenchOp, n: usize, count: usize) -> (usize, usize) {
+    let block = count / n.max(1);
+    match op {
+        BenchOp::AllReduce | BenchOp::Broadcast => (count, 0),
+        BenchOp::AllGather => (block, count),
+        BenchOp::ReduceScatter => (count, block),
+        BenchOp::AllToAll => (count, count),
     }
 }
 
-/// Time `op` on `comm` (call from every rank with the same arguments):
-/// `warmup` untimed runs, then `iters` timed ones, each started together
-/// after a barrier; then one checked run. Every rank returns the same row.
+/// Measure `op` with ruda's own collective on `comm` (call from every rank
+/// with the same arguments): the roofline first if asked, then the timed
+/// calls ([`time_calls`]), the back-to-back calls if asked, and one checked
+/// call on freshly filled inputs. All-reduce and broadcast run in place.
+/// Every rank returns the same row.
 ///
 /// # Errors
 /// Any [`CommError`] of the collectives.
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{LocalWorld, bench::{self, BenchOp}};
-/// let rows = LocalWorld::new(2).run(|c| bench::measure::<_, f32>(&c, BenchOp::AllReduce, 4096, 1, 3)).unwrap();
+/// use ruda_comm::{LocalWorld, bench::{self, BenchOp, Settings}};
+/// let rows = LocalWorld::new(2)
+///     .run(|c| bench::measure::<_, f32>(&c, BenchOp::AllReduce, 4096, Settings::quick(1, 3)))
+///     .unwrap();
 /// assert_eq!(rows[0].wrong, 0);
 /// assert_eq!(rows[0].bytes, 4096);
 /// ```
@@ -126,77 +262,94 @@ pub fn measure<C: Communicator, T: Sample>(
     comm: &C,
     op: BenchOp,
     bytes: usize,
-    warmup: usize,
-    iters: usize,
+    settings: Settings,
 ) -> Result<Measurement, CommError> {
-    let n = comm.size();
-    let count = elements_for::<T>(bytes, n);
-    let block = count / n;
-    let (send_len, recv_len) = match op {
-        BenchOp::AllReduce | BenchOp::Broadcast => (count, 0),
-        BenchOp::AllGather => (block, count),
-        BenchOp::ReduceScatter => (count, block),
-        BenchOp::AllToAll => (count, count),
-    };
-    let fill = T::from_small(comm.rank() as u8 + 1);
-    let mut send = vec![fill; send_len];
-    let mut recv = vec![T::zeroed(); recv_len];
-    let run = |send: &mut Vec<T>, recv: &mut Vec<T>| match op {
+    measure_with::<C, T, CommError>(comm, op, bytes, settings, |send, recv| match op {
         BenchOp::AllReduce => comm.all_reduce(send, ReduceOp::Sum),
         BenchOp::Broadcast => comm.broadcast(send, 0),
         BenchOp::AllGather => comm.all_gather(send, recv),
         BenchOp::ReduceScatter => comm.reduce_scatter(send, recv, ReduceOp::Sum),
         BenchOp::AllToAll => comm.all_to_all(send, recv),
-    };
-    for _ in 0..warmup {
-        run(&mut send, &mut recv)?;
-    }
-    let mut times = Vec::with_capacity(iters.max(1));
-    for _ in 0..iters.max(1) {
-        comm.barrier()?;
-        let t = Instant::now();
-        run(&mut send, &mut recv)?;
-        let mut slowest = [t.elapsed().as_secs_f64()];
-        comm.all_reduce(&mut slowest, ReduceOp::Max)?;
-        times.push(slowest[0]);
-    }
-    // Checked run on fresh inputs.
-    send.fill(fill);
-    run(&mut send, &mut recv)?;
-    let wrong = match op {
-        BenchOp::AllReduce => count_wrong(&send, |_| T::from_small((n * (n + 1) / 2) as u8)),
-        BenchOp::Broadcast => count_wrong(&send, |_| T::from_small(1)),
-        BenchOp::AllGather => count_wrong(&recv, |i| T::from_small((i / block) as u8 + 1)),
-        BenchOp::ReduceScatter => count_wrong(&recv, |_| T::from_small((n * (n + 1) / 2) as u8)),
-        BenchOp::AllToAll => count_wrong(&recv, |i| T::from_small((i / block) as u8 + 1)),
-    };
-    let mut wrong_all = [wrong as f64];
-    comm.all_reduce(&mut wrong_all, ReduceOp::Sum)?;
-    let t = median(times);
-    let s = (count * size_of::<T>()) as f64;
-    let algbw = s / t / 1e9;
-    Ok(Measurement {
-        op,
-        dtype: T::DTYPE,
-        ranks: n,
-        bytes: count * size_of::<T>(),
-        count,
-        time_us: t * 1e6,
-        algbw,
-        busbw: algbw * op.bus_factor(n),
-        wrong: wrong_all[0] as usize,
     })
 }
 
-fn count_wrong<T: Sample>(v: &[T], expected: impl Fn(usize) -> T) -> usize {
-    v.iter()
-        .enumerate()
-        .filter(|(i, x)| bytemuck::bytes_of(*x) != bytemuck::bytes_of(&expected(*i)))
-        .count()
+/// [`measure`] with any implementation of the call: `run(send, recv)` does
+/// `op` once on buffers laid out as [`buffer_lens`] says (all-reduce and
+/// broadcast in place on `send`). The harness, the inputs and the check are
+/// [`measure`]'s.
+///
+/// # Errors
+/// The first error of `run` or of the harness.
+///
+/// # Example
+/// ```
+/// use ruda_comm::{Communicator, LocalWorld, CommError, bench::{self, BenchOp, Settings}};
+/// let rows = LocalWorld::new(2).run(|c| {
+///     bench::measure_with::<_, u8, CommError>(&c, BenchOp::AllGather, 64, Settings::quick(0, 2),
+///         |send, recv| c.all_gather(send, recv))
+/// }).unwrap();
+/// assert_eq!(rows[0].wrong, 0);
+/// ```
+pub fn measure_with<C, T, E>(
+    comm: &C,
+    op: BenchOp,
+    bytes: usize,
+    settings: Settings,
+    mut run: impl FnMut(&mut [T], &mut [T]) -> Result<(), E>,
+) -> Result<Measurement, E>
+where
+    C: Communicator,
+    T: Sample,
+    E: From<CommError>,
+{
+    let (n, me) = (comm.size(), comm.rank());
+    let count = elements_for::<T>(bytes, n);
+    let s_bytes = count * size_of::<T>();
+    let it = settings.it;
+    let stream_gbps = if settings.roofline {
+        stream(comm, op.stream_kernel(), op.footprint(n, s_bytes), it)?
+    } else {
+        f64::NAN
+    };
+    let (send_len, recv_len) = buffer_lens(op, n, count);
+    let mut send = vec![T::zeroed(); send_len];
+    let mut recv = vec![T::zeroed(); recv_len];
+    fill(op, me, n, count, &mut send);
+    let samples = time_calls(
+        comm,
+        it.warmup,
+        it.iters.max(1),
+        || (),
+        |()| run(&mut send, &mut recv),
+    )?;
+    let wall = if settings.wall {
+        time_back_to_back(comm, it.iters.max(1), || run(&mut send, &mut recv))?
+    } else {
+        f64::NAN
+    };
+    // Checked run on fresh inputs.
+    fill(op, me, n, count, &mut send);
+    recv.fill(T::zeroed());
+    run(&mut send, &mut recv)?;
+    let out = if recv_len == 0 { &send } else { &recv };
+    let mut wrong = [count_wrong(op, me, n, count, out) as f64];
+    comm.all_reduce(&mut wrong, ReduceOp::Sum)?;
+    Ok(Measurement::from_times(
+        op,
+        T::DTYPE,
+        n,
+        count,
+        [samples.median(), samples.quantile(0.99), wall],
+        samples.times().len(),
+        stream_gbps,
+        wrong[0] as usize,
+    ))
 }
 
 /// The single-thread memcpy reference of `bytes`: median time of `iters`
-/// copies, as `(time_us, GB/s)`.
+/// copies, as `(time_us, GB/s)`. One thread with the machine to itself: a
+/// reference for the copy kernel, never a limit for a collective's busbw
+/// (see [`stream`] for that).
 ///
 /// # Example
 /// ```
@@ -209,67 +362,77 @@ pub fn memcpy(bytes: usize, iters: usize) -> (f64, f64) {
     dst.copy_from_slice(&src);
     let times: Vec<f64> = (0..iters.max(1))
         .map(|_| {
-            let t = Instant::now();
+            let t = std::time::Instant::now();
             dst.copy_from_slice(std::hint::black_box(&src));
             std::hint::black_box(&mut dst);
             t.elapsed().as_secs_f64()
         })
         .collect();
-    let t = median(times);
+    let t = Samples::new(times).median();
     (t * 1e6, bytes as f64 / t / 1e9)
 }
 
 /// The column header of [`format_row`], two lines in the style of nccl-tests.
 pub fn header() -> String {
-    format!(
-        "#{:>14} {:>12} {:>6} {:>15} {:>12} {:>9} {:>9} {:>7}\n#{:>14} {:>12} {:>6} {:>15} {:>12} {:>9} {:>9} {:>7}",
-        "size",
-        "count",
-        "type",
-        "op",
-        "time",
-        "algbw",
-        "busbw",
+    let top = [
+        "size", "count", "type", "op", "p50", "p99", "b2b", "algbw", "busbw", "roofline", "%roof",
         "#wrong",
+    ];
+    let unit = [
         "(B)",
         "(elements)",
         "",
         "",
         "(us)",
+        "(us)",
+        "(us)",
         "(GB/s)",
         "(GB/s)",
-        ""
-    )
+        "(us)",
+        "",
+        "",
+    ];
+    let line = |c: [&str; 12]| {
+        format!(
+            "#{:>14} {:>10} {:>5} {:>14} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>6} {:>6}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        )
+    };
+    format!("{}\n{}", line(top), line(unit))
 }
 
-/// One table row, aligned with [`header`].
+/// One table row, aligned with [`header`]; figures not measured print `-`.
 ///
 /// # Example
 /// ```
 /// use ruda_comm::{DType, bench::{BenchOp, Measurement, format_row}};
-/// let m = Measurement { op: BenchOp::AllGather, dtype: DType::F32, ranks: 2, bytes: 4096,
-///     count: 1024, time_us: 2.0, algbw: 2.048, busbw: 1.024, wrong: 0 };
-/// assert!(format_row(&m).contains("all-gather"));
+/// let m = Measurement::from_times(BenchOp::AllGather, DType::F32, 2, 1024,
+///     [2e-6, 3e-6, f64::NAN], 100, 40.0, 0);
+/// let row = format_row(&m);
+/// assert!(row.contains("all-gather") && row.contains(" - "));
 /// ```
 pub fn format_row(m: &Measurement) -> String {
+    let f = |x: f64, p: usize| {
+        if x.is_finite() {
+            format!("{x:.p$}")
+        } else {
+            "-".to_string()
+        }
+    };
     format!(
-        "{:>15} {:>12} {:>6} {:>15} {:>12.2} {:>9.3} {:>9.3} {:>7}",
+        "{:>15} {:>10} {:>5} {:>14} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>6} {:>6}",
         m.bytes,
         m.count,
         m.dtype.name(),
         m.op.name(),
-        m.time_us,
-        m.algbw,
-        m.busbw,
+        f(m.time_us, 2),
+        f(m.p99_us, 2),
+        f(m.wall_us, 2),
+        f(m.algbw, 3),
+        f(m.busbw, 3),
+        f(m.roofline_us, 2),
+        f(m.roofline_pct(), 0),
         m.wrong
-    )
-}
-
-/// A memcpy reference row, aligned with [`header`].
-pub fn format_memcpy_row(bytes: usize, time_us: f64, gbps: f64) -> String {
-    format!(
-        "{:>15} {:>12} {:>6} {:>15} {:>12.2} {:>9.3} {:>9} {:>7}",
-        bytes, "", "u8", "memcpy", time_us, gbps, "", ""
     )
 }
 
@@ -288,29 +451,130 @@ mod tests {
         assert_eq!(BenchOp::AllGather.bus_factor(1), 0.0);
     }
 
+    /// Known times give known figures: a wrong formula fails.
+    #[test]
+    fn figures_from_known_times() {
+        // 4 ranks, S = 1 MiB of f32, 100 µs median, 50 GB/s of STREAM add.
+        let m = Measurement::from_times(
+            BenchOp::AllReduce,
+            DType::F32,
+            4,
+            1 << 18,
+            [100e-6, 250e-6, 120e-6],
+            10,
+            50.0,
+            0,
+        );
+        assert_eq!(m.bytes, 1 << 20);
+        assert!((m.algbw - 10.485_76).abs() < 1e-9);
+        assert!((m.busbw - 10.485_76 * 1.5).abs() < 1e-9);
+        assert!((m.time_us - 100.0).abs() < 1e-9 && (m.p99_us - 250.0).abs() < 1e-9);
+        assert!((m.wall_us - 120.0).abs() < 1e-9);
+        // 8 MiB moved at 50 GB/s: 167.77 µs.
+        assert!((m.roofline_us - 8.0 * 1_048_576.0 / 50e3).abs() < 1e-6);
+        assert!((m.roofline_pct() - 167.772_16).abs() < 1e-6);
+        let g = Measurement::from_times(
+            BenchOp::AllGather,
+            DType::BF16,
+            2,
+            1 << 20,
+            [1e-3, 1e-3, 1e-3],
+            10,
+            20.0,
+            0,
+        );
+        assert_eq!(g.bytes, 2 << 20);
+        assert!((g.algbw - 2.097_152).abs() < 1e-9 && (g.busbw - 1.048_576).abs() < 1e-9);
+    }
+
     #[test]
     fn every_op_measures_and_checks_correctly() {
         for n in [1, 3] {
             for op in BenchOp::ALL {
+                let settings = Settings {
+                    it: Iterations {
+                        warmup: 1,
+                        iters: 2,
+                    },
+                    roofline: n == 3,
+                    wall: true,
+                };
                 let rows = LocalWorld::new(n)
-                    .run(|c| measure::<_, half::bf16>(&c, op, 1000, 1, 2))
+                    .run(|c| measure::<_, half::bf16>(&c, op, 1000, settings))
                     .unwrap();
                 let m = &rows[0];
                 assert_eq!(m.wrong, 0, "{op:?} n={n}");
                 assert_eq!(m.count % n, 0);
+                assert_eq!(m.iters, 2);
+                assert!(m.wall_us > 0.0 && m.p99_us >= m.time_us);
+                assert_eq!(m.roofline_us.is_finite(), n == 3 && m.stream_gbps > 0.0);
                 assert!((m.busbw - m.algbw * op.bus_factor(n)).abs() < 1e-12);
                 assert!(
                     (m.algbw - m.bytes as f64 / (m.time_us * 1e-6) / 1e9).abs() < 1e-6 * m.algbw
                 );
-                assert!(rows.iter().all(|r| r == m), "same row on every rank");
+                assert!(
+                    rows.iter().all(|r| format!("{r:?}") == format!("{m:?}")),
+                    "same row on every rank"
+                );
             }
         }
+    }
+
+    /// From 23 ranks up the old expected sum `n(n+1)/2 as u8` wrapped.
+    #[test]
+    fn large_worlds_check_correct_data_as_correct() {
+        for op in [BenchOp::AllReduce, BenchOp::AllToAll] {
+            let rows = LocalWorld::new(24)
+                .run(|c| measure::<_, u8>(&c, op, 24 * 24, Settings::quick(0, 1)))
+                .unwrap();
+            assert_eq!(rows[0].wrong, 0, "{op:?}");
+        }
+    }
+
+    /// From 256 KiB on every rank copies a share of every destination.
+    #[test]
+    fn large_broadcasts_from_any_root_are_correct() {
+        for n in [2, 3] {
+            let rows = LocalWorld::new(n)
+                .run(|c| measure::<_, f32>(&c, BenchOp::Broadcast, 1 << 20, Settings::quick(0, 1)))
+                .unwrap();
+            assert_eq!(rows[0].wrong, 0);
+        }
+        let out = LocalWorld::new(3)
+            .run(|c| {
+                let mut v = vec![c.rank() as u32; 100_000];
+                c.broadcast(&mut v, 2).map(|_| v)
+            })
+            .unwrap();
+        assert!(out.iter().all(|v| v.iter().all(|&x| x == 2)));
+    }
+
+    #[test]
+    fn a_wrong_collective_is_counted() {
+        // An "all-gather" that copies only this rank's block everywhere.
+        let rows = LocalWorld::new(2)
+            .run(|c| {
+                measure_with::<_, f32, CommError>(
+                    &c,
+                    BenchOp::AllGather,
+                    4096,
+                    Settings::quick(0, 1),
+                    |s, r| {
+                        for chunk in r.chunks_mut(s.len()) {
+                            chunk.copy_from_slice(s);
+                        }
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        assert_eq!(rows[0].wrong, 2 * 512);
     }
 
     #[test]
     fn elements_round_to_the_group() {
         assert_eq!(elements_for::<f32>(4096, 3), 1023);
         assert_eq!(elements_for::<f32>(2, 4), 4);
-        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert_eq!(buffer_lens(BenchOp::ReduceScatter, 4, 16), (16, 4));
     }
 }

@@ -43,7 +43,7 @@ pub use flight::{
     CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
 };
 pub use local::{
-    DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, RankError, TIMEOUT_ENV, WorldError,
+    DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, PIN_ENV, RankError, TIMEOUT_ENV, WorldError,
 };
 pub use reduce_op::ReduceOp;
 

@@ -11,39 +11,27 @@
 //! (it consumes its input and returns a new tensor). Freeing a large buffer
 //! (munmap) is most of the difference between `raw` and the tensor call.
 
-use std::time::Instant;
-
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{TensorData, read_sync};
 use burn_flex::{Flex, FlexDevice};
-use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+use ruda_comm::bench::{Iterations, time_calls};
+use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
 use ruda_tensor::{HostCollective, ReplicatedTensorCollective, TensorCollective};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median over `iters` of the slowest rank's time of `f`, run after `prep`.
+/// The shared harness ([`ruda_comm::bench::time_calls`]): median over
+/// `it.iters` of the slowest rank's time of `f`, run after `prep` (untimed).
 fn time<C: Communicator, S>(
     comm: &C,
-    iters: usize,
-    mut prep: impl FnMut() -> S,
+    it: Iterations,
+    prep: impl FnMut() -> S,
     mut f: impl FnMut(S),
 ) -> f64 {
-    let mut times = Vec::new();
-    for i in 0..iters + 2 {
-        let s = prep();
-        comm.barrier().unwrap();
-        let t = Instant::now();
+    time_calls(comm, it.warmup, it.iters, prep, |s| {
         f(s);
-        let mut e = [t.elapsed().as_secs_f64()];
-        comm.all_reduce(&mut e, ReduceOp::Max).unwrap();
-        if i >= 2 {
-            times.push(e[0]);
-        }
-    }
-    median(times)
+        Ok::<_, CommError>(())
+    })
+    .expect("harness")
+    .median()
 }
 
 fn main() {
@@ -66,13 +54,7 @@ fn main() {
     );
     for n in [2, 4] {
         for &bytes in sizes {
-            let iters = if bytes >= 16 << 20 {
-                8
-            } else if bytes >= 1 << 20 {
-                40
-            } else {
-                400
-            };
+            let iters = Iterations::auto(bytes);
             let rows = LocalWorld::new(n)
                 .run(|c| {
                     let count = bytes / 4;

@@ -236,9 +236,9 @@ impl LocalCommunicator {
             |slots| {
                 let c = slots[0].fp.count;
                 let dst = ptr::<T>(&slots[me]).1;
-                for (p, s) in slots.iter().enumerate() {
+                for p in kernels::rotation(me, slots.len()) {
                     // SAFETY: lengths checked; only this rank writes its receive buffer.
-                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(p * c), c) }
+                    unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(p * c), c) }
                 }
             },
         )
@@ -303,7 +303,8 @@ impl LocalCommunicator {
                 let dst = ptr::<T>(&slots[me]).1;
                 // SAFETY: inside the barrier window; counts checked to match.
                 let recv_off = kernels::offsets(unsafe { slots[me].counts2() });
-                for (p, s) in slots.iter().enumerate() {
+                for p in kernels::rotation(me, slots.len()) {
+                    let s = &slots[p];
                     // SAFETY: as above.
                     let counts = unsafe { s.counts() };
                     let from: usize = counts[..me].iter().sum();
@@ -476,11 +477,11 @@ impl Communicator for LocalCommunicator {
             |slots| validate::all_gather_v(slots, me),
             |slots| {
                 let dst = ptr::<T>(&slots[me]).1;
-                let mut off = 0;
-                for s in slots {
+                let lens: Vec<usize> = slots.iter().map(|s| s.send_len).collect();
+                let off = kernels::offsets(&lens);
+                for p in kernels::rotation(me, slots.len()) {
                     // SAFETY: counts and lengths checked above.
-                    unsafe { kernels::copy(ptr::<T>(s).0, dst.add(off), s.send_len) }
-                    off += s.send_len;
+                    unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(off[p]), lens[p]) }
                 }
             },
         )
@@ -538,14 +539,16 @@ impl Communicator for LocalCommunicator {
             slot,
             |slots| validate::broadcast(slots, me, root),
             |slots| {
-                if me != root {
-                    // SAFETY: lengths equal; the root only reads its buffer
-                    // and only this rank writes its own.
+                let count = slots[0].fp.count;
+                for (d, lo, hi) in kernels::broadcast_pieces::<T>(count, slots.len(), root, me) {
+                    // SAFETY: lengths equal (checked); the root's buffer is
+                    // only read, and the ranges of one destination that
+                    // different ranks write are disjoint.
                     unsafe {
                         kernels::copy(
-                            ptr::<T>(&slots[root]).0,
-                            ptr::<T>(&slots[me]).1,
-                            slots[0].fp.count,
+                            ptr::<T>(&slots[root]).0.add(lo),
+                            ptr::<T>(&slots[d]).1.add(lo),
+                            hi - lo,
                         )
                     }
                 }
@@ -567,9 +570,9 @@ impl Communicator for LocalCommunicator {
             |slots| {
                 let c = slots[0].fp.count / slots.len();
                 let dst = ptr::<T>(&slots[me]).1;
-                for (p, s) in slots.iter().enumerate() {
+                for p in kernels::rotation(me, slots.len()) {
                     // SAFETY: lengths checked; only this rank writes its receive buffer.
-                    unsafe { kernels::copy(ptr::<T>(s).0.add(me * c), dst.add(p * c), c) }
+                    unsafe { kernels::copy(ptr::<T>(&slots[p]).0.add(me * c), dst.add(p * c), c) }
                 }
             },
         )

@@ -1,5 +1,6 @@
 //! The local transport: ranks are threads of one process sharing memory.
 
+mod affinity;
 mod communicator;
 pub(crate) mod group;
 mod kernels;
@@ -8,5 +9,6 @@ mod sync;
 pub(crate) mod validate;
 mod world;
 
+pub use affinity::PIN_ENV;
 pub use communicator::LocalCommunicator;
 pub use world::{DEFAULT_TIMEOUT, LocalWorld, RankError, TIMEOUT_ENV, WorldError};

@@ -122,6 +122,7 @@ pub(crate) struct GroupSync {
     alert: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
+    sleepers: AtomicUsize,
 }
 
 impl GroupSync {
@@ -140,6 +141,7 @@ impl GroupSync {
                 mailboxes: (0..size * size).map(|_| None).collect(),
             }),
             cv: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
         }
     }
 
@@ -229,7 +231,13 @@ impl GroupSync {
         self.count.store(0, Ordering::Relaxed);
         self.generation.store(generation + 1, Ordering::Release);
         drop(st);
-        self.notify();
+        // Waking the condition variable is a system call; skip it when no
+        // rank sleeps on it. A rank that starts sleeping after this load
+        // takes the state lock after the unlock above, so it sees the new
+        // generation before it waits.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.notify();
+        }
         Ok(())
     }
 
@@ -267,6 +275,14 @@ impl GroupSync {
             std::hint::spin_loop();
         }
         let deadline = checked.then(|| started + self.timeout);
+        struct Sleeper<'a>(&'a AtomicUsize);
+        impl Drop for Sleeper<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let _sleeper = Sleeper(&self.sleepers);
         let mut st = self.lock();
         loop {
             if passed() {

@@ -102,6 +102,7 @@ impl<E> WorldError<E> {
 pub struct LocalWorld {
     size: usize,
     timeout: Option<Duration>,
+    pin: Option<bool>,
 }
 
 impl LocalWorld {
@@ -110,7 +111,37 @@ impl LocalWorld {
         LocalWorld {
             size,
             timeout: None,
+            pin: None,
         }
+    }
+
+    /// Pin rank `r`'s thread to the `r`-th core this process may run on
+    /// (`true`, the default unless `RUDA_PIN=0`), or let the ranks float
+    /// (`false`). Pinning applies to [`LocalWorld::run`] and
+    /// [`LocalWorld::run_each`] and only when the world has no more ranks
+    /// than those cores; [`LocalWorld::pinned_cores`] says where they run.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// assert_eq!(LocalWorld::new(2).pin_threads(false).pinned_cores(), None);
+    /// ```
+    pub fn pin_threads(mut self, on: bool) -> Self {
+        self.pin = Some(on);
+        self
+    }
+
+    /// The core of each rank when [`LocalWorld::run`] pins them, else `None`
+    /// (pinning turned off, or more ranks than cores).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    /// assert_eq!(LocalWorld::new(cores + 1).pinned_cores(), None);
+    /// ```
+    pub fn pinned_cores(&self) -> Option<Vec<usize>> {
+        super::affinity::Placement::for_world(self.size, self.pin).cores()
     }
 
     /// Set the deadline of every wait, overriding `RUDA_TIMEOUT_SECS`.
@@ -194,6 +225,7 @@ impl LocalWorld {
         F: Fn(LocalCommunicator) -> Result<R, E> + Sync,
     {
         let (world, comms) = self.build();
+        let placement = &super::affinity::Placement::for_world(self.size, self.pin);
         let f = &f;
         let world = &world;
         std::thread::scope(|scope| {
@@ -204,6 +236,7 @@ impl LocalWorld {
                     std::thread::Builder::new()
                         .name(format!("ruda-rank-{rank}"))
                         .spawn_scoped(scope, move || {
+                            placement.enter(rank);
                             let out = catch_unwind(AssertUnwindSafe(|| f(comm)));
                             let cause = match out {
                                 Ok(_) => PeerFailureCause::Finished,
