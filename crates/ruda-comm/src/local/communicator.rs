@@ -156,22 +156,24 @@ impl LocalCommunicator {
     ) -> Result<R, CommError> {
         slot.fp.seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let elements = slot.send_len.max(slot.recv_len).max(slot.fp.count);
+        // One clock read serves the deadline and the flight recorder.
+        let started = Instant::now();
         let token = self
             .group
             .recorder(self.rank)
-            .begin(slot.fp, elements, None);
-        let r = self.run(slot, validate, work);
+            .begin(slot.fp, elements, None, started);
+        let r = self.run(slot, started, validate, work);
         self.end(token, r)
     }
 
     fn run<R>(
         &self,
         slot: Slot,
+        started: Instant,
         validate: impl FnOnce(&[Slot]) -> Result<(), CommError>,
         work: impl FnOnce(&[Slot]) -> R,
     ) -> Result<R, CommError> {
         let op = slot.fp.op;
-        let started = Instant::now();
         self.group.publish(self.rank, slot);
         self.group.sync.arrive(self.rank, op, true, started)?;
         let _completion = Completion {
@@ -211,7 +213,7 @@ impl LocalCommunicator {
         let token = self
             .group
             .recorder(self.rank)
-            .begin(fp, elements, Some(peer));
+            .begin(fp, elements, Some(peer), Instant::now());
         let r = call();
         self.end(token, r)
     }

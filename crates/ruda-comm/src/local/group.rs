@@ -88,6 +88,8 @@ type Memberships = Vec<(Weak<Group>, usize)>;
 pub(crate) struct World {
     pub size: usize,
     pub timeout: Duration,
+    /// Whether communicators keep their flight recorders.
+    record: bool,
     epoch: Instant,
     epoch_wall: SystemTime,
     /// `members[w]`: the groups world rank `w` joined, with its rank in each.
@@ -95,10 +97,11 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(size: usize, timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(size: usize, timeout: Duration, record: bool) -> Arc<Self> {
         Arc::new(World {
             size,
             timeout,
+            record,
             epoch: Instant::now(),
             epoch_wall: SystemTime::now(),
             members: Mutex::new(vec![Vec::new(); size]),
@@ -158,7 +161,7 @@ impl Group {
                 })
                 .collect(),
             recorders: (0..size)
-                .map(|_| FlightRecorder::new(world.epoch, world.epoch_wall))
+                .map(|_| FlightRecorder::new(world.epoch, world.epoch_wall, world.record))
                 .collect(),
             split_out: (0..size).map(|_| Mutex::new(None)).collect(),
             world_ranks: world_ranks.into(),

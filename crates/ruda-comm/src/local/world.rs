@@ -103,6 +103,7 @@ pub struct LocalWorld {
     size: usize,
     timeout: Option<Duration>,
     pin: Option<bool>,
+    record: bool,
 }
 
 impl LocalWorld {
@@ -112,7 +113,26 @@ impl LocalWorld {
             size,
             timeout: None,
             pin: None,
+            record: true,
         }
+    }
+
+    /// Keep every communicator's flight recorder (`true`, the default: a
+    /// few tens of nanoseconds per call) or not (`false`: errors then carry
+    /// no histories). Meant for measuring what the recorder costs.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let h = LocalWorld::new(1).flight_recorder(false).run(|c| {
+    ///     c.barrier()?;
+    ///     Ok::<_, ruda_comm::CommError>(c.flight_record().calls.len())
+    /// }).unwrap();
+    /// assert_eq!(h, vec![0]);
+    /// ```
+    pub fn flight_recorder(mut self, on: bool) -> Self {
+        self.record = on;
+        self
     }
 
     /// Pin rank `r`'s thread to the `r`-th core this process may run on
@@ -189,7 +209,7 @@ impl LocalWorld {
         if self.size == 0 {
             return (None, Vec::new());
         }
-        let world = World::new(self.size, self.effective_timeout());
+        let world = World::new(self.size, self.effective_timeout(), self.record);
         let group = Group::new(&world, (0..self.size).collect());
         let comms = (0..self.size)
             .map(|r| LocalCommunicator::new(group.clone(), r))

@@ -202,7 +202,7 @@ impl MpiCommunicator {
             world_ranks: world_ranks.into(),
             seq: AtomicU64::new(0),
             busy: AtomicBool::new(false),
-            recorder: FlightRecorder::new(Instant::now(), SystemTime::now()),
+            recorder: FlightRecorder::new(Instant::now(), SystemTime::now(), true),
             failed: Mutex::new(None),
             session,
         })
@@ -279,7 +279,7 @@ impl MpiCommunicator {
             self.seq.fetch_add(1, Ordering::Relaxed)
         };
         let fp = Fingerprint { seq, ..fp };
-        let token = self.recorder.begin(fp, elements, peer);
+        let token = self.recorder.begin(fp, elements, peer, Instant::now());
         let failed = self
             .failed
             .lock()

@@ -476,7 +476,9 @@ fn judge_rank(prog: &Program, r: usize, o: &Result<Outcome, String>) -> Result<(
         Ok(Err(e)) => {
             let ok = match prog.fault {
                 Fault::None => false,
-                Fault::Panic { .. } => peer_failed(e, true),
+                // The panicking rank's peers learn at once; those that
+                // wait on a peer which then returns learn of that one.
+                Fault::Panic { .. } => matches!(e, Error::Comm(CommError::PeerFailure { .. })),
                 Fault::Late { rank, .. } if rank == r => true,
                 Fault::Late { .. } => {
                     matches!(e, Error::Comm(CommError::Timeout { .. })) || peer_failed(e, false)
