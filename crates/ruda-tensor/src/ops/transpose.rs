@@ -145,40 +145,53 @@ impl LinearOp for Transpose {
         }
         let (d0, d1) = (plan.d0, plan.d1);
         let shape = x.shape().to_vec();
-        // Order the axes [d0, d1, rest…] so each destination's chunk of d0
-        // is contiguous, and exchange elements as rows of one.
-        let rest: Vec<usize> = (0..shape.len()).filter(|&d| d != d0 && d != d1).collect();
-        let mut perm = alloc::vec![d0, d1];
-        perm.extend_from_slice(&rest);
-        let rest_len: usize = rest.iter().map(|&d| shape[d]).product();
-        let numel: usize = shape.iter().product();
-        let flat = B::float_reshape(
-            B::float_permute(x, &perm),
-            Shape::from(alloc::vec![numel, 1]),
-        );
-        let per = |c: usize, s: usize| c * s * rest_len;
-        let send: Vec<usize> = plan.sizes0.iter().map(|&c| per(c, shape[d1])).collect();
+        // Every block keeps the tensor's own axis order (no permutes, so
+        // every copy runs over long contiguous stretches and the result is
+        // contiguous): destination p gets the slab `d0 ∈ chunk p`,
+        // flattened; block p received is the slab of source p with
+        // `d0 = sizes0[me]` and `d1 = sizes1[p]`, and the blocks join along
+        // d1. Elements travel as rows of one.
+        let numel = |s: &[usize]| s.iter().product::<usize>();
+        let sends: Vec<usize> = plan
+            .sizes0
+            .iter()
+            .map(|&c| numel(&shape) / shape[d0] * c)
+            .collect();
+        let flat = if d0 == 0 {
+            B::float_reshape(x, Shape::from(alloc::vec![numel(&shape), 1]))
+        } else {
+            let parts = starts(&plan.sizes0)
+                .into_iter()
+                .zip(&plan.sizes0)
+                .zip(&sends)
+                .map(|((s, &c), &len)| {
+                    B::float_reshape(
+                        narrow::<B>(x.clone(), d0, s, c),
+                        Shape::from(alloc::vec![len, 1]),
+                    )
+                })
+                .collect();
+            B::float_cat(parts, 0)
+        };
+        let mut block_shape = shape.clone();
+        block_shape[d0] = plan.sizes0[me];
         let recv: Vec<usize> = plan
             .sizes1
             .iter()
-            .map(|&s| per(plan.sizes0[me], s))
+            .map(|&s| numel(&block_shape) / shape[d1] * s)
             .collect();
-        let got = g.exchange_rows::<B>(self.role.op, flat, &send, &recv)?;
-        let mut blocks = Vec::with_capacity(n);
-        for (p, (s, &len)) in starts(&recv).into_iter().zip(&recv).enumerate() {
-            let mut block_shape = alloc::vec![plan.sizes0[me], plan.sizes1[p]];
-            block_shape.extend(rest.iter().map(|&d| shape[d]));
-            blocks.push(B::float_reshape(
-                narrow::<B>(got.clone(), 0, s, len),
-                Shape::from(block_shape),
-            ));
-        }
-        let joined = B::float_cat(blocks, 1);
-        let mut inverse = alloc::vec![0; perm.len()];
-        for (i, &p) in perm.iter().enumerate() {
-            inverse[p] = i;
-        }
-        Ok(B::float_permute(joined, &inverse))
+        let got = g.exchange_rows::<B>(self.role.op, flat, &sends, &recv)?;
+        let blocks = starts(&recv)
+            .into_iter()
+            .zip(&recv)
+            .zip(&plan.sizes1)
+            .map(|((s, &len), &s1)| {
+                let mut bs = block_shape.clone();
+                bs[d1] = s1;
+                B::float_reshape(narrow::<B>(got.clone(), 0, s, len), Shape::from(bs))
+            })
+            .collect();
+        Ok(B::float_cat(blocks, d1))
     }
 
     fn adjoint(&self, plan: &TransposePlan) -> Transpose {
