@@ -269,6 +269,8 @@ impl LocalCommunicator {
                 let c = slots[0].fp.count;
                 let ins: Vec<*const T> = slots
                     .iter()
+                    // SAFETY: every send buffer holds `size × c` elements
+                    // (checked), so block `me` starts in bounds.
                     .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
                     .collect();
                 // SAFETY: lengths checked; only this rank writes its receive buffer.
@@ -444,6 +446,8 @@ impl Communicator for LocalCommunicator {
                 let (lo, hi) = kernels::partition::<T>(slots[0].fp.count, me, n);
                 let ptrs: Vec<*mut T> = slots
                     .iter()
+                    // SAFETY: every buffer holds `count` elements (checked)
+                    // and `lo <= count` (see `partition`).
                     .map(|s| unsafe { ptr::<T>(s).1.add(lo) })
                     .collect();
                 let ins: Vec<*const T> = ptrs.iter().map(|&p| p as *const T).collect();
@@ -519,10 +523,14 @@ impl Communicator for LocalCommunicator {
             |slots| validate::reduce_scatter_v(slots, me),
             |slots| {
                 // SAFETY: inside the barrier window; counts checked equal.
+                // SAFETY: inside the barrier window, where the published
+                // count lists are alive (and were checked to be `size` long).
                 let offsets = kernels::offsets(unsafe { slots[me].counts() });
                 let c = slots[me].recv_len;
                 let ins: Vec<*const T> = slots
                     .iter()
+                    // SAFETY: every send buffer covers the sum of the counts
+                    // (checked), so this rank's block starts in bounds.
                     .map(|s| unsafe { ptr::<T>(s).0.add(offsets[me]) })
                     .collect();
                 // SAFETY: lengths checked; only this rank writes its receive buffer.

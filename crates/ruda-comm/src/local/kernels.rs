@@ -68,10 +68,9 @@ unsafe fn reduce_with<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc>(
     let mut off = 0;
     while off < whole {
         let mut acc = [T::Acc::default(); TILE];
-        // SAFETY: the caller guarantees `len` valid elements behind every
-        // pointer and `off + TILE <= len`; reads of a tile end before its
-        // writes, so an output may alias an input. Unaligned reads and
-        // writes, since `T`'s alignment is all the pointers promise.
+        // SAFETY: `len` valid elements behind every pointer (caller) and
+        // `off + TILE <= len`; a tile is read before it is written (outputs
+        // may alias inputs); unaligned access, as `T`'s alignment is all we know.
         unsafe {
             let x = first.add(off).cast::<[T; TILE]>().read_unaligned();
             for (a, x) in acc.iter_mut().zip(x) {
@@ -255,6 +254,7 @@ mod tests {
                 .collect();
             let mut out = vec![0f32; len];
             let ins: Vec<*const f32> = xs.iter().map(|x| x.as_ptr()).collect();
+            // SAFETY: every input and the output hold `len` elements.
             unsafe { reduce(&ins, &[out.as_mut_ptr()], len, ReduceOp::Max) };
             for i in 0..len {
                 assert_eq!(out[i], xs[2][i], "max at {i} of {len}");
@@ -264,6 +264,7 @@ mod tests {
                 .collect();
             let mut out = vec![half::f16::ZERO; len];
             let ins: Vec<*const half::f16> = h.iter().map(|x| x.as_ptr()).collect();
+            // SAFETY: every input and the output hold `len` elements.
             unsafe { reduce(&ins, &[out.as_mut_ptr()], len, ReduceOp::Sum) };
             let once = half::f16::from_f32(3.0 * half::f16::from_f32(1.0 / 3.0).to_f32());
             assert!(out.iter().all(|&x| x == once), "f16 rounds once, len {len}");
@@ -276,6 +277,8 @@ mod tests {
         let mut a: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let b: Vec<f64> = (0..n).map(|i| 2.0 * i as f64).collect();
         let pa = a.as_mut_ptr();
+        // SAFETY: both buffers hold `n` elements; the output may alias an
+        // input (`reduce` reads each tile before writing it).
         unsafe { reduce(&[pa as *const f64, b.as_ptr()], &[pa], n, ReduceOp::Avg) };
         assert!(a.iter().enumerate().all(|(i, &x)| x == 1.5 * i as f64));
     }

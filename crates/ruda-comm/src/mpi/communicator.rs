@@ -443,11 +443,8 @@ impl MpiCommunicator {
             let wide = widen(send);
             let mut out = vec![0f32; recv.len()];
             // SAFETY: reading MPI's predefined datatype handle.
-            check(
-                kind,
-                self.rank,
-                call(ptr(&wide), mut_ptr(&mut out), unsafe { ffi::RSMPI_FLOAT }),
-            )?;
+            let float = unsafe { ffi::RSMPI_FLOAT };
+            check(kind, self.rank, call(ptr(&wide), mut_ptr(&mut out), float))?;
             if op == ReduceOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as f32);
             }
@@ -612,11 +609,11 @@ impl Communicator for MpiCommunicator {
             || {
                 // SAFETY: reading MPI's null communicator handle.
                 let mut out = unsafe { ffi::RSMPI_COMM_NULL };
-                // SAFETY: a valid communicator; MPI writes the new handle. Every
-                // rank has arrived (checked) or is committed (unchecked).
-                let rc = self
-                    .session
-                    .mpi(|| unsafe { ffi::MPI_Comm_split(self.comm, c, key, &mut out) });
+                let rc = self.session.mpi(|| {
+                    // SAFETY: a valid communicator; MPI writes the new handle.
+                    // Every rank has arrived (checked) or is committed (unchecked).
+                    unsafe { ffi::MPI_Comm_split(self.comm, c, key, &mut out) }
+                });
                 check(op, self.rank, rc)?;
                 Ok(out)
             },

@@ -109,8 +109,11 @@ pub(crate) fn exchange<T: Element>(
         *mut c_void,
         *const c_void,
         *mut c_void,
-    ) = unsafe {
-        let w = &mut *w;
+    ) = {
+        // SAFETY: `w` is owned by `fl` until every request is complete (or
+        // it is leaked); no request is in flight yet, so this reference is
+        // the only access.
+        let w = unsafe { &mut *w };
         (
             w.header_out.as_ptr().cast(),
             w.header_in.as_mut_ptr().cast(),
