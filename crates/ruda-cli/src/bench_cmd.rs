@@ -79,6 +79,9 @@ pub enum BenchError {
     /// The tensor layer moves floating tensors only.
     #[error("--tensor needs a floating element type (f16, bf16, f32, f64), not {0}")]
     TensorDType(DType),
+    /// The device asked for is not in this build.
+    #[error("--device {0}: this ruda was built without it (rebuild with --features {0})")]
+    DeviceUnavailable(&'static str),
     /// The MPI baseline could not be measured.
     #[error("--baseline mpi: {0}")]
     Baseline(#[from] crate::baseline::BaselineError),
@@ -485,8 +488,12 @@ pub struct Report {
     pub ranks: usize,
     /// Element type.
     pub dtype: String,
-    /// `local` or `mpi`.
+    /// `local`, `mpi` or `device`.
     pub transport: String,
+    /// The device the ranks share (`flex`, `wgpu`) with the device
+    /// transport.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     /// Whether the tensor layer was timed.
     pub tensor: bool,
     /// The core of each rank when the ranks were pinned.

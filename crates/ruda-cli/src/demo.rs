@@ -15,8 +15,10 @@
 //! transposes, polar reduce-scatter and all-gather) with the parameters
 //! entering through `copy_to` regions and the loss leaving through
 //! `reduce_from` regions; the serial run uses its serial transforms, code
-//! that involves no communication at all. Ranks are threads, or MPI
-//! processes under `mpirun` (feature `mpi`).
+//! that involves no communication at all. Ranks are threads (tensors
+//! staged through host memory by the local transport, or, with
+//! [`DemoTransport::Device`], kept on their shared Flex device by the
+//! device-resident group), or MPI processes under `mpirun` (feature `mpi`).
 
 pub mod model;
 pub mod problem;
@@ -27,10 +29,11 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{Communicator, LocalCommunicator, LocalWorld, WorldError};
 use ruda_sphere::{LatitudeGrid, ShtSpec, SphereError, SphereLayout};
-use ruda_tensor::{HostCollective, ProcessGrid};
+use ruda_tensor::{DeviceGroup, DeviceWorld, Group, HostCollective, ProcessGrid};
 use thiserror::Error;
 
 use crate::timed_comm::TimedComm;
+use crate::timed_group::TimedGroup;
 use problem::Problem;
 
 /// What the demo trains and on how many ranks.
@@ -64,6 +67,18 @@ impl Default for DemoConfig {
             nlon: 720,
         }
     }
+}
+
+/// How the threads of a distributed run move tensors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DemoTransport {
+    /// The local transport, tensors staged through host memory
+    /// ([`HostCollective`]).
+    #[default]
+    Threads,
+    /// Threads sharing one Flex device, tensors moved by the backend's own
+    /// operations ([`DeviceGroup`]).
+    Device,
 }
 
 /// Why the demo could not run.
@@ -195,6 +210,41 @@ pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
     model::train(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
 }
 
+/// Train as one rank of a `polar × azimuth` grid built on a device-resident
+/// group (every rank of `group` calls this); returns this rank's records
+/// and timings.
+///
+/// # Errors
+/// The transforms' and primitives' errors.
+pub fn train_rank_device(
+    group: DeviceGroup,
+    problem: &Problem,
+    cfg: &DemoConfig,
+    progress: &ProgressBar,
+) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
+    let group = TimedGroup::new(group);
+    let clock = group.clock();
+    let lead = group.rank() == 0;
+    let grid = ProcessGrid::from_group(group, cfg.polar, cfg.azimuth)?;
+    model::train(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
+}
+
+/// [`train`] with the distributed run's ranks moving tensors by
+/// `transport`.
+///
+/// # Errors
+/// As [`train`].
+pub fn train_on(
+    cfg: &DemoConfig,
+    polar: usize,
+    azimuth: usize,
+    transport: DemoTransport,
+    progress: &ProgressBar,
+) -> Result<Run, DemoError> {
+    let problem = check_grid(cfg, polar, azimuth)?;
+    train_problem(&problem, cfg, polar, azimuth, transport, progress)
+}
+
 /// Train on a `polar × azimuth` grid of threads (`1 × 1`: the serial
 /// transforms, no communication).
 ///
@@ -208,8 +258,7 @@ pub fn train(
     azimuth: usize,
     progress: &ProgressBar,
 ) -> Result<Run, DemoError> {
-    let problem = check_grid(cfg, polar, azimuth)?;
-    train_problem(&problem, cfg, polar, azimuth, progress)
+    train_on(cfg, polar, azimuth, DemoTransport::Threads, progress)
 }
 
 fn train_problem(
@@ -217,6 +266,7 @@ fn train_problem(
     cfg: &DemoConfig,
     polar: usize,
     azimuth: usize,
+    transport: DemoTransport,
     progress: &ProgressBar,
 ) -> Result<Run, DemoError> {
     let grid_name = format!("{polar}x{azimuth}");
@@ -236,9 +286,13 @@ fn train_problem(
         azimuth,
         ..cfg.clone()
     };
-    let runs = LocalWorld::new(polar * azimuth)
-        .run(|comm| train_rank(comm, problem, &cfg, progress))
-        .map_err(|e| match e {
+    let runs = match transport {
+        DemoTransport::Threads => LocalWorld::new(polar * azimuth)
+            .run(|comm| train_rank(comm, problem, &cfg, progress)),
+        DemoTransport::Device => DeviceWorld::shared(polar * azimuth, burn_tensor::Device::flex())
+            .run(|group, _| train_rank_device(group, problem, &cfg, progress)),
+    }
+    .map_err(|e| match e {
             WorldError::Empty => grid_error(&cfg, polar, azimuth, "no ranks".into()),
             WorldError::Rank { rank, error } => DemoError::Rank {
                 grid: grid_name.clone(),
@@ -352,14 +406,33 @@ pub const TOLERANCE: f64 = 1e-10;
 /// # Errors
 /// As [`train`], and [`DemoError::Io`].
 pub fn run(cfg: &DemoConfig, out: &mut impl Write) -> Result<Verdict, DemoError> {
+    run_on(cfg, DemoTransport::Threads, out)
+}
+
+/// [`run`] with the distributed run's threads moving tensors by
+/// `transport`.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on(
+    cfg: &DemoConfig,
+    transport: DemoTransport,
+    out: &mut impl Write,
+) -> Result<Verdict, DemoError> {
     let problem = check_grid(cfg, cfg.polar, cfg.azimuth)?;
-    header(cfg, "threads", out)?;
+    let ranks = match transport {
+        DemoTransport::Threads => "threads",
+        DemoTransport::Device => {
+            "threads sharing one Flex device (device-resident collectives, no host staging)"
+        }
+    };
+    header(cfg, ranks, out)?;
     let bar = progress(cfg);
     let t = Instant::now();
-    let distributed = train_problem(&problem, cfg, cfg.polar, cfg.azimuth, &bar)?;
+    let distributed = train_problem(&problem, cfg, cfg.polar, cfg.azimuth, transport, &bar)?;
     let t_dist = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let serial = train_problem(&problem, cfg, 1, 1, &bar)?;
+    let serial = train_problem(&problem, cfg, 1, 1, transport, &bar)?;
     let t_serial = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
     report(cfg, &distributed, &serial, (t_dist, t_serial), out)
@@ -446,7 +519,7 @@ pub fn run_mpi(
     let mut agree = [0u8];
     let verdict = if me == 0 {
         let t = Instant::now();
-        let serial = train_problem(&problem, cfg, 1, 1, &bar)?;
+        let serial = train_problem(&problem, cfg, 1, 1, DemoTransport::Threads, &bar)?;
         let t_serial = t.elapsed().as_secs_f64();
         bar.finish_and_clear();
         let v = report(cfg, &distributed, &serial, (t_dist, t_serial), out)?;

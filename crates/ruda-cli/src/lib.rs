@@ -8,7 +8,9 @@
 pub mod baseline;
 pub mod bench_cmd;
 pub mod demo;
+pub mod device_bench;
 pub mod plot;
 pub mod sht_bench;
 pub mod sizes;
 pub mod timed_comm;
+pub mod timed_group;

@@ -45,6 +45,11 @@ enum Command {
         /// Channels of the field.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
         channels: u32,
+        /// How the threads move tensors: `local` (staged through host
+        /// memory by the local transport) or `device` (kept on their shared
+        /// Flex device). Ignored under mpirun.
+        #[arg(long, value_enum, default_value_t = DemoTransportArg::Local)]
+        transport: DemoTransportArg,
     },
     /// Measure collective bandwidth over a sweep of sizes, each row with its
     /// memory roofline measured in the same run, p50/p99 and a back-to-back
@@ -67,9 +72,16 @@ enum Command {
         /// Ranks (threads of this process with the local transport).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
         ranks: u16,
-        /// Transport: `local` (threads); `mpi` needs a build with MPI support.
+        /// Transport: `local` (threads); `mpi` needs a build with MPI
+        /// support; `device`: threads sharing one Burn device (--device),
+        /// tensors never leaving it, beside the host-staged path and the
+        /// local transport on the same sizes.
         #[arg(long, value_enum, default_value_t = TransportArg::Local)]
         transport: TransportArg,
+        /// The device of `--transport device`: `flex` (CPU) or `wgpu` (a
+        /// build with --features wgpu).
+        #[arg(long, value_enum, default_value_t = DeviceArg::Flex)]
+        device: DeviceArg,
         /// Timed iterations per size (the median and 99th percentile of the
         /// slowest rank are reported); default: 2000 at 4K down to 10 at 64M.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -253,6 +265,19 @@ enum BaselineArg {
 enum TransportArg {
     Local,
     Mpi,
+    Device,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DemoTransportArg {
+    Local,
+    Device,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DeviceArg {
+    Flex,
+    Wgpu,
 }
 
 fn parse_grid(s: &str) -> Result<(usize, usize), String> {
@@ -303,7 +328,11 @@ fn under_mpirun() -> bool {
 }
 
 /// The demo on threads, or on MPI processes when started by `mpirun`.
-fn run_demo(cfg: &DemoConfig, out: &mut impl Write) -> Result<demo::Verdict, demo::DemoError> {
+fn run_demo(
+    cfg: &DemoConfig,
+    transport: demo::DemoTransport,
+    out: &mut impl Write,
+) -> Result<demo::Verdict, demo::DemoError> {
     #[cfg(feature = "mpi")]
     if under_mpirun() {
         let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
@@ -319,7 +348,7 @@ fn run_demo(cfg: &DemoConfig, out: &mut impl Write) -> Result<demo::Verdict, dem
         let world = mpi.world().map_err(fail)?;
         return demo::run_mpi(cfg, world, out);
     }
-    demo::run(cfg, out)
+    demo::run_on(cfg, transport, out)
 }
 
 /// The bench rows, whether this process writes them, and the ranks.
@@ -380,6 +409,7 @@ fn main() -> ExitCode {
             nlat,
             nlon,
             channels,
+            transport,
         } => {
             let cfg = DemoConfig {
                 polar,
@@ -389,7 +419,11 @@ fn main() -> ExitCode {
                 nlon: nlon as usize,
                 channels: channels as usize,
             };
-            match run_demo(&cfg, &mut out) {
+            let transport = match transport {
+                DemoTransportArg::Local => demo::DemoTransport::Threads,
+                DemoTransportArg::Device => demo::DemoTransport::Device,
+            };
+            match run_demo(&cfg, transport, &mut out) {
                 Ok(v) if v.agree => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
                 Err(e @ demo::DemoError::Grid { .. }) => {
@@ -413,6 +447,7 @@ fn main() -> ExitCode {
             sizes: s,
             ranks,
             transport,
+            device,
             iters,
             warmup,
             no_pin,
@@ -423,6 +458,16 @@ fn main() -> ExitCode {
             plot: plot_file,
         } => {
             let mpi = matches!(transport, TransportArg::Mpi);
+            let on_device = matches!(transport, TransportArg::Device).then_some(match device {
+                DeviceArg::Flex => ruda_cli::device_bench::BenchDevice::Flex,
+                DeviceArg::Wgpu => ruda_cli::device_bench::BenchDevice::Wgpu,
+            });
+            if on_device.is_some() && (baseline.is_some() || tensor) {
+                eprintln!(
+                    "ruda bench: --transport device already times the host-staged tensor path and the local transport beside it; drop --baseline and --tensor"
+                );
+                return ExitCode::from(USAGE);
+            }
             if mpi && !cfg!(feature = "mpi") {
                 eprintln!(
                     "ruda bench: this ruda was built without MPI; rebuild with --features mpi and start it under mpirun"
@@ -455,7 +500,7 @@ fn main() -> ExitCode {
                 );
                 return ExitCode::from(USAGE);
             }
-            if tensor && !cfg.dtype.is_float() {
+            if (tensor || on_device.is_some()) && !cfg.dtype.is_float() {
                 eprintln!(
                     "ruda bench: {}",
                     bench_cmd::BenchError::TensorDType(cfg.dtype)
@@ -463,7 +508,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(USAGE);
             }
             let bar = bench_cmd::progress((cfg.sizes.len() * cfg.ops.len()) as u64);
-            let (rows, lead, ranks) = match run_bench(&cfg, mpi, baseline, &bar) {
+            let result = match on_device {
+                Some(which) => {
+                    ruda_cli::device_bench::run(&cfg, which, &bar).map(|r| (r, true, cfg.ranks))
+                }
+                None => run_bench(&cfg, mpi, baseline, &bar),
+            };
+            let (rows, lead, ranks) = match result {
                 Ok(r) => r,
                 Err(e) => {
                     bar.finish_and_clear();
@@ -482,7 +533,13 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            let transport = if mpi { "mpi" } else { "local" };
+            let transport = if mpi {
+                "mpi"
+            } else if on_device.is_some() {
+                "device"
+            } else {
+                "local"
+            };
             let pinned = (!mpi)
                 .then(|| {
                     ruda_comm::LocalWorld::new(cfg.ranks)
@@ -495,6 +552,7 @@ fn main() -> ExitCode {
                     ranks: cfg.ranks,
                     dtype: cfg.dtype.name().to_string(),
                     transport: transport.to_string(),
+                    device: on_device.map(|d| d.name().to_string()),
                     tensor,
                     pinned_cores: pinned.clone(),
                     rows: rows.clone(),
@@ -502,6 +560,8 @@ fn main() -> ExitCode {
                 serde_json::to_writer_pretty(&mut out, &report)
                     .map_err(std::io::Error::other)
                     .and_then(|_| writeln!(out))
+            } else if let Some(which) = on_device {
+                ruda_cli::device_bench::print_table(&cfg, which, pinned.as_deref(), &rows, &mut out)
             } else {
                 bench_cmd::print_table(&cfg, transport, pinned.as_deref(), &rows, &mut out)
             };
@@ -512,11 +572,23 @@ fn main() -> ExitCode {
             if let Some(path) = plot_file {
                 let title = format!(
                     "ruda {} bench, {} ranks, {}",
-                    if tensor { "tensor" } else { "collective" },
+                    if on_device.is_some() {
+                        "device"
+                    } else if tensor {
+                        "tensor"
+                    } else {
+                        "collective"
+                    },
                     cfg.ranks,
                     cfg.dtype
                 );
-                if let Err(e) = plot::plot(&rows, &title, &path) {
+                // The device table's own rows (its references are in the table).
+                let plotted: Vec<bench_cmd::Row> = rows
+                    .iter()
+                    .filter(|r| on_device.is_none() || r.kind == "device")
+                    .cloned()
+                    .collect();
+                if let Err(e) = plot::plot(&plotted, &title, &path) {
                     eprintln!("ruda bench: --plot {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }

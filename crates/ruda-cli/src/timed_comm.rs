@@ -66,6 +66,12 @@ impl<C> TimedComm<C> {
 pub struct CommClock(Arc<AtomicU64>);
 
 impl CommClock {
+    /// A clock on `counter` (nanoseconds), shared with the timer that
+    /// fills it (see [`crate::timed_group::TimedGroup`]).
+    pub(crate) fn from_counter(counter: Arc<AtomicU64>) -> Self {
+        CommClock(counter)
+    }
+
     /// Time spent in collectives so far.
     pub fn spent(&self) -> Duration {
         Duration::from_nanos(self.0.load(Ordering::Relaxed))

@@ -1,6 +1,6 @@
 //! The communicator contract every transport implements.
 
-use crate::{CommError, Element, RankHistory, ReduceOp};
+use crate::{CommError, Element, RankHistory, ReduceOp, ReplicaGroups};
 
 /// A group of ranks that perform blocking, typed collectives together.
 ///
@@ -92,6 +92,36 @@ pub trait Communicator: Send + Sync + Sized {
     /// assert_eq!(sizes, vec![(0, 2), (0, 2), (1, 2), (1, 2)]);
     /// ```
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, CommError>;
+
+    /// This rank's sub-communicator of `groups` (collective over this
+    /// group; the XLA/NKI convention of replica groups): a rank's position
+    /// in its listed group is its rank in the sub-communicator, and a rank
+    /// no group lists gets `Ok(None)`. Every rank must pass the same
+    /// groups; that is checked before the split (two small exchanges).
+    ///
+    /// # Errors
+    /// [`CommError::InvalidArgument`] with reason
+    /// [`crate::InvalidArgument::ReplicaGroups`] on every rank when ranks
+    /// pass different groups ([`crate::ReplicaGroupsError::Differ`]) or a
+    /// group names a rank the communicator does not have
+    /// ([`crate::ReplicaGroupsError::OutOfRange`]); the errors of
+    /// [`Communicator::split`] and of [`Communicator::all_gather`].
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld, ReduceOp, ReplicaGroups};
+    /// let groups = ReplicaGroups::new([vec![2, 0]]).unwrap(); // rank 1 in no group
+    /// let out = LocalWorld::new(3).run(|comm| {
+    ///     let Some(sub) = comm.replica_group(&groups)? else { return Ok(None) };
+    ///     let mut x = [comm.rank() as f32 + 1.0];
+    ///     sub.all_reduce(&mut x, ReduceOp::Sum)?;
+    ///     Ok::<_, ruda_comm::CommError>(Some((sub.rank(), x[0])))
+    /// }).unwrap();
+    /// assert_eq!(out, vec![Some((1, 4.0)), None, Some((0, 4.0))]);
+    /// ```
+    fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, CommError> {
+        crate::replica::split_by(self, groups)
+    }
 
     /// Combine `buf` element-wise across ranks with `op`; every rank ends with
     /// the result, bit-identical on every rank.

@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::flight::{ErrorKind, RankHistory};
+use crate::replica::ReplicaGroupsError;
 use crate::{DType, Fingerprint, OpKind};
 
 /// Which buffer of a call an error is about.
@@ -114,6 +115,10 @@ pub enum InvalidArgument {
     /// Two threads used one rank's communicator at the same time.
     #[error("this rank's communicator is already inside a call on another thread")]
     ConcurrentUse,
+    /// Replica groups that are not valid for the communicator, or that
+    /// differ between its ranks ([`crate::Communicator::replica_group`]).
+    #[error("{0}")]
+    ReplicaGroups(ReplicaGroupsError),
     /// A color not representable by the transport.
     #[error("color {color} is not supported by this transport (largest is {max})")]
     Color {

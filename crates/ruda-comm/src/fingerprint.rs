@@ -1,6 +1,8 @@
 //! What identifies one collective call, so that ranks can check they agree.
 
+use core::any::TypeId;
 use core::fmt;
+use core::hash::{Hash, Hasher};
 
 use crate::{DType, ReduceOp};
 
@@ -35,11 +37,14 @@ pub enum OpKind {
     Recv,
     /// [`crate::Communicator::send_recv`].
     SendRecv,
+    /// [`crate::LocalCommunicator::all_gather_objects`]: Rust values shared
+    /// between the threads of the local transport.
+    AllGatherObjects,
 }
 
 impl OpKind {
     /// Every operation, in code order (see [`OpKind::code`]).
-    pub const ALL: [OpKind; 14] = [
+    pub const ALL: [OpKind; 15] = [
         OpKind::Init,
         OpKind::Split,
         OpKind::Barrier,
@@ -54,6 +59,7 @@ impl OpKind {
         OpKind::Send,
         OpKind::Recv,
         OpKind::SendRecv,
+        OpKind::AllGatherObjects,
     ];
 
     /// A small stable number for the operation, for transports that send
@@ -84,6 +90,7 @@ impl OpKind {
             OpKind::Send => "send",
             OpKind::Recv => "recv",
             OpKind::SendRecv => "send_recv",
+            OpKind::AllGatherObjects => "all_gather_objects",
         }
     }
 }
@@ -94,9 +101,62 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// The Rust type of the values a call shares between threads
+/// ([`crate::LocalCommunicator::all_gather_objects`]): compared by
+/// [`TypeId`], shown by name.
+///
+/// # Example
+/// ```
+/// use ruda_comm::ObjectType;
+/// assert_eq!(ObjectType::of::<String>(), ObjectType::of::<String>());
+/// assert_ne!(ObjectType::of::<String>(), ObjectType::of::<u32>());
+/// assert_eq!(ObjectType::of::<u32>().to_string(), "u32");
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectType {
+    id: TypeId,
+    name: &'static str,
+}
+
+impl ObjectType {
+    /// The identity of `T`.
+    pub fn of<T: 'static>() -> Self {
+        ObjectType {
+            id: TypeId::of::<T>(),
+            name: core::any::type_name::<T>(),
+        }
+    }
+
+    /// The type's name (for messages; two types may share a name).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl PartialEq for ObjectType {
+    /// Equal when the types are (by [`TypeId`]; names are diagnostic).
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for ObjectType {}
+
+impl Hash for ObjectType {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+impl fmt::Display for ObjectType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
 /// The identity of one collective call on one rank: sequence number within
-/// its communicator, operation, element type, element count and the
-/// operation's parameters. All ranks of a call must present equal
+/// its communicator, operation, element type (or, for values shared between
+/// threads, their Rust type), element count and the operation's parameters. All ranks of a call must present equal
 /// fingerprints, except that `count` may legitimately differ for the `_v`
 /// operations (where it is 0 and the counts are checked one by one).
 ///
@@ -121,6 +181,9 @@ pub struct Fingerprint {
     pub reduce: Option<ReduceOp>,
     /// The root, for rooted operations.
     pub root: Option<usize>,
+    /// The Rust type of the values shared, for
+    /// [`crate::LocalCommunicator::all_gather_objects`].
+    pub object: Option<ObjectType>,
 }
 
 impl Fingerprint {
@@ -133,7 +196,14 @@ impl Fingerprint {
             count,
             reduce: None,
             root: None,
+            object: None,
         }
+    }
+
+    /// The same fingerprint for values of type `T`.
+    pub fn with_object<T: 'static>(mut self) -> Self {
+        self.object = Some(ObjectType::of::<T>());
+        self
     }
 
     /// The same fingerprint with a reduction operator.
@@ -156,6 +226,7 @@ impl Fingerprint {
             && self.dtype == other.dtype
             && self.reduce == other.reduce
             && self.root == other.root
+            && self.object == other.object
     }
 }
 
@@ -164,6 +235,9 @@ impl fmt::Display for Fingerprint {
         write!(f, "#{} {}", self.seq, self.op)?;
         if let Some(d) = self.dtype {
             write!(f, "<{d}>")?;
+        }
+        if let Some(t) = self.object {
+            write!(f, "<{t}>")?;
         }
         write!(f, "(count={}", self.count)?;
         if let Some(r) = self.reduce {

@@ -32,13 +32,14 @@ mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod reduce_op;
+mod replica;
 
 pub use communicator::Communicator;
 pub use element::{Accumulator, DType, Element};
 pub use error::{
     BufferRole, CommError, ErrorContext, InvalidArgument, PeerFailureCause, RankName, RankNames,
 };
-pub use fingerprint::{Fingerprint, OpKind};
+pub use fingerprint::{Fingerprint, ObjectType, OpKind};
 pub use flight::{
     CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
 };
@@ -46,6 +47,7 @@ pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, PIN_ENV, RankError, TIMEOUT_ENV, WorldError,
 };
 pub use reduce_op::ReduceOp;
+pub use replica::{ReplicaGroups, ReplicaGroupsError};
 
 #[cfg(feature = "mpi")]
 pub use mpi::{MPI_CHECKS_ENV, MpiCommunicator, MpiWorld, MpiWorldBuilder};

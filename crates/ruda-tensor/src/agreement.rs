@@ -34,6 +34,7 @@ pub(crate) enum Problem {
     EmptyChunk { size: usize, chunks: usize },
     Root { root: usize },
     HaloShape { rows: usize, expected: usize },
+    NumRanks { num_ranks: usize, size: usize },
 }
 
 impl Problem {
@@ -55,6 +56,7 @@ impl Problem {
             Problem::EmptyChunk { size, chunks } => [12, u(size), u(chunks)],
             Problem::Root { root } => [13, u(root), 0],
             Problem::HaloShape { rows, expected } => [14, u(rows), u(expected)],
+            Problem::NumRanks { num_ranks, size } => [15, u(num_ranks), u(size)],
         }
     }
 
@@ -83,6 +85,10 @@ impl Problem {
             14 => Problem::HaloShape {
                 rows: a,
                 expected: b,
+            },
+            15 => Problem::NumRanks {
+                num_ranks: a,
+                size: b,
             },
             _ => Problem::UnsupportedDType,
         })
@@ -380,6 +386,13 @@ fn problem_error(
             offender,
             rows,
             expected,
+        },
+        Problem::NumRanks { num_ranks, size } => Error::NumRanks {
+            op,
+            rank: me,
+            offender,
+            num_ranks,
+            size,
         },
         Problem::Root { root } => Error::InvalidRoot {
             op,

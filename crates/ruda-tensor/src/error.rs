@@ -53,11 +53,23 @@ pub enum TensorOp {
     HaloReduce,
     /// Building a process grid.
     Grid,
+    /// Seed 004's `all_reduce` over a replica group ([`crate::replica`]).
+    ReplicaAllReduce,
+    /// Seed 004's `all_gather(num_ranks)` over a replica group.
+    ReplicaAllGather,
+    /// Seed 004's `reduce_scatter(num_ranks)` over a replica group.
+    ReplicaReduceScatter,
+    /// Seed 004's `all_to_all` over a replica group.
+    ReplicaAllToAll,
+    /// Seed 004's `rank_slice` (select this rank's slice by its rank id).
+    RankSlice,
+    /// Seed 004's `rank_slice_by` (select a slice through a rank-id lookup).
+    RankSliceBy,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 20] = [
+    pub const ALL: [TensorOp; 26] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -78,6 +90,12 @@ impl TensorOp {
         TensorOp::HaloExchange,
         TensorOp::HaloReduce,
         TensorOp::Grid,
+        TensorOp::ReplicaAllReduce,
+        TensorOp::ReplicaAllGather,
+        TensorOp::ReplicaReduceScatter,
+        TensorOp::ReplicaAllToAll,
+        TensorOp::RankSlice,
+        TensorOp::RankSliceBy,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -115,6 +133,12 @@ impl TensorOp {
             TensorOp::HaloExchange => "halo_exchange",
             TensorOp::HaloReduce => "halo_reduce",
             TensorOp::Grid => "process_grid",
+            TensorOp::ReplicaAllReduce => "replica::all_reduce",
+            TensorOp::ReplicaAllGather => "replica::all_gather",
+            TensorOp::ReplicaReduceScatter => "replica::reduce_scatter",
+            TensorOp::ReplicaAllToAll => "replica::all_to_all",
+            TensorOp::RankSlice => "replica::rank_slice",
+            TensorOp::RankSliceBy => "replica::rank_slice_by",
         }
     }
 }
@@ -406,6 +430,32 @@ pub enum Error {
         /// The offender's value.
         got: i64,
     },
+    /// A `num_ranks` (seed 004's operations) that is not the size of the
+    /// replica group the call runs over.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} passes num_ranks {num_ranks} for a replica group of {size}"
+    )]
+    NumRanks {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank that passed it.
+        offender: usize,
+        /// The `num_ranks` it passed.
+        num_ranks: usize,
+        /// The group's size.
+        size: usize,
+    },
+    /// A rank-id lookup table that does not fit the group
+    /// ([`crate::replica::rank_slice_by`]).
+    #[error("replica::rank_slice_by on rank {rank}: {problem}")]
+    RankLookup {
+        /// The rank (in the group).
+        rank: usize,
+        /// What is wrong.
+        problem: LookupProblem,
+    },
     /// A user-facing tensor on a backend or device ruda does not run on.
     #[error("this tensor cannot take part: {message}")]
     UnsupportedTensor {
@@ -473,6 +523,42 @@ impl fmt::Display for ShapeProblem {
                     "has a leading axis that does not split into {ranks} equal shards"
                 )
             }
+        }
+    }
+}
+
+/// What is wrong with a rank-id lookup table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LookupProblem {
+    /// The table is not one entry per rank of the group.
+    Shape {
+        /// Its shape's number of axes.
+        ndim: usize,
+        /// Its entries (along its only axis).
+        len: usize,
+        /// The group's size.
+        size: usize,
+    },
+    /// This rank's entry is not a slice index of the group.
+    Index {
+        /// The entry.
+        index: i64,
+        /// The group's size (the number of slices).
+        size: usize,
+    },
+}
+
+impl fmt::Display for LookupProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LookupProblem::Shape { ndim, len, size } => write!(
+                f,
+                "the lookup table has {ndim} axes and {len} entries; it needs one axis of {size} (one per rank)"
+            ),
+            LookupProblem::Index { index, size } => write!(
+                f,
+                "this rank's lookup entry {index} is not a slice index below {size}"
+            ),
         }
     }
 }

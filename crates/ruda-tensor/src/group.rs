@@ -2,7 +2,9 @@
 //! between them. Every operation of the tensor layer (the seed's contract,
 //! the primitives, the tensor methods) is written against this trait, so it
 //! runs unchanged on any implementation: [`crate::HostCollective`] stages
-//! tensors through host memory over any `ruda-comm` communicator.
+//! tensors through host memory over any `ruda-comm` communicator;
+//! [`crate::DeviceGroup`] keeps them on their Burn devices and moves them
+//! with the backend's own tensor operations.
 //!
 //! The movement methods do no cross-rank checking of their own: the
 //! operations that call them first reach agreement (one small exchange of
@@ -14,6 +16,7 @@ use core::fmt::Debug;
 
 use burn_backend::Backend;
 use burn_backend::tensor::{FloatTensor, IntTensor};
+use ruda_comm::ReplicaGroups;
 
 use crate::error::{Error, TensorOp};
 
@@ -21,8 +24,9 @@ use crate::error::{Error, TensorOp};
 /// any sub-group of it), seen from one rank.
 ///
 /// Cheap to clone; every rank holds its own. Implemented by
-/// [`crate::HostCollective`]; the operations of this crate take `&impl
-/// Group`, so they run on any implementation.
+/// [`crate::HostCollective`] (host-staged) and [`crate::DeviceGroup`]
+/// (device-resident); the operations of this crate take `&impl Group`, so
+/// they run on any implementation.
 ///
 /// # Example
 /// ```
@@ -63,6 +67,30 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     /// # Errors
     /// The communicator's errors, as [`Error::Comm`].
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, Error>;
+
+    /// This rank's sub-group of `groups` (collective; the XLA/NKI
+    /// convention of seed 004): a rank's position in its listed group is
+    /// its rank in the sub-group, and a rank no group lists gets `None`.
+    /// See `ruda_comm::Communicator::replica_group`.
+    ///
+    /// # Errors
+    /// The communicator's errors, as [`Error::Comm`]: groups that differ
+    /// between ranks or name a rank outside the group are
+    /// `CommError::InvalidArgument` (reason
+    /// `InvalidArgument::ReplicaGroups`) on every rank.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{LocalWorld, ReplicaGroups};
+    /// use ruda_tensor::{Group, HostCollective};
+    /// let groups = ReplicaGroups::new([[3, 1], [0, 2]]).unwrap();
+    /// let ranks = LocalWorld::new(4).run(|c| {
+    ///     let sub = HostCollective::new(c).replica_group(&groups)?.unwrap();
+    ///     Ok::<_, ruda_tensor::Error>(sub.rank())
+    /// }).unwrap();
+    /// assert_eq!(ranks, vec![0, 1, 1, 0]);
+    /// ```
+    fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error>;
 
     /// Gather every rank's `words` (the same count on every rank), in rank
     /// order: the exchange by which operations agree before data moves.

@@ -19,7 +19,7 @@ use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, Bytes, DType, TensorData, TensorMetadata, read_sync};
 use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
-use ruda_comm::{Communicator, ReduceOp};
+use ruda_comm::{Communicator, ReduceOp, ReplicaGroups};
 
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
@@ -244,6 +244,10 @@ impl<C: Communicator + Debug + 'static> Group for HostCollective<C> {
 
     fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>, Error> {
         Ok(self.comm.split(color, key)?.map(HostCollective::new))
+    }
+
+    fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error> {
+        Ok(self.comm.replica_group(groups)?.map(HostCollective::new))
     }
 
     fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {

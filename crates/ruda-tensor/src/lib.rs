@@ -4,7 +4,9 @@
 //! differentiable primitives of a polar × azimuth process grid, each with
 //! its exact adjoint on `burn_autodiff::Autodiff`, over any [`Group`] of
 //! ranks ([`HostCollective`] over a `ruda-comm` communicator: threads of
-//! one process, or MPI processes).
+//! one process, or MPI processes, staged through host memory; or
+//! [`DeviceGroup`] from a [`DeviceWorld`]: threads whose tensors never
+//! leave their Burn devices).
 //!
 //! Three levels, one implementation:
 //! - methods of Burn's user-facing `Tensor` ([`TensorExt`],
@@ -48,6 +50,7 @@ mod backend;
 pub mod collective;
 #[cfg(feature = "train")]
 pub mod ddp;
+pub mod device;
 mod error;
 pub mod grid;
 mod group;
@@ -58,6 +61,7 @@ pub mod layout;
 mod methods;
 pub mod ops;
 pub mod primitives;
+pub mod replica;
 #[cfg(feature = "tensor-api")]
 mod route;
 #[cfg(feature = "tensor-api")]
@@ -69,8 +73,10 @@ pub use collective::{
     BroadcastTensorCollective, IntegerTensorCollective, NeighbourTensorExchange,
     ReplicatedTensorCollective, TensorCollective, VariableTensorCollective, VariableTensorExchange,
 };
+pub use device::{DeviceGroup, DeviceWorld};
 pub use error::{
-    CallId, CountProblem, Error, PrimitiveError, ShapeProblem, TensorCollectiveError, TensorOp,
+    CallId, CountProblem, Error, LookupProblem, PrimitiveError, ShapeProblem,
+    TensorCollectiveError, TensorOp,
 };
 pub use grid::{Axis, ProcessGrid};
 pub use group::Group;

@@ -4,7 +4,8 @@
 //! output. Modes:
 //!
 //! - `conformance` (default): every operation × every element type, uneven
-//!   and zero-length pieces, sub-groups; prints `N passed, 0 failed`.
+//!   and zero-length pieces, sub-groups, replica groups (and their
+//!   refusals); prints `N passed, 0 failed`.
 //!   With `RUDA_MPI_CHECKS=0` the same without the per-call checks.
 //! - `failures`: mismatched lengths, different collectives, bad roots and
 //!   overflowing counts end in the documented error on every rank, and
@@ -38,6 +39,11 @@ fn conformance_suite(world: &MpiCommunicator) -> Result<usize, String> {
     }
     for seed in 0..3 {
         conformance::check_split(world, seed).map_err(|e| format!("split seed {seed}: {e}"))?;
+        passed += 1;
+    }
+    for seed in 0..2 {
+        conformance::check_replica_groups(world, seed)
+            .map_err(|e| format!("replica groups seed {seed}: {e}"))?;
         passed += 1;
     }
     // Every operation on the two halves of the world.

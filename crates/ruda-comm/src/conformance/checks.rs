@@ -146,7 +146,7 @@ pub fn check_split<C: Communicator>(comm: &C, seed: u64) -> Result<(), Conforman
     Ok(())
 }
 
-fn wrong(op: OpKind, rank: usize, expected: &str, got: &str) -> ConformanceError {
+pub(super) fn wrong(op: OpKind, rank: usize, expected: &str, got: &str) -> ConformanceError {
     ConformanceError::WrongOutcome {
         op,
         dtype: crate::DType::U32,
@@ -156,7 +156,7 @@ fn wrong(op: OpKind, rank: usize, expected: &str, got: &str) -> ConformanceError
     }
 }
 
-fn compare<T: Element>(
+pub(super) fn compare<T: Element>(
     op: OpKind,
     rank: usize,
     size: usize,

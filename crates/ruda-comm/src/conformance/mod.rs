@@ -21,9 +21,11 @@
 //! ```
 
 mod checks;
+mod replica;
 mod sample;
 
 pub use checks::{check_all_dtypes, check_dtype, check_split};
+pub use replica::{check_replica_groups, replica_layout};
 pub use sample::Sample;
 
 use thiserror::Error;

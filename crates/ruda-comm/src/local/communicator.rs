@@ -321,6 +321,64 @@ impl LocalCommunicator {
         )
     }
 
+    /// Every rank's `mine`, cloned, in rank order (collective): how rank
+    /// threads share Rust values — tensor handles, shapes, anything
+    /// `Clone` — with the same checks as every other collective of the
+    /// local transport. Each rank clones its peers' values between the
+    /// call's two barrier episodes, while their owners are held inside the
+    /// call; nothing is copied through bytes.
+    ///
+    /// The type is part of the call's fingerprint: ranks that share values
+    /// of different types get [`CommError::Desync`] (naming both types) on
+    /// every rank, never a misread value. The deadline, poison on panic and
+    /// the flight recorder apply as to every collective. A `Clone` that
+    /// panics panics on the rank that runs it (after the call's completion
+    /// episode, so peers are not left waiting inside this call).
+    ///
+    /// # Errors
+    /// The collective errors ([`CommError::Desync`], [`CommError::Timeout`],
+    /// [`CommError::PeerFailure`]); [`InvalidArgument::ConcurrentUse`].
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Communicator, LocalWorld};
+    /// let out = LocalWorld::new(3).run(|comm| {
+    ///     let mine = format!("rank {}", comm.rank());
+    ///     comm.all_gather_objects(&mine)
+    /// }).unwrap();
+    /// assert_eq!(out[1], vec!["rank 0", "rank 1", "rank 2"]);
+    /// ```
+    pub fn all_gather_objects<T: Clone + Send + Sync + 'static>(
+        &self,
+        mine: &T,
+    ) -> Result<Vec<T>, CommError> {
+        let fp = Fingerprint::new(0, OpKind::AllGatherObjects, None, 1).with_object::<T>();
+        let mut slot = Slot::new(fp);
+        slot.send = core::ptr::from_ref(mine).cast();
+        slot.send_len = 1;
+        self.collective(
+            slot,
+            |_| Ok(()),
+            |slots| {
+                slots
+                    .iter()
+                    .map(|s| {
+                        // SAFETY: `same_call` has checked before this work
+                        // runs that every rank's fingerprint names the same
+                        // `TypeId` as this rank's `T`, so each `send` is the
+                        // address of a live `T` (a `&T` its owner holds for
+                        // the whole call, which does not return before the
+                        // completion episode that follows this work). `T:
+                        // Sync`, so reading it through a shared reference
+                        // from this thread is sound; `clone` needs no more.
+                        let theirs: &T = unsafe { &*s.send.cast::<T>() };
+                        theirs.clone()
+                    })
+                    .collect()
+            },
+        )
+    }
+
     fn sync(&self) -> &super::sync::GroupSync {
         &self.group.sync
     }
