@@ -287,19 +287,20 @@ fn train_problem(
         ..cfg.clone()
     };
     let runs = match transport {
-        DemoTransport::Threads => LocalWorld::new(polar * azimuth)
-            .run(|comm| train_rank(comm, problem, &cfg, progress)),
+        DemoTransport::Threads => {
+            LocalWorld::new(polar * azimuth).run(|comm| train_rank(comm, problem, &cfg, progress))
+        }
         DemoTransport::Device => DeviceWorld::shared(polar * azimuth, burn_tensor::Device::flex())
             .run(|group, _| train_rank_device(group, problem, &cfg, progress)),
     }
     .map_err(|e| match e {
-            WorldError::Empty => grid_error(&cfg, polar, azimuth, "no ranks".into()),
-            WorldError::Rank { rank, error } => DemoError::Rank {
-                grid: grid_name.clone(),
-                rank,
-                message: error.to_string(),
-            },
-        })?;
+        WorldError::Empty => grid_error(&cfg, polar, azimuth, "no ranks".into()),
+        WorldError::Rank { rank, error } => DemoError::Rank {
+            grid: grid_name.clone(),
+            rank,
+            message: error.to_string(),
+        },
+    })?;
     // Replicated: every rank must have computed the very same numbers.
     for (rank, r) in runs.iter().enumerate() {
         if r.0 != runs[0].0 {

@@ -140,7 +140,10 @@ fn measure_group<G: Group, T: Sample + burn_backend::Element>(
     bench::fill(op, me, n, count, &mut input);
     let dtype = burn_dtype(T::DTYPE);
     let make = || {
-        let t = Tensor::<1>::from_data(TensorData::new(input.clone(), [input.len()]), (device, dtype));
+        let t = Tensor::<1>::from_data(
+            TensorData::new(input.clone(), [input.len()]),
+            (device, dtype),
+        );
         let _ = device.sync();
         t
     };
@@ -160,9 +163,7 @@ fn measure_group<G: Group, T: Sample + burn_backend::Element>(
         call(x).map(drop)
     })?;
     let out = call(make())?.into_data();
-    let got = out
-        .as_slice::<T>()
-        .map_err(|e| Text(format!("{e:?}")))?;
+    let got = out.as_slice::<T>().map_err(|e| Text(format!("{e:?}")))?;
     let mut w = [bench::count_wrong(op, me, n, count, got) as f64];
     comm.all_reduce(&mut w, ReduceOp::Sum)?;
     Ok(Measurement::from_times(
@@ -189,18 +190,20 @@ fn measure_three<T: Sample + burn_backend::Element>(
     let it = settings.it;
     let out = DeviceWorld::shared(cfg.ranks, device.clone())
         .pin_threads(cfg.pin)
-        .run(|g: DeviceGroup, d: &Device| -> Result<[Measurement; 3], Text> {
-            let comm = g.comm();
-            let n = comm.size();
-            let host_comm = comm.split(Some(0), 0)?.expect("a colour");
-            let host = HostCollective::new(host_comm);
-            let s_bytes = bench::elements_for::<T>(bytes, n) * size_of::<T>();
-            let copy = copy_rate::<T>(comm, d, op.footprint(n, s_bytes), it)?;
-            let dev = measure_group::<_, T>(&g, comm, d, op, bytes, it, copy)?;
-            let staged = measure_group::<_, T>(&host, comm, d, op, bytes, it, copy)?;
-            let local = bench::measure::<_, T>(comm, op, bytes, settings)?;
-            Ok([dev, staged, local])
-        })
+        .run(
+            |g: DeviceGroup, d: &Device| -> Result<[Measurement; 3], Text> {
+                let comm = g.comm();
+                let n = comm.size();
+                let host_comm = comm.split(Some(0), 0)?.expect("a colour");
+                let host = HostCollective::new(host_comm);
+                let s_bytes = bench::elements_for::<T>(bytes, n) * size_of::<T>();
+                let copy = copy_rate::<T>(comm, d, op.footprint(n, s_bytes), it)?;
+                let dev = measure_group::<_, T>(&g, comm, d, op, bytes, it, copy)?;
+                let staged = measure_group::<_, T>(&host, comm, d, op, bytes, it, copy)?;
+                let local = bench::measure::<_, T>(comm, op, bytes, settings)?;
+                Ok([dev, staged, local])
+            },
+        )
         .map_err(|e| match e {
             ruda_comm::WorldError::Rank {
                 rank,

@@ -474,6 +474,12 @@ fn main() -> ExitCode {
                 );
                 return ExitCode::from(USAGE);
             }
+            if let Some(which) = on_device
+                && let Err(e) = which.device()
+            {
+                eprintln!("ruda bench: {e}");
+                return ExitCode::from(USAGE);
+            }
             let sizes = match sizes::parse_sizes(&s) {
                 Ok(v) => v,
                 Err(e) => {

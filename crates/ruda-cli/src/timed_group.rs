@@ -98,7 +98,9 @@ impl<G: Group> Group for TimedGroup<G> {
     }
 
     fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error> {
-        Ok(self.timed(|g| g.replica_group(groups))?.map(|g| self.wrap(g)))
+        Ok(self
+            .timed(|g| g.replica_group(groups))?
+            .map(|g| self.wrap(g)))
     }
 
     fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {

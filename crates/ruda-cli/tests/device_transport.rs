@@ -1,0 +1,173 @@
+//! The device transport from the outside: the demo trained on a
+//! `DeviceWorld` (tensors kept on their shared Flex device) against the
+//! same demo on the local transport, and `ruda bench --transport device`.
+
+use std::process::Command;
+
+use ruda_cli::demo::{DemoConfig, DemoTransport, StepRecord, TOLERANCE, compare, train_on};
+
+fn ruda(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ruda"))
+        .args(args)
+        .output()
+        .expect("run ruda")
+}
+
+/// 17 × 32 (latitudes uneven over 2 and 4 ranks), 2 channels.
+fn small(steps: usize) -> DemoConfig {
+    DemoConfig {
+        steps,
+        nlat: 17,
+        nlon: 32,
+        channels: 2,
+        ..DemoConfig::default()
+    }
+}
+
+/// Every loss and gradient of a run as bits.
+fn bits(records: &[StepRecord]) -> Vec<Vec<u64>> {
+    records
+        .iter()
+        .map(|r| {
+            std::iter::once(r.loss.to_bits())
+                .chain(r.grads.iter().map(|g| g.to_bits()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_demo_on_the_device_world_equals_the_host_staged_run_bit_for_bit() {
+    let cfg = small(3);
+    let bar = indicatif::ProgressBar::hidden();
+    for (polar, azimuth) in [(2, 2), (3, 1), (1, 2)] {
+        let host = train_on(&cfg, polar, azimuth, DemoTransport::Threads, &bar).unwrap();
+        let device = train_on(&cfg, polar, azimuth, DemoTransport::Device, &bar).unwrap();
+        assert_eq!(
+            bits(&device.records),
+            bits(&host.records),
+            "{polar}x{azimuth}: the device-resident run must equal the host-staged one bit for bit"
+        );
+        let serial = train_on(&cfg, 1, 1, DemoTransport::Device, &bar).unwrap();
+        let v = compare(&device.records, &serial.records, TOLERANCE);
+        assert!(v.agree, "{polar}x{azimuth}: worst {}", v.worst);
+        assert!(device.records[2].loss < device.records[0].loss);
+    }
+}
+
+#[test]
+fn demo_command_on_the_device_transport() {
+    let out = ruda(&[
+        "demo",
+        "--transport",
+        "device",
+        "--grid",
+        "2x2",
+        "--steps",
+        "2",
+        "--nlat",
+        "17",
+        "--nlon",
+        "32",
+        "--channels",
+        "2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verdict: OK"), "{text}");
+    assert!(text.contains("sharing one Flex device"), "{text}");
+}
+
+#[test]
+fn bench_on_the_device_transport_reports_three_paths_per_row() {
+    let out = ruda(&[
+        "bench",
+        "--transport",
+        "device",
+        "--op",
+        "all",
+        "--sizes",
+        "4K:8K",
+        "--ranks",
+        "3",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["transport"], "device");
+    assert_eq!(doc["device"], "flex");
+    assert_eq!(doc["ranks"], 3);
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 5 * 3, "three rows per size and op");
+    for chunk in rows.chunks(3) {
+        let kinds: Vec<&str> = chunk.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["device", "tensor", "collective"]);
+        for r in chunk {
+            assert_eq!(r["op"], chunk[0]["op"]);
+            assert_eq!(r["bytes"], chunk[0]["bytes"]);
+            assert_eq!(r["wrong"], 0, "{r}");
+            let t = r["time_us"].as_f64().unwrap();
+            assert!(t > 0.0 && t.is_finite(), "{r}");
+            assert!(r["busbw"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        // The device row's roofline is the device's own copy rate.
+        assert!(chunk[0]["stream_gbps"].as_f64().unwrap() > 0.0);
+    }
+    // The table form names the three paths and the ratios.
+    let out = ruda(&[
+        "bench",
+        "--transport",
+        "device",
+        "--op",
+        "all-reduce",
+        "--sizes",
+        "4K",
+        "--iters",
+        "2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("dev/host") && text.contains("dev/local") && text.contains("OK"),
+        "{text}"
+    );
+}
+
+#[test]
+fn device_transport_argument_errors_exit_2() {
+    let mut cases = vec![
+        (
+            vec!["bench", "--transport", "device", "--tensor"],
+            "already times the host-staged",
+        ),
+        (
+            vec!["bench", "--transport", "device", "--dtype", "i32"],
+            "floating element type",
+        ),
+        (vec!["demo", "--transport", "nccl"], "device"),
+    ];
+    if !cfg!(feature = "wgpu") {
+        cases.push((
+            vec!["bench", "--transport", "device", "--device", "wgpu"],
+            "built without it",
+        ));
+    }
+    for (args, needle) in cases {
+        let out = ruda(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
