@@ -279,6 +279,61 @@ fn sums_on_eight_ranks_are_the_same_bits_on_every_rank() {
     }
 }
 
+/// The device-resident all-reduce splits the elements into one chunk per
+/// rank (reduce-scatter, then all-gather): fewer elements than ranks,
+/// element counts that do not divide, empty tensors, and an input the
+/// caller still holds (which must come back unchanged).
+#[test]
+fn all_reduce_chunks_every_element_count() {
+    for (n, shape) in [
+        (3, [1, 1]),
+        (8, [5, 1]),
+        (4, [6, 7]),
+        (5, [0, 3]),
+        (2, [1, 1]),
+    ] {
+        let len = shape[0] * shape[1];
+        let f = |g: &dyn Fn(Tensor<2>) -> Result<Tensor<2>, Error>, me: usize| {
+            let x = tensor(&input(me, 3, len), shape, &Device::flex(), DType::F64);
+            let kept = x.clone();
+            let y = g(x)?;
+            assert_eq!(y.dims(), shape);
+            assert_eq!(
+                bits(kept),
+                bits(tensor(
+                    &input(me, 3, len),
+                    shape,
+                    &Device::flex(),
+                    DType::F64
+                )),
+                "the caller's tensor is unchanged"
+            );
+            Ok::<_, Error>(bits(y))
+        };
+        let on_device = DeviceWorld::shared(n, Device::flex())
+            .run(|g, _| f(&|x| x.all_reduce(&g), g.rank()))
+            .unwrap();
+        let staged = world(n)
+            .run(|c| {
+                let g = HostCollective::new(c);
+                f(&|x| x.all_reduce(&g), g.rank())
+            })
+            .unwrap();
+        let want: Vec<u64> = (0..len)
+            .map(|i| {
+                (0..n)
+                    .map(|r| input(r, 3, len)[i])
+                    .reduce(|a, b| a + b)
+                    .unwrap()
+                    .to_bits()
+            })
+            .collect();
+        for got in [on_device, staged] {
+            assert_eq!(got, vec![want.clone(); n], "{n} ranks, shape {shape:?}");
+        }
+    }
+}
+
 #[test]
 fn integer_tensors_move_bit_for_bit() {
     fn ints<G: Group>(g: &G, device: &Device) -> Result<(Vec<i64>, Vec<i64>), Error> {
