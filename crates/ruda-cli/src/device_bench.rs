@@ -144,6 +144,7 @@ fn measure_group<G: Group, T: Sample + burn_backend::Element>(
             TensorData::new(input.clone(), [input.len()]),
             (device, dtype),
         );
+        // A sync error here surfaces in the timed call's own sync.
         let _ = device.sync();
         t
     };

@@ -78,10 +78,10 @@ enum Command {
         /// local transport on the same sizes.
         #[arg(long, value_enum, default_value_t = TransportArg::Local)]
         transport: TransportArg,
-        /// The device of `--transport device`: `flex` (CPU) or `wgpu` (a
-        /// build with --features wgpu).
-        #[arg(long, value_enum, default_value_t = DeviceArg::Flex)]
-        device: DeviceArg,
+        /// The device of `--transport device`: `flex` (CPU, the default) or
+        /// `wgpu` (a build with --features wgpu).
+        #[arg(long, value_enum)]
+        device: Option<DeviceArg>,
         /// Timed iterations per size (the median and 99th percentile of the
         /// slowest rank are reported); default: 2000 at 4K down to 10 at 64M.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -458,9 +458,13 @@ fn main() -> ExitCode {
             plot: plot_file,
         } => {
             let mpi = matches!(transport, TransportArg::Mpi);
+            if device.is_some() && !matches!(transport, TransportArg::Device) {
+                eprintln!("ruda bench: --device is for --transport device");
+                return ExitCode::from(USAGE);
+            }
             let on_device = matches!(transport, TransportArg::Device).then_some(match device {
-                DeviceArg::Flex => ruda_cli::device_bench::BenchDevice::Flex,
-                DeviceArg::Wgpu => ruda_cli::device_bench::BenchDevice::Wgpu,
+                Some(DeviceArg::Wgpu) => ruda_cli::device_bench::BenchDevice::Wgpu,
+                _ => ruda_cli::device_bench::BenchDevice::Flex,
             });
             if on_device.is_some() && (baseline.is_some() || tensor) {
                 eprintln!(

@@ -157,6 +157,7 @@ fn device_transport_argument_errors_exit_2() {
             "floating element type",
         ),
         (vec!["demo", "--transport", "nccl"], "device"),
+        (vec!["bench", "--device", "flex"], "--transport device"),
     ];
     if !cfg!(feature = "wgpu") {
         cases.push((
@@ -169,5 +170,50 @@ fn device_transport_argument_errors_exit_2() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// `--device wgpu` (lavapipe in CI): the three paths on the wgpu device,
+/// every value checked.
+#[cfg(feature = "wgpu")]
+#[test]
+fn bench_on_a_wgpu_device() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ruda"));
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    let out = cmd
+        .args([
+            "bench",
+            "--transport",
+            "device",
+            "--device",
+            "wgpu",
+            "--op",
+            "all",
+            "--sizes",
+            "4K",
+            "--ranks",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--json",
+        ])
+        .output()
+        .expect("run ruda");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(doc["device"], "wgpu");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5 * 3);
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
     }
 }

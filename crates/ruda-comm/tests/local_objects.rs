@@ -195,6 +195,68 @@ fn a_panicking_clone_does_not_strand_the_peers() {
     }
 }
 
+/// Which ranks' shared values have been dropped (outside the values, so a
+/// clone can check its source is still alive without reading it).
+static DROPPED: [std::sync::atomic::AtomicBool; 3] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+
+#[test]
+fn one_ranks_panicking_clone_releases_no_value_while_peers_read_it() {
+    // Rank 1 panics on its first clone; ranks 0 and 2 clone slowly. Rank
+    // 1 must not release its own value before the others have cloned it
+    // (its unwinding passes the call's completion episode first), the
+    // survivors' call succeeds, and their next call is a PeerFailure.
+    #[derive(Debug)]
+    struct Canary {
+        owner: usize,
+        copy: bool,
+    }
+    thread_local!(static RANK: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) });
+    impl Clone for Canary {
+        fn clone(&self) -> Self {
+            let me = RANK.with(|r| r.get());
+            assert!(me != 1, "rank 1 refuses to clone");
+            thread::sleep(Duration::from_millis(30));
+            assert!(
+                !DROPPED[self.owner].load(Ordering::SeqCst),
+                "rank {me} read rank {}'s value after it was released",
+                self.owner
+            );
+            Canary {
+                owner: self.owner,
+                copy: true,
+            }
+        }
+    }
+    impl Drop for Canary {
+        fn drop(&mut self) {
+            if !self.copy {
+                DROPPED[self.owner].store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let start = Instant::now();
+    let results = world(3).run_each(|c| {
+        RANK.with(|r| r.set(c.rank()));
+        let mine = Canary {
+            owner: c.rank(),
+            copy: false,
+        };
+        let all = c.all_gather_objects(&mine)?;
+        assert_eq!(all.len(), 3);
+        let next = c.barrier();
+        Ok::<_, CommError>(next)
+    });
+    assert!(start.elapsed() < Duration::from_secs(5));
+    for (r, res) in results.into_iter().enumerate() {
+        match (r, res) {
+            (1, Err(RankError::Panicked(m))) => assert!(m.contains("refuses"), "{m}"),
+            (0 | 2, Ok(Err(CommError::PeerFailure { .. }))) => {}
+            (r, other) => panic!("rank {r}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn objects_work_on_sub_groups_and_keep_the_sequence() {
     let out = world(4)

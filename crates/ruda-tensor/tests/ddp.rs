@@ -35,3 +35,16 @@ fn data_parallel_training_equals_the_serial_run_at_every_step() {
         assert_ne!(serial[0][0].params, serial[0][steps - 1].params);
     }
 }
+
+/// The same training on a device world (gradients summed by the backend's
+/// own operations, never staged through host memory) equals the
+/// host-staged run bit for bit.
+#[test]
+fn data_parallel_training_on_a_device_world_equals_the_host_staged_run() {
+    let (batch, steps) = (13, 4);
+    for ranks in [1, 3, 4] {
+        let host = ddp_model::train(ranks, batch, steps).unwrap();
+        let device = ddp_model::train_on_device(ranks, batch, steps).unwrap();
+        assert_eq!(device, host, "{ranks} ranks");
+    }
+}

@@ -66,7 +66,7 @@ const CASES: [Case; 19] = [
     Case::RankSlice,
 ];
 
-const COLS: usize = 6;
+const COLS: usize = 8;
 
 impl Case {
     /// Rank `r`'s input rows in a group of `n`.
@@ -247,7 +247,13 @@ fn wgpu_device() -> Device {
 fn every_op_equals_the_host_path_bit_for_bit() {
     for (name, device, with_grad, forward_only) in targets() {
         for case in CASES {
-            for n in [1, 2, 3, 4] {
+            // Every world size on Flex; 1 to 4 on wgpu (lavapipe is slow).
+            let sizes: &[usize] = if name == "flex" {
+                &[1, 2, 3, 4, 5, 6, 7, 8]
+            } else {
+                &[1, 2, 3, 4]
+            };
+            for &n in sizes {
                 for &dt in &with_grad {
                     let want = host_run(case, n, &device, dt, true);
                     let got = device_run(case, n, &device, dt, true);
@@ -279,10 +285,10 @@ fn sums_on_eight_ranks_are_the_same_bits_on_every_rank() {
     }
 }
 
-/// The device-resident all-reduce splits the elements into one chunk per
-/// rank (reduce-scatter, then all-gather): fewer elements than ranks,
-/// element counts that do not divide, empty tensors, and an input the
-/// caller still holds (which must come back unchanged).
+/// The device-resident all-reduce against an f64 reference on both paths:
+/// fewer elements than ranks, element counts that do not divide the rank
+/// count, empty tensors, and an input the caller still holds (which must
+/// come back unchanged: nothing is written into a shared tensor).
 #[test]
 fn all_reduce_chunks_every_element_count() {
     for (n, shape) in [
@@ -330,6 +336,42 @@ fn all_reduce_chunks_every_element_count() {
             .collect();
         for got in [on_device, staged] {
             assert_eq!(got, vec![want.clone(); n], "{n} ranks, shape {shape:?}");
+        }
+    }
+}
+
+/// Half-precision sums accumulate in f32 and round once, on both paths:
+/// 2048 + 1 + 1 is 2050 (an f16 running sum would stay at 2048, whose
+/// spacing is 2); the same with bf16 at 256 (spacing 2).
+#[test]
+fn half_precision_sums_accumulate_in_f32() {
+    for (dt, big) in [(DType::F16, 2048.0), (DType::BF16, 256.0)] {
+        let value = |me: usize| if me == 0 { big } else { 1.0 };
+        let want = big + 2.0;
+        for on_device in [true, false] {
+            let f = |g: &dyn Fn(Tensor<1>) -> Result<Tensor<1>, Error>, me: usize| {
+                let x = tensor(&[value(me); 4], [4], &Device::flex(), dt);
+                let y = g(x)?;
+                assert_eq!(y.dtype(), dt);
+                Ok::<_, Error>(y.into_data().convert::<f64>().try_to_vec::<f64>().unwrap())
+            };
+            let out = if on_device {
+                DeviceWorld::shared(3, Device::flex())
+                    .run(|g, _| f(&|x| x.all_reduce(&g), g.rank()))
+                    .unwrap()
+            } else {
+                world(3)
+                    .run(|c| {
+                        let g = HostCollective::new(c);
+                        f(&|x| x.all_reduce(&g), g.rank())
+                    })
+                    .unwrap()
+            };
+            assert_eq!(
+                out,
+                vec![vec![want; 4]; 3],
+                "{dt:?}, device path {on_device}"
+            );
         }
     }
 }

@@ -228,7 +228,13 @@ fn check_layout(n: usize, layout: &[Vec<usize>], rows_per_member: usize) {
                     assert_eq!((ran.pos, ran.size), (pos, k), "{what}");
                     let want = &serial(op, &members, rows_per_member * k)[pos];
                     assert_eq!(&ran.y, want, "{what}");
-                    assert_eq!(ran.shape.iter().product::<usize>(), want.len(), "{what}");
+                    let rows = rows_per_member * k;
+                    let out_rows = match op {
+                        Op::AllReduce | Op::AllToAll => rows,
+                        Op::AllGather => k * rows,
+                        _ => rows / k,
+                    };
+                    assert_eq!(ran.shape, vec![out_rows, COLS], "{what}");
                 }
                 other => panic!("{what}: {other:?}"),
             }

@@ -331,9 +331,14 @@ impl LocalCommunicator {
     /// The type is part of the call's fingerprint: ranks that share values
     /// of different types get [`CommError::Desync`] (naming both types) on
     /// every rank, never a misread value. The deadline, poison on panic and
-    /// the flight recorder apply as to every collective. A `Clone` that
-    /// panics panics on the rank that runs it (after the call's completion
-    /// episode, so peers are not left waiting inside this call).
+    /// the flight recorder apply as to every collective. The clones run
+    /// between the call's two barrier episodes: a `Clone` that panics
+    /// unwinds through the completion episode (no rank's value is released
+    /// while a peer may still read it) and then panics on the rank that ran
+    /// it, whose peers see it as [`CommError::PeerFailure`] in their next
+    /// call; a `Clone` that blocks holds every rank of the group in the
+    /// completion episode, which has no deadline — keep `Clone` cheap and
+    /// non-blocking (a handle, a shape).
     ///
     /// # Errors
     /// The collective errors ([`CommError::Desync`], [`CommError::Timeout`],

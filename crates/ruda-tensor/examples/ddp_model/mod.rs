@@ -20,7 +20,7 @@ use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_comm::LocalWorld;
 use ruda_tensor::ddp::{GradientReduction, all_reduce_gradients};
 use ruda_tensor::layout::compute_split_shapes;
-use ruda_tensor::{Error, Group, HostCollective, TensorExt};
+use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, TensorExt};
 
 pub const CHANNELS: usize = 2;
 pub const LENGTH: usize = 8;
@@ -106,53 +106,74 @@ fn params_of(net: &Net) -> Vec<f64> {
 }
 
 /// Train for `steps` on `ranks` threads, each rank on its balanced shard of
-/// a batch of `batch_size`; every rank's records.
+/// a batch of `batch_size`; every rank's records. Tensors are staged
+/// through host memory by the local transport ([`HostCollective`]).
 ///
 /// # Errors
 /// The tensor layer's errors.
 pub fn train(ranks: usize, batch_size: usize, steps: usize) -> Result<Vec<Vec<Step>>, String> {
-    let (x, y) = batch(batch_size);
     let shards = compute_split_shapes(batch_size, ranks).map_err(|e| e.to_string())?;
     LocalWorld::new(ranks)
-        .run(|comm| {
-            let world = HostCollective::new(comm);
-            let me = world.rank();
-            let start: usize = shards[..me].iter().sum();
-            let rows = shards[me];
-            let device = Device::flex().autodiff();
-            let f64_on = (&device, DType::F64);
-            let per = CHANNELS * LENGTH;
-            let xs = Tensor::<3>::from_data(
-                TensorData::new(
-                    x[start * per..(start + rows) * per].to_vec(),
-                    [rows, CHANNELS, LENGTH],
-                ),
-                f64_on,
-            );
-            let ys = Tensor::<2>::from_data(
-                TensorData::new(y[start..start + rows].to_vec(), [rows, 1]),
-                f64_on,
-            );
-            let mut net = Net::new(&device);
-            let mut optim = AdamConfig::new().init();
-            let mut records = Vec::with_capacity(steps);
-            for _ in 0..steps {
-                let err = net.forward(xs.clone()) - ys.clone();
-                let loss = (err.clone() * err).sum().div_scalar(batch_size as f64);
-                let global = loss.clone().detach().all_reduce(&world)?;
-                let grads = GradientsParams::from_grads(loss.backward(), &net);
-                let grads = all_reduce_gradients(&world, &net, grads, GradientReduction::Sum)?;
-                net = optim.step(0.05, net, grads);
-                records.push(Step {
-                    loss: global
-                        .into_data()
-                        .convert::<f64>()
-                        .try_to_vec::<f64>()
-                        .expect("f64")[0],
-                    params: params_of(&net),
-                });
-            }
-            Ok::<_, Error>(records)
-        })
+        .run(|comm| rank_steps(&HostCollective::new(comm), &shards, steps))
         .map_err(|e| e.to_string())
+}
+
+/// [`train`] on a device world: the ranks share one Flex device and the
+/// gradients never leave it ([`ruda_tensor::DeviceGroup`]).
+///
+/// # Errors
+/// The tensor layer's errors.
+pub fn train_on_device(
+    ranks: usize,
+    batch_size: usize,
+    steps: usize,
+) -> Result<Vec<Vec<Step>>, String> {
+    let shards = compute_split_shapes(batch_size, ranks).map_err(|e| e.to_string())?;
+    DeviceWorld::shared(ranks, Device::flex())
+        .run(|group, _| rank_steps(&group, &shards, steps))
+        .map_err(|e| e.to_string())
+}
+
+/// One rank's training on its shard of the batch (`shards`: every rank's
+/// rows), gradients summed over `world`.
+fn rank_steps<G: Group>(world: &G, shards: &[usize], steps: usize) -> Result<Vec<Step>, Error> {
+    let batch_size: usize = shards.iter().sum();
+    let (x, y) = batch(batch_size);
+    let me = world.rank();
+    let start: usize = shards[..me].iter().sum();
+    let rows = shards[me];
+    let device = Device::flex().autodiff();
+    let f64_on = (&device, DType::F64);
+    let per = CHANNELS * LENGTH;
+    let xs = Tensor::<3>::from_data(
+        TensorData::new(
+            x[start * per..(start + rows) * per].to_vec(),
+            [rows, CHANNELS, LENGTH],
+        ),
+        f64_on,
+    );
+    let ys = Tensor::<2>::from_data(
+        TensorData::new(y[start..start + rows].to_vec(), [rows, 1]),
+        f64_on,
+    );
+    let mut net = Net::new(&device);
+    let mut optim = AdamConfig::new().init();
+    let mut records = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let err = net.forward(xs.clone()) - ys.clone();
+        let loss = (err.clone() * err).sum().div_scalar(batch_size as f64);
+        let global = loss.clone().detach().all_reduce(world)?;
+        let grads = GradientsParams::from_grads(loss.backward(), &net);
+        let grads = all_reduce_gradients(world, &net, grads, GradientReduction::Sum)?;
+        net = optim.step(0.05, net, grads);
+        records.push(Step {
+            loss: global
+                .into_data()
+                .convert::<f64>()
+                .try_to_vec::<f64>()
+                .expect("f64")[0],
+            params: params_of(&net),
+        });
+    }
+    Ok(records)
 }

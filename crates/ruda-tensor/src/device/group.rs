@@ -9,13 +9,10 @@ use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
-use burn_backend::{Backend, Shape, TensorMetadata};
+use burn_backend::{Backend, TensorMetadata};
 use ruda_comm::{Communicator, LocalCommunicator, ReplicaGroups};
 
-use super::moves::{
-    chunk_lens, float_cat, float_rows, float_to, float_write_rows, int_cat, int_rows, int_to,
-    sum_in_order,
-};
+use super::moves::{float_cat, float_rows, float_to, int_cat, int_rows, int_to, sum_in_order};
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 use crate::layout::starts;
@@ -145,10 +142,12 @@ impl Group for DeviceGroup {
         let device = x.device();
         let like = x.clone();
         let start = starts(rows)[me];
-        let mine: Vec<FloatTensor<B>> = self
-            .peers_float::<B>(x)?
+        // Each peer's rows for this rank, taken before they are moved.
+        let all = self.comm.all_gather_objects(&x)?;
+        drop(x);
+        let mine: Vec<FloatTensor<B>> = all
             .into_iter()
-            .map(|t| float_rows::<B>(t, start, rows[me]))
+            .map(|t| float_to::<B>(float_rows::<B>(t, start, rows[me]), &device))
             .collect();
         if rows[me] == 0 {
             return Ok(float_cat::<B>(Vec::new(), &like, &device));
@@ -157,40 +156,15 @@ impl Group for DeviceGroup {
     }
 
     fn sum<B: Backend>(&self, _op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
-        let (me, n) = (self.rank(), self.size());
-        if n == 1 {
-            return Ok(x);
-        }
-        // Reduce-scatter, then all-gather, as the local transport's
-        // all-reduce does: each rank adds only its share of the elements
-        // (its chunk of every peer's flattened tensor, in rank order, so
-        // every element is summed in the same order as on the host path),
-        // then every rank writes every rank's summed chunk into its own
-        // tensor — in place when nothing else holds it, which is so once
-        // the peers have let go of their handles on it (they drop them
-        // before the second exchange, which no rank leaves before every
-        // rank has entered it).
-        let shape = x.shape();
-        let flat = B::float_reshape(x, Shape::from(alloc::vec![shape.num_elements()]));
-        let chunks = chunk_lens(shape.num_elements(), n);
-        let at = starts(&chunks);
-        let device = flat.device();
-        let mine: Vec<FloatTensor<B>> = self
-            .comm
-            .all_gather_objects(&flat)?
-            .into_iter()
-            .map(|t| float_rows::<B>(float_to::<B>(t, &device), at[me], chunks[me]))
-            .collect();
-        let summed = sum_in_order::<B>(mine);
-        let all = self.comm.all_gather_objects(&summed)?;
-        drop(summed);
-        let mut out = flat;
-        for (p, chunk) in all.into_iter().enumerate() {
-            if chunks[p] > 0 {
-                out = float_write_rows::<B>(out, at[p], float_to::<B>(chunk, &device));
-            }
-        }
-        Ok(B::float_reshape(out, shape))
+        // Every rank adds every rank's whole tensor in rank order: one new
+        // tensor per call (the later adds accumulate into it), nothing
+        // written into a tensor a peer may still be reading. Splitting the
+        // adds over the ranks (reduce-scatter, then all-gather) does less
+        // arithmetic but needs a concatenation or an in-place write into
+        // a shared tensor; on Flex its extra allocation (page faults on
+        // fresh memory) made it slower at 2 ranks — measured with
+        // `ruda bench --transport device`.
+        Ok(sum_in_order::<B>(self.peers_float::<B>(x)?))
     }
 
     fn broadcast<B: Backend>(

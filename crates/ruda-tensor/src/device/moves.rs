@@ -64,25 +64,6 @@ pub(crate) fn int_rows<B: Backend>(x: IntTensor<B>, start: usize, len: usize) ->
     B::int_slice(x, &row_slices(shape.num_dims(), start, len))
 }
 
-/// `x` with its `value.shape()[0]` leading-axis rows from `start` replaced
-/// by `value` (in place when the backend owns `x` alone).
-pub(crate) fn float_write_rows<B: Backend>(
-    x: FloatTensor<B>,
-    start: usize,
-    value: FloatTensor<B>,
-) -> FloatTensor<B> {
-    let len = value.shape()[0];
-    let ndim = value.shape().num_dims();
-    B::float_slice_assign(x, &row_slices(ndim, start, len), value)
-}
-
-/// `len` split into `parts` chunks as evenly as possible, the longer ones
-/// first (the split of every sum's reduce-scatter phase).
-pub(crate) fn chunk_lens(len: usize, parts: usize) -> Vec<usize> {
-    let (q, r) = (len / parts, len % parts);
-    (0..parts).map(|p| q + usize::from(p < r)).collect()
-}
-
 /// `shape` with `rows` leading rows.
 fn with_rows(shape: &Shape, rows: usize) -> Shape {
     let mut dims = shape.to_vec();

@@ -37,7 +37,7 @@ pub fn all_reduce<const D: usize, G: Group>(x: Tensor<D>, group: &G) -> Result<T
 /// # Errors
 /// [`Error::NumRanks`] when a rank's `num_ranks` is not the group's size;
 /// [`Error::BadShape`] for a tensor without axes; otherwise as
-/// [`all_reduce`] (any dtype moves).
+/// [`all_reduce`] (any float dtype moves).
 ///
 /// # Example
 /// ```
