@@ -22,6 +22,8 @@ fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
     }
     let out = Command::new("timeout")
         .args([
+            "-k",
+            "10",
             "300",
             "mpirun",
             "--oversubscribe",

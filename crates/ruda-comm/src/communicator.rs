@@ -105,7 +105,12 @@ pub trait Communicator: Send + Sync + Sized {
     /// pass different groups ([`crate::ReplicaGroupsError::Differ`]) or a
     /// group names a rank the communicator does not have
     /// ([`crate::ReplicaGroupsError::OutOfRange`]); the errors of
-    /// [`Communicator::split`] and of [`Communicator::all_gather`].
+    /// [`Communicator::split`] and of [`Communicator::all_gather`]. A list
+    /// that [`ReplicaGroups::new`](crate::ReplicaGroups::new) rejects
+    /// (overlapping or empty groups) is refused on the rank that builds it,
+    /// before any exchange: build the same list on every rank, or a rank
+    /// that returns early leaves its peers waiting in this call until it
+    /// is noticed as gone (or the deadline).
     ///
     /// # Example
     /// ```

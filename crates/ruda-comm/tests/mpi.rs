@@ -35,14 +35,17 @@ fn mpirun() -> Option<&'static str> {
 fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(Output, Duration)> {
     let mpirun = mpirun()?;
     let mut cmd = Command::new("timeout");
-    cmd.arg(limit.as_secs().to_string()).arg(mpirun).args([
-        "--oversubscribe",
-        "--allow-run-as-root",
-        "--bind-to",
-        "none",
-        "-n",
-        &n.to_string(),
-    ]);
+    cmd.args(["-k", "10"])
+        .arg(limit.as_secs().to_string())
+        .arg(mpirun)
+        .args([
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "--bind-to",
+            "none",
+            "-n",
+            &n.to_string(),
+        ]);
     if unchecked {
         cmd.env("RUDA_MPI_CHECKS", "0")
             .args(["-x", "RUDA_MPI_CHECKS"]);

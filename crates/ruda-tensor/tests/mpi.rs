@@ -24,6 +24,8 @@ fn tensor_layer_on_one_to_four_mpi_ranks() {
     for n in 1..=4 {
         let out = Command::new("timeout")
             .args([
+                "-k",
+                "10",
                 "300",
                 "mpirun",
                 "--oversubscribe",

@@ -341,8 +341,7 @@ impl MpiCommunicator {
                 eprintln!(
                     "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: RUDA_MPI_CHECKS=0 or MpiWorldBuilder::checked(false))"
                 );
-                // SAFETY: abort the whole job.
-                unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 71) };
+                super::abort::abort_job(71);
                 Err(e)
             }
         }

@@ -1,6 +1,7 @@
 //! The MPI transport (feature `mpi`): ranks are processes started by
 //! `mpirun`, on one machine or many, communicating through Open MPI.
 
+mod abort;
 mod agree;
 mod communicator;
 mod p2p;

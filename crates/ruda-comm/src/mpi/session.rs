@@ -82,8 +82,8 @@ impl Session {
             eprintln!(
                 "ruda: an MPI call of this process timed out, so peers may still wait inside it; aborting the MPI job instead of finalising"
             );
-            // SAFETY: abort the whole job; never returns in practice.
-            unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 75) };
+            // MPI is initialised and not yet finalised (checked above).
+            super::abort::abort_job(75);
         }
         if owns {
             let mut done: std::ffi::c_int = 0;

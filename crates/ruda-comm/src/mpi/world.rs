@@ -184,13 +184,37 @@ impl MpiWorld {
     /// # Errors
     /// None today; the signature leaves room for MPI's.
     pub fn finalize(self) -> Result<(), CommError> {
-        self.session.finalize(self.owns);
+        // Drop does the work (settle, then finalise or abort).
         Ok(())
+    }
+
+    /// Before finalising, wait for every other process in a plain barrier
+    /// on the world. `MPI_Finalize` waits for every process inside Open
+    /// MPI's runtime, and an `MPI_Abort` from a peer while others wait
+    /// there can leave Open MPI 4.1's `mpirun` hung or crashed after every
+    /// process has ended (seen under the chaos suite: a mismatch that two
+    /// ranks report at once while the two others time out and abort). A
+    /// process whose calls timed out skips this and aborts; the others
+    /// wait here — where a peer's abort ends them cleanly — with no
+    /// deadline, as `MPI_Finalize` itself would (a peer that is merely slow
+    /// to finish is not an error).
+    fn settle(&self) {
+        if self.session.is_broken() || !self.owns {
+            return;
+        }
+        // SAFETY: MPI is initialised and not finalised (this world owns
+        // it and has not finalised it yet); every ruda call has returned
+        // (the world is being dropped), and ruda issues nothing on
+        // `MPI_COMM_WORLD` itself (it works on duplicates).
+        let _ = self
+            .session
+            .mpi(|| unsafe { ffi::MPI_Barrier(ffi::RSMPI_COMM_WORLD) });
     }
 }
 
 impl Drop for MpiWorld {
     fn drop(&mut self) {
+        self.settle();
         self.session.finalize(self.owns);
         *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some(false);
     }
@@ -292,8 +316,7 @@ fn install_panic_hook() {
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
             eprintln!("ruda: a rank panicked; aborting the MPI job so that no rank waits for it");
-            // SAFETY: abort the whole job; never returns in practice.
-            unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 70) };
+            super::abort::abort_job(70);
         }));
     });
 }
