@@ -368,14 +368,15 @@ impl LocalCommunicator {
                 slots
                     .iter()
                     .map(|s| {
-                        // SAFETY: `same_call` has checked before this work
-                        // runs that every rank's fingerprint names the same
-                        // `TypeId` as this rank's `T`, so each `send` is the
-                        // address of a live `T` (a `&T` its owner holds for
-                        // the whole call, which does not return before the
-                        // completion episode that follows this work). `T:
-                        // Sync`, so reading it through a shared reference
-                        // from this thread is sound; `clone` needs no more.
+                        // `same_call` has checked, before this work runs,
+                        // that every rank's fingerprint names this rank's
+                        // `TypeId`; each owner holds its `&T` for the whole
+                        // call, which it leaves only after the completion
+                        // episode that follows this work (also when a clone
+                        // panics: the episode runs while unwinding).
+                        // Only shared references to it exist (`&T`, `T:
+                        // Sync`) and nothing writes it during the call.
+                        // SAFETY: `send` is a live, aligned `T`, read shared.
                         let theirs: &T = unsafe { &*s.send.cast::<T>() };
                         theirs.clone()
                     })

@@ -24,15 +24,16 @@ const MAX_RANKS_STAGGERED: u32 = 16;
 /// was dropped: nothing is left to abort).
 pub(crate) fn abort_job(code: c_int) {
     let mut done: c_int = 0;
-    // SAFETY: `MPI_Finalized` may be called at any time; it writes one int.
+    // SAFETY: `MPI_Finalized` may be called at any time; `done` is a valid,
+    // unaliased int it writes.
     unsafe { ffi::MPI_Finalized(&mut done) };
     if done != 0 {
         return;
     }
     let mut rank: c_int = 0;
-    // SAFETY: MPI is initialised (ruda's callers run only after
-    // `MpiWorld::init`) and not finalised (checked above); `MPI_Comm_rank` on the world communicator writes
-    // one int through a valid pointer.
+    // MPI is initialised (ruda's callers run only after `MpiWorld::init`)
+    // and not finalised (checked above).
+    // SAFETY: the world handle is valid; `rank` is a valid, unaliased int.
     unsafe { ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank) };
     let steps = u32::try_from(rank).unwrap_or(0).min(MAX_RANKS_STAGGERED);
     std::thread::sleep(STAGGER * steps);

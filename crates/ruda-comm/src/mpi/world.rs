@@ -202,13 +202,15 @@ impl MpiWorld {
         if self.session.is_broken() || !self.owns {
             return;
         }
-        // SAFETY: MPI is initialised and not finalised (this world owns
-        // it and has not finalised it yet); every ruda call has returned
-        // (the world is being dropped), and ruda issues nothing on
-        // `MPI_COMM_WORLD` itself (it works on duplicates).
-        let _ = self
-            .session
-            .mpi(|| unsafe { ffi::MPI_Barrier(ffi::RSMPI_COMM_WORLD) });
+        // MPI is initialised and not finalised (this world owns it and has
+        // not finalised it yet); every ruda call has returned (the world is
+        // being dropped), and ruda issues nothing on `MPI_COMM_WORLD` itself
+        // (it works on duplicates), so no other call uses the handle.
+        let barrier = || {
+            // SAFETY: a valid, initialised world communicator; no pointers.
+            unsafe { ffi::MPI_Barrier(ffi::RSMPI_COMM_WORLD) }
+        };
+        let _ = self.session.mpi(barrier);
     }
 }
 

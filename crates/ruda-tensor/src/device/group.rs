@@ -12,7 +12,7 @@ use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, TensorMetadata};
 use ruda_comm::{Communicator, LocalCommunicator, ReplicaGroups};
 
-use super::moves::{float_cat, float_rows, float_to, int_cat, int_rows, int_to, sum_in_order};
+use super::moves::{Floats, Ints, Kind, cat, sum_in_order, take_rows, to};
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 use crate::layout::starts;
@@ -69,11 +69,57 @@ impl DeviceGroup {
     }
 
     /// Every rank's `x`, in rank order, each on `x`'s device.
-    fn peers_float<B: Backend>(&self, x: FloatTensor<B>) -> Result<Vec<FloatTensor<B>>, Error> {
+    fn peers<B: Backend, K: Kind<B>>(&self, x: K::T) -> Result<Vec<K::T>, Error> {
         let device = x.device();
         let all = self.comm.all_gather_objects(&x)?;
         drop(x);
-        Ok(all.into_iter().map(|t| float_to::<B>(t, &device)).collect())
+        Ok(all.into_iter().map(|t| to::<B, K>(t, &device)).collect())
+    }
+
+    /// Every rank's `x` (`rows[r]` leading rows on rank `r`) concatenated
+    /// in rank order on `x`'s device; ranks with no rows are not moved.
+    fn gather<B: Backend, K: Kind<B>>(&self, x: K::T, rows: &[usize]) -> Result<K::T, Error> {
+        let device = x.device();
+        let like = x.clone();
+        let all = self.comm.all_gather_objects(&x)?;
+        drop(x);
+        let parts: Vec<K::T> = all
+            .into_iter()
+            .zip(rows)
+            .filter(|(_, r)| **r > 0)
+            .map(|(t, _)| to::<B, K>(t, &device))
+            .collect();
+        Ok(cat::<B, K>(parts, &like, &device))
+    }
+
+    /// Send `send_rows[p]` leading-axis rows (in order) to each rank `p`
+    /// and concatenate the `recv_rows[p]` rows from each rank `p`.
+    fn exchange<B: Backend, K: Kind<B>>(
+        &self,
+        x: K::T,
+        send_rows: &[usize],
+        recv_rows: &[usize],
+    ) -> Result<K::T, Error> {
+        let me = self.rank();
+        let device = x.device();
+        let like = x.clone();
+        // This rank's block for each peer (none where it sends nothing).
+        let blocks: Vec<Option<K::T>> = starts(send_rows)
+            .into_iter()
+            .zip(send_rows)
+            .map(|(s, &len)| (len > 0).then(|| take_rows::<B, K>(x.clone(), s, len)))
+            .collect();
+        drop(x);
+        let all = self.comm.all_gather_objects(&blocks)?;
+        drop(blocks);
+        let parts: Vec<K::T> = all
+            .into_iter()
+            .zip(recv_rows)
+            .filter(|(_, r)| **r > 0)
+            .filter_map(|(mut theirs, _)| theirs.swap_remove(me))
+            .map(|t| to::<B, K>(t, &device))
+            .collect();
+        Ok(cat::<B, K>(parts, &like, &device))
     }
 }
 
@@ -120,16 +166,7 @@ impl Group for DeviceGroup {
         x: FloatTensor<B>,
         rows: &[usize],
     ) -> Result<FloatTensor<B>, Error> {
-        let device = x.device();
-        let like = x.clone();
-        let parts: Vec<FloatTensor<B>> = self
-            .peers_float::<B>(x)?
-            .into_iter()
-            .zip(rows)
-            .filter(|(_, r)| **r > 0)
-            .map(|(t, _)| t)
-            .collect();
-        Ok(float_cat::<B>(parts, &like, &device))
+        self.gather::<B, Floats>(x, rows)
     }
 
     fn reduce_scatter_rows<B: Backend>(
@@ -147,10 +184,10 @@ impl Group for DeviceGroup {
         drop(x);
         let mine: Vec<FloatTensor<B>> = all
             .into_iter()
-            .map(|t| float_to::<B>(float_rows::<B>(t, start, rows[me]), &device))
+            .map(|t| to::<B, Floats>(take_rows::<B, Floats>(t, start, rows[me]), &device))
             .collect();
         if rows[me] == 0 {
-            return Ok(float_cat::<B>(Vec::new(), &like, &device));
+            return Ok(cat::<B, Floats>(Vec::new(), &like, &device));
         }
         Ok(sum_in_order::<B>(mine))
     }
@@ -164,7 +201,7 @@ impl Group for DeviceGroup {
         // a shared tensor; on Flex its extra allocation (page faults on
         // fresh memory) made it slower at 2 ranks — measured with
         // `ruda bench --transport device`.
-        Ok(sum_in_order::<B>(self.peers_float::<B>(x)?))
+        Ok(sum_in_order::<B>(self.peers::<B, Floats>(x)?))
     }
 
     fn broadcast<B: Backend>(
@@ -177,7 +214,7 @@ impl Group for DeviceGroup {
         let all = self.comm.all_gather_objects(&x)?;
         drop(x);
         let theirs = all.into_iter().nth(root).expect("root agreed in range");
-        Ok(float_to::<B>(theirs, &device))
+        Ok(to::<B, Floats>(theirs, &device))
     }
 
     fn exchange_rows<B: Backend>(
@@ -187,26 +224,7 @@ impl Group for DeviceGroup {
         send_rows: &[usize],
         recv_rows: &[usize],
     ) -> Result<FloatTensor<B>, Error> {
-        let me = self.rank();
-        let device = x.device();
-        let like = x.clone();
-        // This rank's block for each peer (none where it sends nothing).
-        let blocks: Vec<Option<FloatTensor<B>>> = starts(send_rows)
-            .into_iter()
-            .zip(send_rows)
-            .map(|(s, &len)| (len > 0).then(|| float_rows::<B>(x.clone(), s, len)))
-            .collect();
-        drop(x);
-        let all = self.comm.all_gather_objects(&blocks)?;
-        drop(blocks);
-        let parts: Vec<FloatTensor<B>> = all
-            .into_iter()
-            .zip(recv_rows)
-            .filter(|(_, r)| **r > 0)
-            .filter_map(|(mut theirs, _)| theirs.swap_remove(me))
-            .map(|t| float_to::<B>(t, &device))
-            .collect();
-        Ok(float_cat::<B>(parts, &like, &device))
+        self.exchange::<B, Floats>(x, send_rows, recv_rows)
     }
 
     fn gather_rows_int<B: Backend>(
@@ -215,17 +233,7 @@ impl Group for DeviceGroup {
         x: IntTensor<B>,
         rows: &[usize],
     ) -> Result<IntTensor<B>, Error> {
-        let device = x.device();
-        let like = x.clone();
-        let all = self.comm.all_gather_objects(&x)?;
-        drop(x);
-        let parts: Vec<IntTensor<B>> = all
-            .into_iter()
-            .zip(rows)
-            .filter(|(_, r)| **r > 0)
-            .map(|(t, _)| int_to::<B>(t, &device))
-            .collect();
-        Ok(int_cat::<B>(parts, &like, &device))
+        self.gather::<B, Ints>(x, rows)
     }
 
     fn exchange_rows_int<B: Backend>(
@@ -235,24 +243,6 @@ impl Group for DeviceGroup {
         send_rows: &[usize],
         recv_rows: &[usize],
     ) -> Result<IntTensor<B>, Error> {
-        let me = self.rank();
-        let device = x.device();
-        let like = x.clone();
-        let blocks: Vec<Option<IntTensor<B>>> = starts(send_rows)
-            .into_iter()
-            .zip(send_rows)
-            .map(|(s, &len)| (len > 0).then(|| int_rows::<B>(x.clone(), s, len)))
-            .collect();
-        drop(x);
-        let all = self.comm.all_gather_objects(&blocks)?;
-        drop(blocks);
-        let parts: Vec<IntTensor<B>> = all
-            .into_iter()
-            .zip(recv_rows)
-            .filter(|(_, r)| **r > 0)
-            .filter_map(|(mut theirs, _)| theirs.swap_remove(me))
-            .map(|t| int_to::<B>(t, &device))
-            .collect();
-        Ok(int_cat::<B>(parts, &like, &device))
+        self.exchange::<B, Ints>(x, send_rows, recv_rows)
     }
 }

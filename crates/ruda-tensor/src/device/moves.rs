@@ -10,21 +10,65 @@ use alloc::vec::Vec;
 use burn_backend::tensor::{Device, FloatTensor, IntTensor};
 use burn_backend::{Backend, DType, FloatDType, IntDType, Shape, Slice, TensorMetadata};
 
-/// `x` on `device` (unchanged when already there).
-pub(crate) fn float_to<B: Backend>(x: FloatTensor<B>, device: &Device<B>) -> FloatTensor<B> {
-    if &x.device() == device {
-        x
-    } else {
+/// The backend operations the device group needs, for float and integer
+/// tensors alike ([`Floats`], [`Ints`]): one implementation of every move.
+pub(crate) trait Kind<B: Backend> {
+    /// The tensor primitive.
+    type T: TensorMetadata<Device = Device<B>> + Clone + Send + Sync + 'static;
+    /// Move to another device.
+    fn to_device(x: Self::T, device: &Device<B>) -> Self::T;
+    /// Slice.
+    fn slice(x: Self::T, slices: &[Slice]) -> Self::T;
+    /// Concatenate along `dim`.
+    fn cat(parts: Vec<Self::T>, dim: usize) -> Self::T;
+    /// Zeros of `like`'s dtype.
+    fn zeros(shape: Shape, device: &Device<B>, like: &Self::T) -> Self::T;
+}
+
+/// Float tensors.
+pub(crate) struct Floats;
+
+/// Integer tensors.
+pub(crate) struct Ints;
+
+impl<B: Backend> Kind<B> for Floats {
+    type T = FloatTensor<B>;
+    fn to_device(x: Self::T, device: &Device<B>) -> Self::T {
         B::float_to_device(x, device)
+    }
+    fn slice(x: Self::T, slices: &[Slice]) -> Self::T {
+        B::float_slice(x, slices)
+    }
+    fn cat(parts: Vec<Self::T>, dim: usize) -> Self::T {
+        B::float_cat(parts, dim)
+    }
+    fn zeros(shape: Shape, device: &Device<B>, like: &Self::T) -> Self::T {
+        B::float_zeros(shape, device, FloatDType::from(like.dtype()))
+    }
+}
+
+impl<B: Backend> Kind<B> for Ints {
+    type T = IntTensor<B>;
+    fn to_device(x: Self::T, device: &Device<B>) -> Self::T {
+        B::int_to_device(x, device)
+    }
+    fn slice(x: Self::T, slices: &[Slice]) -> Self::T {
+        B::int_slice(x, slices)
+    }
+    fn cat(parts: Vec<Self::T>, dim: usize) -> Self::T {
+        B::int_cat(parts, dim)
+    }
+    fn zeros(shape: Shape, device: &Device<B>, like: &Self::T) -> Self::T {
+        B::int_zeros(shape, device, IntDType::from(like.dtype()))
     }
 }
 
 /// `x` on `device` (unchanged when already there).
-pub(crate) fn int_to<B: Backend>(x: IntTensor<B>, device: &Device<B>) -> IntTensor<B> {
+pub(crate) fn to<B: Backend, K: Kind<B>>(x: K::T, device: &Device<B>) -> K::T {
     if &x.device() == device {
         x
     } else {
-        B::int_to_device(x, device)
+        K::to_device(x, device)
     }
 }
 
@@ -43,67 +87,30 @@ fn row_slices(ndim: usize, start: usize, len: usize) -> Vec<Slice> {
 
 /// `len` leading-axis rows of `x` from `start` (`x` itself when that is all
 /// of it).
-pub(crate) fn float_rows<B: Backend>(
-    x: FloatTensor<B>,
-    start: usize,
-    len: usize,
-) -> FloatTensor<B> {
+pub(crate) fn take_rows<B: Backend, K: Kind<B>>(x: K::T, start: usize, len: usize) -> K::T {
     let shape = x.shape();
     if start == 0 && len == shape[0] {
         return x;
     }
-    B::float_slice(x, &row_slices(shape.num_dims(), start, len))
+    K::slice(x, &row_slices(shape.num_dims(), start, len))
 }
 
-/// `len` leading-axis rows of `x` from `start`.
-pub(crate) fn int_rows<B: Backend>(x: IntTensor<B>, start: usize, len: usize) -> IntTensor<B> {
-    let shape = x.shape();
-    if start == 0 && len == shape[0] {
-        return x;
-    }
-    B::int_slice(x, &row_slices(shape.num_dims(), start, len))
-}
-
-/// `shape` with `rows` leading rows.
-fn with_rows(shape: &Shape, rows: usize) -> Shape {
-    let mut dims = shape.to_vec();
-    dims[0] = rows;
-    Shape::from(dims)
-}
-
-/// Concatenate `parts` (the `Some`s, in order) along the leading axis; an
-/// empty tensor shaped like `like` with zero rows when there are none.
-/// A single part is returned as it is (no copy).
-pub(crate) fn float_cat<B: Backend>(
-    parts: Vec<FloatTensor<B>>,
-    like: &FloatTensor<B>,
+/// Concatenate `parts` in order along the leading axis; a tensor shaped
+/// like `like` with zero rows when there are none. A single part is
+/// returned as it is (no copy).
+pub(crate) fn cat<B: Backend, K: Kind<B>>(
+    parts: Vec<K::T>,
+    like: &K::T,
     device: &Device<B>,
-) -> FloatTensor<B> {
+) -> K::T {
     match parts.len() {
-        0 => B::float_zeros(
-            with_rows(&like.shape(), 0),
-            device,
-            FloatDType::from(like.dtype()),
-        ),
+        0 => {
+            let mut dims = like.shape().to_vec();
+            dims[0] = 0;
+            K::zeros(Shape::from(dims), device, like)
+        }
         1 => parts.into_iter().next().expect("one part"),
-        _ => B::float_cat(parts, 0),
-    }
-}
-
-/// [`float_cat`] for integer tensors.
-pub(crate) fn int_cat<B: Backend>(
-    parts: Vec<IntTensor<B>>,
-    like: &IntTensor<B>,
-    device: &Device<B>,
-) -> IntTensor<B> {
-    match parts.len() {
-        0 => B::int_zeros(
-            with_rows(&like.shape(), 0),
-            device,
-            IntDType::from(like.dtype()),
-        ),
-        1 => parts.into_iter().next().expect("one part"),
-        _ => B::int_cat(parts, 0),
+        _ => K::cat(parts, 0),
     }
 }
 
