@@ -115,7 +115,7 @@ pub(crate) fn dtype_code(d: DType) -> i64 {
     }
 }
 
-fn dtype_of(code: i64) -> Option<DType> {
+pub(crate) fn dtype_of(code: i64) -> Option<DType> {
     Some(match code {
         1 => DType::F64,
         2 => DType::F32,

@@ -36,9 +36,9 @@ use alloc::vec::Vec;
 
 use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn_optim::GradientsParams;
-use burn_tensor::{DType, Tensor};
+use burn_tensor::{DType, Device, Tensor};
 
-use crate::error::Error;
+use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
 use crate::methods::TensorExt;
 
@@ -52,34 +52,62 @@ pub enum GradientReduction {
     Mean,
 }
 
+/// Marks a DDP structure record ("rudaDDP1").
+const MAGIC: i64 = 0x7275_6461_4444_5031;
+
 /// Puts a flattened gradient back under its parameter, in its shape.
 type Restore = Box<dyn FnOnce(Tensor<1>, &mut GradientsParams)>;
 
-/// One parameter's gradient, flattened, and how to put it back.
-struct Item {
+/// One float parameter of the module, in visiting order: its size and
+/// dtype, its gradient on this rank (flattened) if it has one, a zero
+/// gradient's device, and how to put a reduced gradient back.
+struct Entry {
+    numel: usize,
+    dims_hash: i64,
     dtype: DType,
-    flat: Tensor<1>,
+    device: Device,
+    grad: Option<Tensor<1>>,
     restore: Restore,
 }
 
-/// Takes every parameter's gradient out of `grads`, in the module's order.
+impl Entry {
+    /// The words this parameter contributes to the structure exchange:
+    /// dtype and whether this rank has a gradient, element count, shape.
+    fn words(&self) -> [i64; 3] {
+        let code = crate::agreement::dtype_code(self.dtype);
+        [
+            code * 2 + i64::from(self.grad.is_some()),
+            self.numel as i64,
+            self.dims_hash,
+        ]
+    }
+}
+
+/// Takes every float parameter's gradient out of `grads`, in the module's
+/// order, and records the parameters without one.
 struct Collect<'a> {
     grads: &'a mut GradientsParams,
-    items: Vec<Item>,
+    entries: Vec<Entry>,
 }
 
 impl ModuleVisitor for Collect<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let id: ParamId = param.id;
-        let Some(g) = self.grads.remove::<D>(id) else {
-            return;
+        let value = param.val();
+        let dims = value.dims();
+        let numel = dims.iter().product::<usize>();
+        let grad = self.grads.remove::<D>(id);
+        let (dtype, device) = match &grad {
+            Some(g) => (g.dtype(), g.device()),
+            None => (value.dtype(), value.inner().device()),
         };
-        let dims = g.dims();
-        let len = dims.iter().product::<usize>();
-        let dtype = g.dtype();
-        self.items.push(Item {
+        let dims_u64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        self.entries.push(Entry {
+            numel,
+            dims_hash: ruda_comm::conformance::mix(&dims_u64) as i64,
             dtype,
-            flat: g.reshape([len]),
+            device,
+            grad: grad.map(|g| g.reshape([numel])),
             restore: Box::new(move |t: Tensor<1>, grads: &mut GradientsParams| {
                 grads.register::<D>(id, t.reshape(dims));
             }),
@@ -87,16 +115,69 @@ impl ModuleVisitor for Collect<'_> {
     }
 }
 
-/// Sum or average every parameter gradient of `module` in `grads` over
+/// Check that every rank's module has the same float parameters (count,
+/// then each one's dtype, size and shape, in order) and return, for each
+/// parameter, whether some rank has a gradient for it.
+fn agree_structure<G: Group>(group: &G, entries: &[Entry]) -> Result<Vec<bool>, Error> {
+    let op = TensorOp::DdpGradients;
+    let me = group.rank();
+    let counts = group.exchange_words(&[MAGIC, entries.len() as i64])?;
+    let expected = counts[1] as usize;
+    for (r, w) in counts.chunks(2).enumerate() {
+        if w[1] as usize != expected {
+            return Err(Error::ModuleMismatch {
+                op,
+                rank: me,
+                offender: r,
+                reference: 0,
+                problem: ModuleProblem::ParamCount {
+                    expected,
+                    got: w[1] as usize,
+                },
+            });
+        }
+    }
+    let words: Vec<i64> = entries.iter().flat_map(|e| e.words()).collect();
+    let all = group.exchange_words(&words)?;
+    let per_rank = words.len();
+    let reference = &all[..per_rank];
+    let mut used = alloc::vec![false; entries.len()];
+    for (r, theirs) in all.chunks(per_rank.max(1)).enumerate().take(group.size()) {
+        for (i, (w, w0)) in theirs.chunks(3).zip(reference.chunks(3)).enumerate() {
+            if w[0] / 2 != w0[0] / 2 || w[1] != w0[1] || w[2] != w0[2] {
+                let view = |w: &[i64]| (w[1] as usize, crate::agreement::dtype_of(w[0] / 2));
+                return Err(Error::ModuleMismatch {
+                    op,
+                    rank: me,
+                    offender: r,
+                    reference: 0,
+                    problem: ModuleProblem::Param {
+                        index: i,
+                        expected: view(w0),
+                        got: view(w),
+                    },
+                });
+            }
+            used[i] |= w[0] % 2 == 1;
+        }
+    }
+    Ok(used)
+}
+
+/// Sum or average every float parameter's gradient of `module` over
 /// `group`, one collective per element type (all of a dtype's gradients
 /// packed into one buffer, in the module's parameter order), and return
-/// them ready for the optimizer. Every rank must call it with the same
-/// module structure; the result is the same bits on every rank.
+/// them ready for the optimizer; the result is the same bits on every rank.
+///
+/// A parameter without a gradient on some ranks (unused by their loss)
+/// counts as a zero gradient there, as in PyTorch's DDP; a parameter
+/// without a gradient on every rank stays without one. Before any data
+/// moves, the ranks check that their modules match: the same number of
+/// float parameters, each with the same dtype and shape, in the same order.
 ///
 /// # Errors
-/// The group's errors; [`Error::ShapeMismatch`] on every rank when the
-/// ranks' gradients differ in size (different models, or a parameter with
-/// a gradient on some ranks only).
+/// The group's errors; [`Error::ModuleMismatch`] on every rank when the
+/// replicas' modules differ (naming the first differing parameter).
 pub fn all_reduce_gradients<M: Module, G: Group>(
     group: &G,
     module: &M,
@@ -105,25 +186,39 @@ pub fn all_reduce_gradients<M: Module, G: Group>(
 ) -> Result<GradientsParams, Error> {
     let mut visitor = Collect {
         grads: &mut grads,
-        items: Vec::new(),
+        entries: Vec::new(),
     };
     module.visit(&mut visitor);
-    let mut items = visitor.items;
-    // Buckets by dtype, in order of first appearance (the same on every rank).
+    let entries = visitor.entries;
+    let used = agree_structure(group, &entries)?;
+    // Buckets by dtype, in order of first appearance among the parameters
+    // some rank has a gradient for (the same on every rank).
     let mut dtypes: Vec<DType> = Vec::new();
-    for it in &items {
-        if !dtypes.contains(&it.dtype) {
-            dtypes.push(it.dtype);
+    for (e, &u) in entries.iter().zip(&used) {
+        if u && !dtypes.contains(&e.dtype) {
+            dtypes.push(e.dtype);
         }
     }
+    let mut items: Vec<Entry> = entries
+        .into_iter()
+        .zip(used)
+        .filter_map(|(e, u)| u.then_some(e))
+        .collect();
     let n = group.size() as f64;
     for dtype in dtypes {
-        let (bucket, rest): (Vec<Item>, Vec<Item>) =
-            items.into_iter().partition(|it| it.dtype == dtype);
+        let (bucket, rest): (Vec<Entry>, Vec<Entry>) =
+            items.into_iter().partition(|e| e.dtype == dtype);
         items = rest;
-        let lens: Vec<usize> = bucket.iter().map(|it| it.flat.dims()[0]).collect();
-        let (flats, restores): (Vec<Tensor<1>>, Vec<_>) =
-            bucket.into_iter().map(|it| (it.flat, it.restore)).unzip();
+        let lens: Vec<usize> = bucket.iter().map(|e| e.numel).collect();
+        let (flats, restores): (Vec<Tensor<1>>, Vec<_>) = bucket
+            .into_iter()
+            .map(|e| {
+                let flat = e
+                    .grad
+                    .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype)));
+                (flat, e.restore)
+            })
+            .unzip();
         let mut summed = Tensor::cat(flats, 0).all_reduce(group)?;
         if reduction == GradientReduction::Mean {
             summed = summed.div_scalar(n);

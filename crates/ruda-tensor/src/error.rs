@@ -65,11 +65,14 @@ pub enum TensorOp {
     RankSlice,
     /// Seed 004's `rank_slice_by` (select a slice through a rank-id lookup).
     RankSliceBy,
+    /// [`crate::ddp::all_reduce_gradients`]: every parameter's gradient
+    /// reduced over the replicas.
+    DdpGradients,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 26] = [
+    pub const ALL: [TensorOp; 27] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -96,6 +99,7 @@ impl TensorOp {
         TensorOp::ReplicaAllToAll,
         TensorOp::RankSlice,
         TensorOp::RankSliceBy,
+        TensorOp::DdpGradients,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -139,6 +143,7 @@ impl TensorOp {
             TensorOp::ReplicaAllToAll => "replica::all_to_all",
             TensorOp::RankSlice => "replica::rank_slice",
             TensorOp::RankSliceBy => "replica::rank_slice_by",
+            TensorOp::DdpGradients => "ddp::all_reduce_gradients",
         }
     }
 }
@@ -462,6 +467,24 @@ pub enum Error {
         /// What the conversion reported.
         message: String,
     },
+    /// Replicas whose modules differ ([`crate::ddp`]): another number of
+    /// float parameters, or a parameter of another size or dtype at the
+    /// same position in the module's order.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender}'s module differs from rank {reference}'s: {problem}"
+    )]
+    ModuleMismatch {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose module differs.
+        offender: usize,
+        /// The rank it is compared with (rank 0).
+        reference: usize,
+        /// How it differs.
+        problem: ModuleProblem,
+    },
     /// A backward pass ran after every handle to its group was dropped.
     #[error(
         "the backward pass of {op} on rank {rank}: its group was dropped before the backward pass"
@@ -472,6 +495,51 @@ pub enum Error {
         /// The rank (in the group).
         rank: usize,
     },
+}
+
+/// How two replicas' modules differ ([`Error::ModuleMismatch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleProblem {
+    /// Another number of float parameters.
+    ParamCount {
+        /// The reference rank's count.
+        expected: usize,
+        /// The offender's count.
+        got: usize,
+    },
+    /// The parameter at `index` (in the module's visiting order) has
+    /// another element count, dtype or shape.
+    Param {
+        /// The parameter's position in the module's order.
+        index: usize,
+        /// The reference rank's (element count, dtype).
+        expected: (usize, Option<DType>),
+        /// The offender's (element count, dtype).
+        got: (usize, Option<DType>),
+    },
+}
+
+impl fmt::Display for ModuleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModuleProblem::ParamCount { expected, got } => {
+                write!(f, "{got} float parameters where the reference has {expected}")
+            }
+            ModuleProblem::Param {
+                index,
+                expected,
+                got,
+            } => write!(
+                f,
+                "parameter {index} has {} elements of {:?} where the reference's has {} of {:?}{}",
+                got.0,
+                got.1,
+                expected.0,
+                expected.1,
+                if got == expected { " (same size, another shape)" } else { "" }
+            ),
+        }
+    }
 }
 
 /// The name the seed's contract gives the tensor layer's error type.

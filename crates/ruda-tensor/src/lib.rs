@@ -75,7 +75,7 @@ pub use collective::{
 };
 pub use device::{DeviceGroup, DeviceWorld};
 pub use error::{
-    CallId, CountProblem, Error, LookupProblem, PrimitiveError, ShapeProblem,
+    CallId, CountProblem, Error, LookupProblem, ModuleProblem, PrimitiveError, ShapeProblem,
     TensorCollectiveError, TensorOp,
 };
 pub use grid::{Axis, ProcessGrid};

@@ -2,6 +2,17 @@
 //! may run on, rank `r` runs only on the `r`-th of them, as `mpirun` binds
 //! each process to a core. Floating ranks hand off slowly when the scheduler
 //! puts two on one core (each hand-off then waits for a time slice).
+//!
+//! Pinning must not change the process around the world. A thread inherits
+//! its creator's affinity, and rayon sizes and spawns its global pool on
+//! first use from the thread that uses it first: if that were a pinned rank
+//! thread (Burn's CPU backend and ruda-sphere use rayon), the whole process
+//! would get a one-worker pool stuck on rank 0's core. So a pinned world
+//! makes sure rayon's global pool exists before it pins anything, created
+//! with the affinity of the thread that starts the world and rayon's default
+//! settings — the pool the process would have had without ruda. A program
+//! that wants other settings calls `rayon::ThreadPoolBuilder::build_global`
+//! before it starts a pinned world (or turns pinning off).
 
 use core_affinity::CoreId;
 
@@ -51,6 +62,10 @@ impl Placement {
     /// speed).
     pub(crate) fn enter(&self, rank: usize) {
         if let Some(core) = self.cores.as_ref().and_then(|c| c.get(rank)) {
+            // Create rayon's global pool now, while this thread still has
+            // the affinity of the thread that started the world, if nothing
+            // has yet (see the module documentation).
+            let _ = rayon_core::current_num_threads();
             let _ = core_affinity::set_for_current(*core);
         }
     }

@@ -151,14 +151,18 @@ impl LinearOp for Transpose {
         // flattened; block p received is the slab of source p with
         // `d0 = sizes0[me]` and `d1 = sizes1[p]`, and the blocks join along
         // d1. Elements travel as rows of one.
-        let numel = |s: &[usize]| s.iter().product::<usize>();
-        let sends: Vec<usize> = plan
-            .sizes0
-            .iter()
-            .map(|&c| numel(&shape) / shape[d0] * c)
-            .collect();
+        // Elements per unit of axis `d` (the product of every other axis;
+        // no division, so a zero-size axis anywhere is fine).
+        let per = |s: &[usize], d: usize| -> usize {
+            s.iter()
+                .enumerate()
+                .filter(|&(i, _)| i != d)
+                .map(|(_, &v)| v)
+                .product()
+        };
+        let sends: Vec<usize> = plan.sizes0.iter().map(|&c| per(&shape, d0) * c).collect();
         let flat = if d0 == 0 {
-            B::float_reshape(x, Shape::from(alloc::vec![numel(&shape), 1]))
+            B::float_reshape(x, Shape::from(alloc::vec![per(&shape, d0) * shape[d0], 1]))
         } else {
             let parts = starts(&plan.sizes0)
                 .into_iter()
@@ -178,7 +182,7 @@ impl LinearOp for Transpose {
         let recv: Vec<usize> = plan
             .sizes1
             .iter()
-            .map(|&s| numel(&block_shape) / shape[d1] * s)
+            .map(|&s| per(&block_shape, d1) * s)
             .collect();
         let got = g.exchange_rows::<B>(self.role.op, flat, &sends, &recv)?;
         let blocks = starts(&recv)
