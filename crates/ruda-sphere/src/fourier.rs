@@ -149,6 +149,10 @@ impl Modes {
     pub fn forward<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), b_len * k_len * n);
+        if b_len == 0 || k_len == 0 {
+            // No rows (an empty batch, or a rank without latitudes).
+            return Vec::new();
+        }
         let plan = RealFftPlanner::<T>::new().plan_fft_forward(n);
         let factors = self.factors::<T>();
         let mut rows = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
@@ -202,6 +206,9 @@ impl Modes {
     pub fn inverse<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), b_len * k_len * mmax * 2);
+        if b_len == 0 || k_len == 0 {
+            return Vec::new();
+        }
         let gathered;
         let rows: &[T] = match self.layout {
             SpectralLayout::RowsFirst => input,

@@ -7,6 +7,7 @@ use core::ops::Range;
 use std::sync::Mutex;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
+use ruda_tensor::reshape;
 
 use crate::SphereError;
 
@@ -125,8 +126,14 @@ impl Legendre {
     /// batched matmul per block (no copy of `s` when it is contiguous).
     pub(crate) fn analysis(&self, s: Tensor<4>) -> Tensor<4> {
         let [m, k, b, _] = s.dims();
+        if b == 0 {
+            // An empty batch. Burn's slices of an empty tensor are new
+            // tensors off the autodiff graph, so the blocks below would
+            // cut the gradient's path: reshape instead (nothing to add).
+            return reshape(s, [m, self.lmax, 0, 2]);
+        }
         let (dtype, device) = (s.dtype(), s.device());
-        let s = s.reshape([m, k, 2 * b]);
+        let s = reshape(s, [m, k, 2 * b]);
         let parts = self
             .blocks
             .iter()
@@ -144,15 +151,19 @@ impl Legendre {
                 }
             })
             .collect();
-        Tensor::cat(parts, 0).reshape([m, self.lmax, b, 2])
+        reshape(Tensor::cat(parts, 0), [m, self.lmax, b, 2])
     }
 
     /// `c [m, l, b, 2]` → `[m, k, b, 2]`: `Σ_l p[m,k,l] c[m,l,b,:]`, one
     /// batched matmul per block.
     pub(crate) fn synthesis(&self, c: Tensor<4>) -> Tensor<4> {
         let [m, l, b, _] = c.dims();
+        if b == 0 {
+            // An empty batch (see `analysis`).
+            return reshape(c, [m, self.blocks[0].table.shape[1], 0, 2]);
+        }
         let dtype = c.dtype();
-        let c = c.reshape([m, l, 2 * b]);
+        let c = reshape(c, [m, l, 2 * b]);
         let parts: Vec<Tensor<3>> = self
             .blocks
             .iter()
@@ -166,7 +177,7 @@ impl Legendre {
             })
             .collect();
         let k = parts[0].dims()[1];
-        Tensor::cat(parts, 0).reshape([m, k, b, 2])
+        reshape(Tensor::cat(parts, 0), [m, k, b, 2])
     }
 }
 
@@ -193,7 +204,7 @@ pub(crate) fn flatten_field<const D: usize>(
     }
     let lead_dims = dims[..D - 2].to_vec();
     let lead = lead_dims.iter().product();
-    Ok((x.reshape([lead, trailing[0], trailing[1]]), lead_dims))
+    Ok((reshape(x, [lead, trailing[0], trailing[1]]), lead_dims))
 }
 
 /// Coefficients `[.., l, m, 2]` seen as `[lead, l, m, 2]`.
@@ -215,7 +226,7 @@ pub(crate) fn flatten_coefficients<const D: usize>(
     }
     let lead_dims = dims[..D - 3].to_vec();
     let lead = lead_dims.iter().product();
-    Ok((c.reshape([lead, trailing[0], trailing[1], 2]), lead_dims))
+    Ok((reshape(c, [lead, trailing[0], trailing[1], 2]), lead_dims))
 }
 
 /// Check that an output of `E` dimensions follows from an input of `D`
@@ -246,5 +257,5 @@ pub(crate) fn unflatten<const N: usize, const E: usize>(
     let shape: [usize; E] = shape
         .try_into()
         .expect("the output rank was checked against the input's");
-    x.reshape(shape)
+    reshape(x, shape)
 }

@@ -107,9 +107,9 @@ impl ModuleVisitor for Collect<'_> {
             dims_hash: ruda_comm::conformance::mix(&dims_u64) as i64,
             dtype,
             device,
-            grad: grad.map(|g| g.reshape([numel])),
+            grad: grad.map(|g| crate::reshape(g, [numel])),
             restore: Box::new(move |t: Tensor<1>, grads: &mut GradientsParams| {
-                grads.register::<D>(id, t.reshape(dims));
+                grads.register::<D>(id, crate::reshape(t, dims));
             }),
         });
     }

@@ -63,6 +63,8 @@ pub mod ops;
 pub mod primitives;
 pub mod replica;
 #[cfg(feature = "tensor-api")]
+mod reshape;
+#[cfg(feature = "tensor-api")]
 mod route;
 #[cfg(feature = "tensor-api")]
 pub mod tensor_api;
@@ -83,6 +85,8 @@ pub use group::Group;
 pub use host::HostCollective;
 #[cfg(feature = "tensor-api")]
 pub use methods::{IntTensorExt, TensorExt};
+#[cfg(feature = "tensor-api")]
+pub use reshape::reshape;
 
 /// Burn's tensor primitive aliases, as the contract names them.
 pub mod tensor {
