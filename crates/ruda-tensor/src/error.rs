@@ -68,11 +68,14 @@ pub enum TensorOp {
     /// [`crate::ddp::all_reduce_gradients`]: every parameter's gradient
     /// reduced over the replicas.
     DdpGradients,
+    /// The all-to-all of the primitives and tensor methods (any dimension;
+    /// zero-size trailing axes move as empty rows).
+    AllToAll,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 27] = [
+    pub const ALL: [TensorOp; 28] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -100,6 +103,7 @@ impl TensorOp {
         TensorOp::RankSlice,
         TensorOp::RankSliceBy,
         TensorOp::DdpGradients,
+        TensorOp::AllToAll,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -144,6 +148,7 @@ impl TensorOp {
             TensorOp::RankSlice => "replica::rank_slice",
             TensorOp::RankSliceBy => "replica::rank_slice_by",
             TensorOp::DdpGradients => "ddp::all_reduce_gradients",
+            TensorOp::AllToAll => "all_to_all",
         }
     }
 }

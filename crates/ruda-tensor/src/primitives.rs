@@ -127,13 +127,13 @@ pub fn all_to_all<B: DistBackend>(
 ) -> Result<FloatTensor<B>, Error> {
     let d = burn_backend::TensorMetadata::shape(&x).num_dims();
     let dd = crate::layout::normalize_dim(dim, d).map_err(|error| Error::Layout {
-        op: TensorOp::AllToAllVFloat,
+        op: TensorOp::AllToAll,
         rank: g.rank(),
         error,
     })?;
     let out = apply::<B, _, _>(
         g,
-        AllToAllV::new(TensorOp::AllToAllVFloat, counts),
+        AllToAllV::new(TensorOp::AllToAll, counts),
         front::<B>(x, dd),
     )?;
     Ok(front::<B>(out, dd))

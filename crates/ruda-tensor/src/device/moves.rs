@@ -131,6 +131,11 @@ pub(crate) fn sum_in_order<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTenso
     };
     let mut it = parts.into_iter();
     let first = it.next().expect("at least one part");
+    if first.shape().num_elements() == 0 {
+        // Nothing to add (and Flex's binary kernels index out of range on
+        // empty tensors with strides of a swapped view).
+        return first;
+    }
     let Some(second) = it.next() else {
         return first;
     };

@@ -152,6 +152,14 @@ fn chunk<const D: usize>(
         });
     }
     let c = rows / n;
+    if c == 0 || dims.contains(&0) {
+        // An empty slice: `x` itself holds no elements. Burn's slices of
+        // empty results are new tensors off the autodiff graph, so reshape
+        // `x` instead (nothing to copy, and the gradient stays connected).
+        let mut out = dims;
+        out[0] = c;
+        return Ok(crate::reshape(x, out));
+    }
     let ranges: [Range<usize>; D] = core::array::from_fn(|d| {
         if d == 0 {
             index * c..(index + 1) * c
