@@ -117,6 +117,19 @@ impl Fault {
     }
 }
 
+/// Zero-size data a program runs on (besides its fault).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Empty {
+    /// Every tensor has its usual sizes.
+    None,
+    /// An empty batch: every tensor step's inner axis has size zero on
+    /// every rank (a wrong size on one rank still shows as 1 vs 0).
+    Batch,
+    /// This world rank holds no rows where ranks' rows may differ (its
+    /// all-gather block, its transpose columns).
+    Rank(usize),
+}
+
 #[derive(Clone, Debug)]
 struct Program {
     seed: u64,
@@ -124,14 +137,15 @@ struct Program {
     azimuth: usize,
     steps: Vec<Step>,
     fault: Fault,
+    empty: Empty,
 }
 
 impl fmt::Display for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} grid {}x{} steps {:?} fault {:?}",
-            self.seed, self.polar, self.azimuth, self.steps, self.fault
+            "seed {} grid {}x{} steps {:?} fault {:?} empty {:?}",
+            self.seed, self.polar, self.azimuth, self.steps, self.fault, self.empty
         )
     }
 }
@@ -208,12 +222,19 @@ fn generate(seed: u64) -> Program {
             step: g.below(steps.len()),
         },
     };
+    // Drawn last, so that the other draws of a seed stay as they were.
+    let empty = match g.below(4) {
+        0 => Empty::Batch,
+        1 => Empty::Rank(g.below(n)),
+        _ => Empty::None,
+    };
     Program {
         seed,
         polar,
         azimuth,
         steps,
         fault,
+        empty,
     }
 }
 
@@ -325,6 +346,10 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
             continue;
         }
         let leaf = |v: Vec<f64>, shape: [usize; 2]| tensor(v, shape, &dev).require_grad();
+        // The program's zero-size data: an inner axis of zero everywhere,
+        // or no rows on one rank where rows may differ.
+        let inner = |size: usize| if prog.empty == Empty::Batch { 0 } else { size };
+        let no_rows = prog.empty == Empty::Rank(me);
         let out: Option<Tensor<1>> = match step {
             Step::RawAllReduce => {
                 let mut v = vec![me as f64; 5 + extra];
@@ -341,14 +366,14 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                 None
             }
             Step::AllReduce(a) => Some(
-                leaf(ramp(3 * (4 + extra), me), [3, 4 + extra])
+                leaf(ramp(3 * (inner(4) + extra), me), [3, inner(4) + extra])
                     .all_reduce(group(a))?
                     .sum(),
             ),
             Step::AllGather(a) => {
-                let k = group(a).rank();
+                let k = if no_rows { 0 } else { 2 + group(a).rank() };
                 Some(
-                    leaf(ramp((2 + k) * (3 + extra), me), [2 + k, 3 + extra])
+                    leaf(ramp(k * (inner(3) + extra), me), [k, inner(3) + extra])
                         .all_gather(group(a), 0)?
                         .sum(),
                 )
@@ -356,21 +381,21 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
             Step::ReduceScatter(a) => {
                 let rows = group(a).size() + 1;
                 Some(
-                    leaf(ramp(rows * (3 + extra), me), [rows, 3 + extra])
+                    leaf(ramp(rows * (inner(3) + extra), me), [rows, inner(3) + extra])
                         .reduce_scatter(group(a), 0)?
                         .sum(),
                 )
             }
             Step::Transpose => {
-                let w = 2 + grid.azimuth_rank();
-                let x =
-                    tensor(ramp(4 * (3 + extra) * w, me), [4, 3 + extra, w], &dev).require_grad();
+                let w = if no_rows { 0 } else { 2 + grid.azimuth_rank() };
+                let c = inner(3) + extra;
+                let x = tensor(ramp(4 * c * w, me), [4, c, w], &dev).require_grad();
                 Some(x.transpose_over(grid.azimuth(), (2, 0))?.sum().reshape([1]))
             }
             Step::Halo => {
                 let h = 2 + grid.polar_rank() % 2;
                 Some(
-                    leaf(ramp(h * (5 + extra), me), [h, 5 + extra])
+                    leaf(ramp(h * (inner(5) + extra), me), [h, inner(5) + extra])
                         .halo_exchange(grid.polar(), 0, 1)?
                         .sum(),
                 )
