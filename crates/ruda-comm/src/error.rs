@@ -79,8 +79,9 @@ pub enum InvalidArgument {
         /// The group size.
         size: usize,
     },
-    /// A blocking send or receive addressed to the calling rank itself.
-    #[error("a blocking {op} to oneself can never complete; use send_recv")]
+    /// A blocking send or receive addressed to the calling rank itself, or
+    /// a `send_recv` with exactly one of its ends at the calling rank.
+    #[error("{}", self_message_text(*.op))]
     SelfMessage {
         /// `send` or `recv`.
         op: OpKind,
@@ -129,6 +130,21 @@ pub enum InvalidArgument {
     },
 }
 
+/// The message of [`InvalidArgument::SelfMessage`] for `op`.
+fn self_message_text(op: OpKind) -> &'static str {
+    match op {
+        OpKind::SendRecv => {
+            "a send_recv with exactly one of dest and source at this rank can never complete (with both at this rank it is a local copy)"
+        }
+        OpKind::Send => {
+            "a blocking send to oneself can never complete (copy the buffer, or send_recv with dest and source both this rank)"
+        }
+        _ => {
+            "a blocking receive from oneself can never complete (copy the buffer, or send_recv with dest and source both this rank)"
+        }
+    }
+}
+
 /// Everything that can go wrong in a communicator call.
 ///
 /// Every variant names the operation and the rank that reports it (`rank`);
@@ -158,8 +174,8 @@ pub enum InvalidArgument {
 pub enum CommError {
     /// A buffer's length does not fit the counts of the call.
     #[error(
-        "{op} (reported by rank {}): rank {}'s {buffer} holds {got} elements, expected {expected}",
-        .context.name(*.rank), .context.name(*.offender)
+        "{} (reported by rank {}): rank {}'s {buffer} holds {got} elements, expected {expected}",
+        .context.label(*.op), .context.name(*.rank), .context.name(*.offender)
     )]
     LengthMismatch {
         /// The operation.
@@ -180,8 +196,8 @@ pub enum CommError {
     /// Two ranks disagree on a count (an element count, or what one sends
     /// and the other expects to receive).
     #[error(
-        "{op} (reported by rank {}): rank {} expects {expected} elements where rank {} provides {got}",
-        .context.name(*.rank), .context.name(*.offender), .context.name(*.peer)
+        "{} (reported by rank {}): rank {} expects {expected} elements where rank {} provides {got}",
+        .context.label(*.op), .context.name(*.rank), .context.name(*.offender), .context.name(*.peer)
     )]
     CountMismatch {
         /// The operation.
@@ -222,8 +238,8 @@ pub enum CommError {
     },
     /// Some ranks did not arrive before the deadline.
     #[error(
-        "{op} on rank {} timed out after {waited:?}: ranks {} never arrived",
-        .context.name(*.rank), .context.names(.missing)
+        "{} on rank {} timed out after {waited:?}: ranks {} never arrived",
+        .context.label(*.op), .context.name(*.rank), .context.names(.missing)
     )]
     Timeout {
         /// The operation.
@@ -238,7 +254,7 @@ pub enum CommError {
         context: ErrorContext,
     },
     /// A peer failed, so the call can never complete.
-    #[error("{op} on rank {}: rank {} {cause}", .context.name(*.rank), .context.name(*.peer))]
+    #[error("{} on rank {}: rank {} {cause}", .context.label(*.op), .context.name(*.rank), .context.name(*.peer))]
     PeerFailure {
         /// The operation.
         op: OpKind,
@@ -252,7 +268,7 @@ pub enum CommError {
         context: ErrorContext,
     },
     /// An argument no rank could make work.
-    #[error("{op} on rank {}: invalid argument: {reason}", .context.name(*.rank))]
+    #[error("{} on rank {}: invalid argument: {reason}", .context.label(*.op), .context.name(*.rank))]
     InvalidArgument {
         /// The operation.
         op: OpKind,
@@ -264,7 +280,7 @@ pub enum CommError {
         context: ErrorContext,
     },
     /// The underlying transport (MPI, NCCL) failed.
-    #[error("{op} on rank {}: transport error: {message}", .context.name(*.rank))]
+    #[error("{} on rank {}: transport error: {message}", .context.label(*.op), .context.name(*.rank))]
     Transport {
         /// The operation.
         op: OpKind,
@@ -320,8 +336,35 @@ impl CommError {
     /// innermost context, closest to the failure, wins).
     pub fn with_context(mut self, context: impl FnOnce() -> ErrorContext) -> Self {
         if self.context().is_empty() {
-            *self.context_mut() = context();
+            let caller = self.context().caller.clone();
+            let mut new = context();
+            new.caller = caller.or(new.caller);
+            *self.context_mut() = new;
         }
+        self
+    }
+
+    /// The same error, shown as an error of `caller`: the operation the
+    /// user called, when this communicator call was one of its steps (a
+    /// tensor all-reduce first agrees through an all-gather, say). The
+    /// message names `caller`; [`CommError::op`] still says which
+    /// communicator call failed. The outermost caller wins.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{CommError, InvalidArgument, OpKind};
+    /// let e = CommError::InvalidArgument {
+    ///     op: OpKind::AllGather,
+    ///     rank: 0,
+    ///     reason: InvalidArgument::EmptyWorld,
+    ///     context: Default::default(),
+    /// }
+    /// .in_call("all_reduce");
+    /// assert!(e.to_string().starts_with("all_reduce on rank 0"));
+    /// assert_eq!(e.op(), OpKind::AllGather);
+    /// ```
+    pub fn in_call(mut self, caller: impl Into<Arc<str>>) -> Self {
+        self.context_mut().caller = Some(caller.into());
         self
     }
 
@@ -400,7 +443,12 @@ impl CommError {
 /// assert_eq!(h[1].calls.len(), 1);              // rank 1 made one barrier only
 /// ```
 #[derive(Clone, Default)]
-pub struct ErrorContext(Option<Arc<ContextData>>);
+pub struct ErrorContext {
+    data: Option<Arc<ContextData>>,
+    /// The operation the user called, when the failed call was a step of
+    /// it ([`CommError::in_call`]).
+    caller: Option<Arc<str>>,
+}
 
 struct ContextData {
     world_ranks: Vec<usize>,
@@ -411,35 +459,55 @@ impl ErrorContext {
     /// A context naming the world rank of each rank of the communicator
     /// (`world_ranks[r]` for rank `r`) and carrying `histories`.
     pub fn new(world_ranks: Vec<usize>, histories: Vec<RankHistory>) -> Self {
-        ErrorContext(Some(Arc::new(ContextData {
-            world_ranks,
-            histories,
-        })))
+        ErrorContext {
+            data: Some(Arc::new(ContextData {
+                world_ranks,
+                histories,
+            })),
+            caller: None,
+        }
     }
 
     /// No context (errors made before a transport adds it).
     pub const fn none() -> Self {
-        ErrorContext(None)
+        ErrorContext {
+            data: None,
+            caller: None,
+        }
     }
 
-    /// Whether there is no context.
+    /// Whether there are no world ranks or histories yet.
     pub fn is_empty(&self) -> bool {
-        self.0.is_none()
+        self.data.is_none()
+    }
+
+    /// The operation the user called, when the failed call was a step of
+    /// it (see [`CommError::in_call`]).
+    pub fn caller(&self) -> Option<&str> {
+        self.caller.as_deref()
+    }
+
+    /// The operation as a message names it: the user's call when known
+    /// ([`CommError::in_call`]), else the communicator call `op`.
+    pub fn label(&self, op: OpKind) -> OpLabel<'_> {
+        OpLabel { ctx: self, op }
     }
 
     /// The world rank of rank `r` of the communicator, when known.
     pub fn world_rank(&self, r: usize) -> Option<usize> {
-        self.0.as_ref().and_then(|d| d.world_ranks.get(r).copied())
+        self.data
+            .as_ref()
+            .and_then(|d| d.world_ranks.get(r).copied())
     }
 
     /// Every rank's recent calls (oldest first), when the error carries them.
     pub fn histories(&self) -> &[RankHistory] {
-        self.0.as_ref().map_or(&[], |d| &d.histories)
+        self.data.as_ref().map_or(&[], |d| &d.histories)
     }
 
     /// Whether the communicator numbers its ranks differently from the world.
     fn renumbered(&self) -> bool {
-        self.0
+        self.data
             .as_ref()
             .is_some_and(|d| d.world_ranks.iter().enumerate().any(|(r, &w)| r != w))
     }
@@ -464,13 +532,33 @@ impl PartialEq for ErrorContext {
 
 impl fmt::Debug for ErrorContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            None => f.write_str("ErrorContext(none)"),
+        match &self.data {
+            None => f
+                .debug_struct("ErrorContext")
+                .field("caller", &self.caller)
+                .finish(),
             Some(d) => f
                 .debug_struct("ErrorContext")
                 .field("world_ranks", &d.world_ranks)
                 .field("histories", &d.histories.len())
+                .field("caller", &self.caller)
                 .finish(),
+        }
+    }
+}
+
+/// An operation as an error message shows it; see [`ErrorContext::label`].
+#[derive(Clone, Copy)]
+pub struct OpLabel<'a> {
+    ctx: &'a ErrorContext,
+    op: OpKind,
+}
+
+impl fmt::Display for OpLabel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ctx.caller() {
+            Some(c) => f.write_str(c),
+            None => write!(f, "{}", self.op),
         }
     }
 }

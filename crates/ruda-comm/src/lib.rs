@@ -37,7 +37,8 @@ mod replica;
 pub use communicator::Communicator;
 pub use element::{Accumulator, DType, Element};
 pub use error::{
-    BufferRole, CommError, ErrorContext, InvalidArgument, PeerFailureCause, RankName, RankNames,
+    BufferRole, CommError, ErrorContext, InvalidArgument, OpLabel, PeerFailureCause, RankName,
+    RankNames,
 };
 pub use fingerprint::{Fingerprint, ObjectType, OpKind};
 pub use flight::{

@@ -803,6 +803,21 @@ fn send_recv_with_one_end_at_oneself_is_refused() {
             ),
             "{e}"
         );
+        // Issue 17 (9): the advice fits the call (it used to say "use
+        // send_recv" to a send_recv).
+        let msg = e.to_string();
+        assert!(msg.contains("exactly one of dest and source"), "{msg}");
+        assert!(!msg.contains("use send_recv"), "{msg}");
+    }
+    // A blocking send to oneself is pointed at a copy.
+    let results = world(1).run_each(|c| c.send(&[1u8], 0));
+    for e in errors(results) {
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("send on rank 0: invalid argument: a blocking send to oneself"),
+            "{msg}"
+        );
+        assert!(msg.contains("copy the buffer"), "{msg}");
     }
 }
 

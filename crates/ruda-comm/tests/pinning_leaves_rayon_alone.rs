@@ -47,7 +47,11 @@ fn a_pinned_rank_thread_that_uses_rayon_first_leaves_the_global_pool_alone() {
         assert_eq!(*sum, 6);
     }
     // The process around the world: the pool rayon would have made anyway.
-    assert_eq!(allowed_cores(), before, "the caller's affinity is untouched");
+    assert_eq!(
+        allowed_cores(),
+        before,
+        "the caller's affinity is untouched"
+    );
     assert_eq!(
         rayon_core::current_num_threads(),
         parallelism,
@@ -56,6 +60,9 @@ fn a_pinned_rank_thread_that_uses_rayon_first_leaves_the_global_pool_alone() {
     let worker_cores = rayon_core::broadcast(|_| allowed_cores());
     assert_eq!(worker_cores.len(), parallelism);
     for (w, cores) in worker_cores.iter().enumerate() {
-        assert_eq!(cores, &before, "pool worker {w} may run on every allowed core");
+        assert_eq!(
+            cores, &before,
+            "pool worker {w} may run on every allowed core"
+        );
     }
 }

@@ -72,13 +72,19 @@ fn the_distributed_transforms_of_an_empty_batch_are_empty_and_tracked() {
                 let c: Tensor<4> = sht.forward(x.clone())?;
                 assert_eq!(c.dims(), [0, ls, ms, 2], "{p}x{a}");
                 let grads = c.sum().backward();
-                assert_eq!(x.grad(&grads).expect("x has a gradient").dims(), [0, lat, lon]);
+                assert_eq!(
+                    x.grad(&grads).expect("x has a gradient").dims(),
+                    [0, lat, lon]
+                );
 
                 let c = tensor(Vec::new(), [0, ls, ms, 2], &device).require_grad();
                 let y: Tensor<3> = isht.forward(c.clone())?;
                 assert_eq!(y.dims(), [0, lat, lon], "{p}x{a}");
                 let grads = y.sum().backward();
-                assert_eq!(c.grad(&grads).expect("c has a gradient").dims(), [0, ls, ms, 2]);
+                assert_eq!(
+                    c.grad(&grads).expect("c has a gradient").dims(),
+                    [0, ls, ms, 2]
+                );
                 Ok::<_, SphereError>(())
             })
             .unwrap_or_else(|e| panic!("{p}x{a}: {e}"));

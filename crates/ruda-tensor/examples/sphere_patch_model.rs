@@ -13,6 +13,7 @@
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_comm::LocalWorld;
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::{Error, ProcessGrid, TensorExt};
 
 const CHANNELS: usize = 4;
@@ -39,7 +40,15 @@ fn model<G: ruda_tensor::Group>(
     let y = stencil * w;
     let energy = y.clone() * y;
     // Longitudes become whole, channels split, over the azimuth group.
-    let per_lat = energy.transpose_over(azimuth, (-1, 0))?.sum_dim(2);
+    let per_lat = energy
+        .transpose_over(
+            azimuth,
+            TransposeAxes {
+                split_in: -1,
+                split_out: 0,
+            },
+        )?
+        .sum_dim(2);
     // Gather channels (azimuth) and latitudes (polar): replicated everywhere.
     let all = per_lat.gather_from(azimuth, 0)?.gather_from(polar, -2)?;
     Ok(all.sum())

@@ -137,7 +137,7 @@ impl<B: DistBackend, G: Group> TensorCollective<B> for G {
 
 impl<B: DistBackend, G: Group> ReplicatedTensorCollective<B> for G {
     fn all_reduce_sum(&self, value: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
-        apply::<B, _, _>(self, AllReduce::new(), value)
+        apply::<B, _, _>(self, AllReduce::contract(), value)
     }
 }
 
@@ -147,7 +147,7 @@ impl<B: DistBackend, G: Group> BroadcastTensorCollective<B> for G {
     }
 
     fn broadcast_float(&self, value: FloatTensor<B>, root: u32) -> Result<FloatTensor<B>, Error> {
-        apply::<B, _, _>(self, Broadcast::new(root as usize), value)
+        apply::<B, _, _>(self, Broadcast::contract(root as usize), value)
     }
 }
 

@@ -181,6 +181,17 @@ fn agree_structure<G: Group>(group: &G, entries: &[Entry]) -> Result<Vec<bool>, 
 pub fn all_reduce_gradients<M: Module, G: Group>(
     group: &G,
     module: &M,
+    grads: GradientsParams,
+    reduction: GradientReduction,
+) -> Result<GradientsParams, Error> {
+    reduce_gradients(group, module, grads, reduction)
+        .map_err(|e| e.in_named_call(TensorOp::DdpGradients.name()))
+}
+
+/// [`all_reduce_gradients`], with errors as its steps report them.
+fn reduce_gradients<M: Module, G: Group>(
+    group: &G,
+    module: &M,
     mut grads: GradientsParams,
     reduction: GradientReduction,
 ) -> Result<GradientsParams, Error> {

@@ -71,11 +71,17 @@ pub enum TensorOp {
     /// The all-to-all of the primitives and tensor methods (any dimension;
     /// zero-size trailing axes move as empty rows).
     AllToAll,
+    /// The all-reduce of the primitives and tensor methods (the seed's
+    /// contract entry point is [`TensorOp::AllReduceSum`]).
+    AllReduce,
+    /// The broadcast of the primitives and tensor methods (the seed's
+    /// contract entry point is [`TensorOp::BroadcastFloat`]).
+    Broadcast,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 28] = [
+    pub const ALL: [TensorOp; 30] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -104,6 +110,8 @@ impl TensorOp {
         TensorOp::RankSliceBy,
         TensorOp::DdpGradients,
         TensorOp::AllToAll,
+        TensorOp::AllReduce,
+        TensorOp::Broadcast,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -149,6 +157,8 @@ impl TensorOp {
             TensorOp::RankSliceBy => "replica::rank_slice_by",
             TensorOp::DdpGradients => "ddp::all_reduce_gradients",
             TensorOp::AllToAll => "all_to_all",
+            TensorOp::AllReduce => "all_reduce",
+            TensorOp::Broadcast => "broadcast",
         }
     }
 }
@@ -317,7 +327,12 @@ pub enum Error {
     },
     /// A root outside the group, or ranks naming different roots.
     #[error(
-        "{op} (reported by rank {rank}): rank {offender} names root {root} in a group of {size} where rank 0 names {expected}"
+        "{op} (reported by rank {rank}): rank {offender} names root {root}{}",
+        if .root >= .size {
+            alloc::format!(", outside a group of {size}")
+        } else {
+            alloc::format!(" where rank 0 names {expected}")
+        }
     )]
     InvalidRoot {
         /// The operation.
@@ -490,6 +505,30 @@ pub enum Error {
         /// How it differs.
         problem: ModuleProblem,
     },
+    /// A rank's agreement record holds a code this build cannot read (a
+    /// rank running another version of ruda, or not a tensor-layer record
+    /// at all).
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender}'s record has an unknown {what} code {code} (another ruda version on that rank?)"
+    )]
+    Record {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank whose record it is.
+        offender: usize,
+        /// Which field: `record marker`, `operation`, `problem`, `dtype`.
+        what: &'static str,
+        /// The code found.
+        code: i64,
+    },
+    /// Replica groups that are not valid on their own
+    /// ([`ruda_comm::ReplicaGroups::new`]), so that `?` works in a rank's
+    /// code. (Groups that differ between ranks are found by
+    /// [`crate::Group::replica_group`], as [`Error::Comm`].)
+    #[error(transparent)]
+    ReplicaGroups(#[from] ruda_comm::ReplicaGroupsError),
     /// A backward pass ran after every handle to its group was dropped.
     #[error(
         "the backward pass of {op} on rank {rank}: its group was dropped before the backward pass"
@@ -528,7 +567,10 @@ impl fmt::Display for ModuleProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ModuleProblem::ParamCount { expected, got } => {
-                write!(f, "{got} float parameters where the reference has {expected}")
+                write!(
+                    f,
+                    "{got} float parameters where the reference has {expected}"
+                )
             }
             ModuleProblem::Param {
                 index,
@@ -541,8 +583,29 @@ impl fmt::Display for ModuleProblem {
                 got.1,
                 expected.0,
                 expected.1,
-                if got == expected { " (same size, another shape)" } else { "" }
+                if got == expected {
+                    " (same size, another shape)"
+                } else {
+                    ""
+                }
             ),
+        }
+    }
+}
+
+impl Error {
+    /// The same error, with a communicator failure shown as a failure of
+    /// the tensor call `role` (whose agreement or data movement it was a
+    /// step of) rather than of the internal communicator call.
+    pub(crate) fn in_call(self, role: crate::ops::Role) -> Self {
+        self.in_named_call(&role.label())
+    }
+
+    /// [`Error::in_call`] with the call's name given.
+    pub(crate) fn in_named_call(self, name: &str) -> Self {
+        match self {
+            Error::Comm(c) => Error::Comm(c.in_call(name)),
+            other => other,
         }
     }
 }

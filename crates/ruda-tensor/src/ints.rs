@@ -39,7 +39,7 @@ pub(crate) fn all_gather_int<B: Backend, G: Group>(
     let mut f = Facts::new(op, dtype, &shape);
     f.problem = problem;
     f.free_axis = (!equal).then_some(d);
-    let agreed = agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+    let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
     if g.size() == 1 {
         return Ok(x);
     }

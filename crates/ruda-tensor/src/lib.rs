@@ -11,7 +11,7 @@
 //! Three levels, one implementation:
 //! - methods of Burn's user-facing `Tensor` ([`TensorExt`],
 //!   [`IntTensorExt`]; feature `tensor-api`, on by default): `x.all_reduce(&group)`,
-//!   `x.all_gather(&group, dim)`, `x.transpose_over(&group, (now, next))`,
+//!   `x.all_gather(&group, dim)`, `x.transpose_over(&group, TransposeAxes { split_in, split_out })`,
 //!   `x.halo_exchange(&group, dim, radius)`… with no type annotations;
 //! - functions on Burn primitives of any [`DistBackend`] ([`primitives`]),
 //!   plus the seed's grid-bound names, and the seed's contract
@@ -85,6 +85,7 @@ pub use group::Group;
 pub use host::HostCollective;
 #[cfg(feature = "tensor-api")]
 pub use methods::{IntTensorExt, TensorExt};
+pub use ops::TransposeAxes;
 #[cfg(feature = "tensor-api")]
 pub use reshape::reshape;
 

@@ -28,6 +28,7 @@ use burn_tensor::{Int, Tensor};
 
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
+use crate::ops::TransposeAxes;
 use crate::primitives as p;
 use crate::route::routed;
 
@@ -119,12 +120,12 @@ pub trait TensorExt: Sized {
     fn reduce_from_scatter_to<G: Group>(self, group: &G, dim: isize) -> Result<Self, Error>;
 
     /// Distributed transpose: the tensor is split over the group along
-    /// `split_now`; the result is split along `split_next` (balanced) and
-    /// whole along `split_now`.
+    /// `axes.split_in`; the result is split along `axes.split_out`
+    /// (balanced) and whole along `axes.split_in` (see [`TransposeAxes`]).
     ///
     /// # Errors
     /// As [`p::transpose`].
-    fn transpose_over<G: Group>(self, group: &G, dims: (isize, isize)) -> Result<Self, Error>;
+    fn transpose_over<G: Group>(self, group: &G, axes: TransposeAxes) -> Result<Self, Error>;
 
     /// Borrow `radius` rows along `dim` from each neighbour (zeros at the
     /// ends); the adjoint is [`TensorExt::halo_reduce`].
@@ -231,13 +232,9 @@ impl<const D: usize> TensorExt for Tensor<D> {
         })
     }
 
-    fn transpose_over<G: Group>(self, group: &G, dims: (isize, isize)) -> Result<Self, Error> {
-        let (now, next) = dims;
+    fn transpose_over<G: Group>(self, group: &G, axes: TransposeAxes) -> Result<Self, Error> {
         routed!(self, D, burn_tensor::Float, |B, t| p::transpose::<B>(
-            group,
-            t,
-            (next, now),
-            None
+            group, t, axes, None
         ))
     }
 

@@ -40,7 +40,7 @@ use crate::grid::{Axis, ProcessGrid};
 use crate::group::Group;
 use crate::ops::{
     AllReduce, AllToAllV, Broadcast, CopyTo, Gather, HaloExchange, HaloReduce, KeepChunk,
-    ReduceFrom, ReduceScatter, Transpose, apply, front,
+    ReduceFrom, ReduceScatter, Transpose, TransposeAxes, apply, front,
 };
 
 /// Sum over the group; every rank gets the result. The adjoint is itself.
@@ -236,24 +236,26 @@ pub fn reduce_from_scatter_to<B: DistBackend>(
 }
 
 /// Distributed transpose over the group: the input is split over the ranks
-/// along `dims.1` (sizes discovered; `dim1_sizes`, when given, checked) and
-/// whole along `dims.0`; the output is split along `dims.0` in balanced
-/// chunks and whole along `dims.1`. Every other axis must agree. Backward
-/// is the inverse transpose with the forward's actual sizes.
+/// along `axes.split_in` (sizes discovered; `split_in_sizes`, when given,
+/// checked) and whole along `axes.split_out`; the output is split along
+/// `axes.split_out` in balanced chunks and whole along `axes.split_in`.
+/// Every other axis must agree. Backward is the inverse transpose with the
+/// forward's actual sizes. See [`TransposeAxes`].
 ///
 /// # Errors
-/// [`Error::ShapeMismatch`] when any axis but `dims.1` differs;
+/// [`Error::ShapeMismatch`] when any axis but `split_in` differs;
 /// [`Error::DeclaredSizes`]; [`Error::Layout`] for bad or equal dimensions
-/// or a `dims.0` too short to give every rank a chunk; as [`all_reduce`].
+/// or a `split_out` axis too short to give every rank a chunk; as
+/// [`all_reduce`].
 pub fn transpose<B: DistBackend>(
     g: &impl Group,
     x: FloatTensor<B>,
-    dims: (isize, isize),
-    dim1_sizes: Option<&[usize]>,
+    axes: TransposeAxes,
+    split_in_sizes: Option<&[usize]>,
 ) -> Result<FloatTensor<B>, Error> {
     apply::<B, _, _>(
         g,
-        Transpose::new(dims, dim1_sizes.map(<[usize]>::to_vec)),
+        Transpose::new(axes, split_in_sizes.map(<[usize]>::to_vec)),
         x,
     )
 }
@@ -321,13 +323,17 @@ macro_rules! on_axis {
 }
 
 on_axis!(
-    /// [`transpose`] over the azimuth group, checking the declared sizes.
+    /// [`transpose`] over the azimuth group, checking the declared sizes;
+    /// `dims` in torch-harmonics' order, `(split_out, split_in)` (see
+    /// [`TransposeAxes::from_torch_harmonics`]).
     distributed_transpose_azimuth => Azimuth, |g, x, dims: (isize, isize), shapes: &[usize]|
-        transpose::<B>(g, x, dims, Some(shapes)));
+        transpose::<B>(g, x, TransposeAxes::from_torch_harmonics(dims), Some(shapes)));
 on_axis!(
-    /// [`transpose`] over the polar group, checking the declared sizes.
+    /// [`transpose`] over the polar group, checking the declared sizes;
+    /// `dims` in torch-harmonics' order, `(split_out, split_in)` (see
+    /// [`TransposeAxes::from_torch_harmonics`]).
     distributed_transpose_polar => Polar, |g, x, dims: (isize, isize), shapes: &[usize]|
-        transpose::<B>(g, x, dims, Some(shapes)));
+        transpose::<B>(g, x, TransposeAxes::from_torch_harmonics(dims), Some(shapes)));
 on_axis!(
     /// [`copy_to`] over the polar group.
     copy_to_polar_region => Polar, |g, x| copy_to::<B>(g, x));

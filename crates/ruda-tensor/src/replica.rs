@@ -70,7 +70,7 @@ fn agree_seed<G: Group>(
     f.backward = role.backward;
     f.tracked = Some(tracked);
     f.problem = problem;
-    agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+    agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod common;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use common::world;
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::{Error, Group, HostCollective, TensorExt};
 
 /// A device under test and the float types it runs.
@@ -84,7 +85,15 @@ fn cases() -> Vec<Case> {
         ("scatter_to+gather_from", [3, 6], |x, g| {
             x.scatter_to(g, 1)?.gather_from(g, 1)
         }),
-        ("transpose", [2, 6], |x, g| x.transpose_over(g, (0, 1))),
+        ("transpose", [2, 6], |x, g| {
+            x.transpose_over(
+                g,
+                TransposeAxes {
+                    split_in: 0,
+                    split_out: 1,
+                },
+            )
+        }),
         ("halo_exchange", [3, 6], |x, g| x.halo_exchange(g, 0, 1)),
         ("halo_reduce", [5, 6], |x, g| x.halo_reduce(g, 0, 1, 3)),
     ]

@@ -99,12 +99,15 @@ mod unused_parameters {
         grad_of(&g, &layer.weight).unwrap()
     }
 
+    /// A parameter's reduced gradient, if it has one.
+    type Grad = Option<Vec<f64>>;
+
     /// One rank's part of the unused-parameter case: rank 0's loss uses
     /// only `a`, rank 1's only `b`; returns the reduced `a` and `b`.
     fn unused_on_one_rank<G: ruda_tensor::Group>(
         world: &G,
         reduction: GradientReduction,
-    ) -> Result<(Option<Vec<f64>>, Option<Vec<f64>>), Error> {
+    ) -> Result<(Grad, Grad), Error> {
         let me = world.rank();
         let device = Device::flex().autodiff();
         let m = two(&device, 3);
@@ -131,13 +134,25 @@ mod unused_parameters {
             let device = ruda_tensor::DeviceWorld::shared(2, Device::flex())
                 .run(|g, _| unused_on_one_rank(&g, reduction))
                 .unwrap();
-            let scale = if reduction == GradientReduction::Mean { 0.5 } else { 1.0 };
+            let scale = if reduction == GradientReduction::Mean {
+                0.5
+            } else {
+                1.0
+            };
             let want_a: Vec<f64> = expect_a.iter().map(|v| v * scale).collect();
             let want_b: Vec<f64> = expect_b.iter().map(|v| v * scale).collect();
             for (what, out) in [("host", host), ("device", device)] {
                 for (r, (a, b)) in out.iter().enumerate() {
-                    assert_eq!(a.as_ref(), Some(&want_a), "{what} {reduction:?} rank {r}: a");
-                    assert_eq!(b.as_ref(), Some(&want_b), "{what} {reduction:?} rank {r}: b");
+                    assert_eq!(
+                        a.as_ref(),
+                        Some(&want_a),
+                        "{what} {reduction:?} rank {r}: a"
+                    );
+                    assert_eq!(
+                        b.as_ref(),
+                        Some(&want_b),
+                        "{what} {reduction:?} rank {r}: b"
+                    );
                 }
             }
         }
@@ -203,8 +218,7 @@ mod unused_parameters {
                 if extra && me == 2 {
                     // A module with one more parameter (a third layer).
                     let bigger = (m, LinearConfig::new(3, 2).init(&device).map(&mut Zeros));
-                    all_reduce_gradients(&world, &bigger, g, GradientReduction::Sum)
-                        .map(|_| ())
+                    all_reduce_gradients(&world, &bigger, g, GradientReduction::Sum).map(|_| ())
                 } else {
                     all_reduce_gradients(&world, &m, g, GradientReduction::Sum).map(|_| ())
                 }
@@ -225,7 +239,11 @@ mod unused_parameters {
                     rank,
                     offender: 2,
                     reference: 0,
-                    problem: ModuleProblem::ParamCount { expected: 4, got: 6 },
+                    problem:
+                        ModuleProblem::ParamCount {
+                            expected: 4,
+                            got: 6,
+                        },
                     ..
                 } => assert_eq!(rank, r),
                 other => panic!("rank {r}: {other}"),

@@ -10,6 +10,7 @@
 
 mod common;
 
+use ruda_tensor::TransposeAxes;
 use std::time::{Duration, Instant};
 
 use burn_tensor::{DType, Device, Int, Tensor, TensorData};
@@ -98,7 +99,13 @@ impl Case {
             Case::ScatterGather => x.scatter_to(g, 1)?.gather_from(g, 1),
             Case::GatherFromCopyTo => x.gather_from_copy_to(g, 0),
             Case::ReduceFromScatterTo => x.reduce_from_scatter_to(g, 0),
-            Case::Transpose => x.transpose_over(g, (0, 1)),
+            Case::Transpose => x.transpose_over(
+                g,
+                TransposeAxes {
+                    split_in: 0,
+                    split_out: 1,
+                },
+            ),
             Case::HaloExchange => x.halo_exchange(g, 0, 1),
             Case::HaloReduce => x.halo_reduce(g, 0, 1, 3),
             Case::SeedAllReduce => replica::all_reduce(x, g),
@@ -425,8 +432,20 @@ fn grid_model<G: Group>(
         DType::F64,
     )
     .require_grad();
-    let t = x.clone().transpose_over(grid.azimuth(), (2, 1))?;
-    let t = (t.clone() * t).transpose_over(grid.azimuth(), (1, 2))?;
+    let t = x.clone().transpose_over(
+        grid.azimuth(),
+        TransposeAxes {
+            split_in: 2,
+            split_out: 1,
+        },
+    )?;
+    let t = (t.clone() * t).transpose_over(
+        grid.azimuth(),
+        TransposeAxes {
+            split_in: 1,
+            split_out: 2,
+        },
+    )?;
     let h = t.halo_exchange(grid.polar(), 1, 1)?;
     let q = (h.clone() * h).sum_dim(0);
     let r = q.halo_reduce(grid.polar(), 1, 1, rows)?;

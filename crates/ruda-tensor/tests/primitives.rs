@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use ruda_comm::LocalCommunicator;
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::layout::compute_split_shapes;
 use ruda_tensor::primitives;
 use ruda_tensor::{Axis, ProcessGrid};
@@ -167,7 +168,13 @@ fn transpose_forward_gradient_adjoint() {
                 };
                 let s1c = s1.clone();
                 let forward = move |g: &Grid, x| {
-                    primitives::transpose::<Ad>(g.group(axis), x, dims, Some(&s1c)).unwrap()
+                    primitives::transpose::<Ad>(
+                        g.group(axis),
+                        x,
+                        TransposeAxes::from_torch_harmonics(dims),
+                        Some(&s1c),
+                    )
+                    .unwrap()
                 };
                 check_op(
                     n,
@@ -515,11 +522,22 @@ fn round_trips() {
                     let t = primitives::transpose::<burn_flex::Flex>(
                         grp,
                         float(mine.clone(), &[10, s1[me]]),
-                        (0, 1),
+                        TransposeAxes {
+                            split_in: 1,
+                            split_out: 0,
+                        },
                         Some(&s1),
                     )?;
                     let c0 = compute_split_shapes(10, n).unwrap();
-                    let t2 = primitives::transpose::<burn_flex::Flex>(grp, t, (1, 0), Some(&c0))?;
+                    let t2 = primitives::transpose::<burn_flex::Flex>(
+                        grp,
+                        t,
+                        TransposeAxes {
+                            split_in: 0,
+                            split_out: 1,
+                        },
+                        Some(&c0),
+                    )?;
                     assert_eq!(read_float::<f64>(t2), (mine.clone(), vec![10, s1[me]]));
                     let same = primitives::halo_exchange::<burn_flex::Flex>(
                         grp,

@@ -4,6 +4,7 @@
 
 mod common;
 
+use ruda_tensor::TransposeAxes;
 use std::time::{Duration, Instant};
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
@@ -37,7 +38,14 @@ fn a_transpose_with_other_non_split_axes_is_an_error_everywhere() {
             let g = HostCollective::new(c);
             let shape = if g.rank() == 0 { [4, 2, 3, 4] } else { other };
             let x = f64_tensor(vec![1.0; shape.iter().product()], shape, &Device::flex());
-            x.transpose_over(&g, (1, 0)).map(|_| ())
+            x.transpose_over(
+                &g,
+                TransposeAxes {
+                    split_in: 1,
+                    split_out: 0,
+                },
+            )
+            .map(|_| ())
         }));
         for (r, e) in errs.into_iter().enumerate() {
             match e {
@@ -76,7 +84,7 @@ fn ranks_in_different_operations_with_equal_shapes_are_a_desync() {
     for e in errs {
         let text = e.to_string();
         assert!(
-            text.contains("rank 2 is in reduce_from (#0) where rank 0 is in all_reduce_sum (#0)"),
+            text.contains("rank 2 is in reduce_from (#0) where rank 0 is in all_reduce (#0)"),
             "{text}"
         );
         assert!(
@@ -85,7 +93,7 @@ fn ranks_in_different_operations_with_equal_shapes_are_a_desync() {
                 Error::Desync {
                     offender: 2,
                     expected: CallId {
-                        op: TensorOp::AllReduceSum,
+                        op: TensorOp::AllReduce,
                         backward: false,
                         seq: 0
                     },
@@ -115,7 +123,18 @@ fn each_call_is_one_agreement_and_one_data_exchange() {
                 Ok(g.seq() - before)
             };
             assert_eq!(count(&|| x().halo_exchange(&g, 0, 2).map(|_| ()))?, 2);
-            assert_eq!(count(&|| x().transpose_over(&g, (0, 1)).map(|_| ()))?, 2);
+            assert_eq!(
+                count(&|| x()
+                    .transpose_over(
+                        &g,
+                        TransposeAxes {
+                            split_in: 0,
+                            split_out: 1
+                        }
+                    )
+                    .map(|_| ()))?,
+                2
+            );
             assert_eq!(count(&|| x().all_gather(&g, 1).map(|_| ()))?, 2);
             assert_eq!(count(&|| x().all_to_all(&g, 0, &[1, 2, 1]).map(|_| ()))?, 2);
             assert_eq!(count(&|| x().all_reduce(&g).map(|_| ()))?, 2);
@@ -320,7 +339,7 @@ fn a_backward_after_the_group_is_dropped_is_a_typed_error() {
             }; // the last handle on the group goes here
             match try_backward(|| loss.backward()) {
                 Err(Error::GroupDropped {
-                    op: TensorOp::AllReduceSum,
+                    op: TensorOp::AllReduce,
                     rank: 0,
                 }) => Ok(()),
                 other => panic!("{:?}", other.map(|_| ())),
@@ -338,6 +357,144 @@ fn primitive_level_calls_need_only_the_backend_named() {
             let x = leaf(vec![1.0, 2.0], &[2]);
             let y = primitives::all_gather::<Ad>(&g, x.clone(), 0)?;
             assert_eq!(read_ad(y).0, vec![1.0, 2.0, 1.0, 2.0]);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn errors_name_the_operation_the_user_called() {
+    // Issue 17 (9): a peer that left during a tensor all-reduce used to
+    // read "all_gather on rank 0: …" (the agreement's internal step).
+    let results = patient(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        if g.rank() == 1 {
+            return Ok(());
+        }
+        f64_tensor(vec![1.0; 4], [2, 2], &Device::flex())
+            .all_reduce(&g)
+            .map(|_| ())
+    });
+    match &results[0] {
+        Err(RankError::Failed(e @ Error::Comm(CommError::PeerFailure { peer: 1, .. }))) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("all_reduce on rank 0: rank 1"), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // In the backward pass: rank 1 returns before its backward.
+    let results = patient(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        let x = f64_tensor(vec![1.0; 4], [2, 2], &Device::flex().autodiff()).require_grad();
+        let y = x.all_gather(&g, 0)?;
+        if g.rank() == 1 {
+            return Ok(());
+        }
+        try_backward(|| y.sum().backward()).map(|_| ())
+    });
+    match &results[0] {
+        Err(RankError::Failed(e @ Error::Comm(CommError::PeerFailure { .. }))) => {
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("the backward pass of all_gather on rank 0: rank 1"),
+                "{msg}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_out_of_range_root_says_so() {
+    // Issue 17 (9): it read "rank 0 names root 5 in a group of 2 where rank
+    // 0 names 5".
+    let errs = errors(world(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        f64_tensor(vec![1.0; 2], [2], &Device::flex())
+            .broadcast(&g, 5)
+            .map(|_| ())
+    }));
+    for (r, e) in errs.into_iter().enumerate() {
+        assert_eq!(
+            e.to_string(),
+            format!("broadcast (reported by rank {r}): rank 0 names root 5, outside a group of 2")
+        );
+    }
+    // Roots that differ name rank 0's.
+    let errs = errors(world(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        let root = g.rank();
+        f64_tensor(vec![1.0; 2], [2], &Device::flex())
+            .broadcast(&g, root)
+            .map(|_| ())
+    }));
+    for (r, e) in errs.into_iter().enumerate() {
+        assert_eq!(
+            e.to_string(),
+            format!("broadcast (reported by rank {r}): rank 1 names root 1 where rank 0 names 0")
+        );
+    }
+}
+
+#[test]
+fn invalid_replica_groups_convert_into_the_tensor_error() {
+    // Issue 17 (9): `?` on ReplicaGroups::new in a rank's code.
+    let out = world(1).run_each(|c| {
+        let g = HostCollective::new(c);
+        let groups = ruda_comm::ReplicaGroups::new([[0usize, 0]])?;
+        g.replica_group(&groups).map(|_| ())
+    });
+    match &out[0] {
+        Err(RankError::Failed(Error::ReplicaGroups(ruda_comm::ReplicaGroupsError::Repeated {
+            rank: 0,
+            ..
+        }))) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn one_transpose_convention_at_every_level() {
+    // Issue 17 (11): the tensor method took (now, next), the primitive and
+    // the operation (next, now). Now all take the same named axes, and the
+    // seed's torch-harmonics names convert their tuple explicitly.
+    use burn_flex::Flex;
+    use ruda_tensor::ops::{Transpose, apply};
+    let axes = TransposeAxes {
+        split_in: 1,
+        split_out: 0,
+    };
+    world(2)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let cols = 2 + g.rank();
+            let v: Vec<f64> = (0..4 * cols).map(|i| (100 * g.rank() + i) as f64).collect();
+            let method =
+                values(f64_tensor(v.clone(), [4, cols], &Device::flex()).transpose_over(&g, axes)?);
+            let prim = read_float::<f64>(primitives::transpose::<Flex>(
+                &g,
+                float(v.clone(), &[4, cols]),
+                axes,
+                None,
+            )?)
+            .0;
+            let op = read_float::<f64>(apply::<Flex, _, _>(
+                &g,
+                Transpose::new(axes, None),
+                float(v.clone(), &[4, cols]),
+            )?)
+            .0;
+            assert_eq!(method, prim);
+            assert_eq!(method, op);
+            // The expected rows: rank r's half of the 4 rows, all 5 columns.
+            let me = g.rank();
+            let mut want = Vec::new();
+            for row in 2 * me..2 * me + 2 {
+                for (src, w) in [(0usize, 2usize), (1, 3)] {
+                    want.extend((0..w).map(|j| (100 * src + row * w + j) as f64));
+                }
+            }
+            assert_eq!(method, want);
             Ok::<_, Error>(())
         })
         .unwrap();

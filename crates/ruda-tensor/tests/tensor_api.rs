@@ -11,6 +11,7 @@ use burn_backend::ops::FloatTensorOps;
 use burn_flex::Flex;
 use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use common::*;
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::{
     Error, Group, HostCollective, IntTensorExt, ProcessGrid, TensorExt, primitives,
     tensor_api as ta,
@@ -97,11 +98,20 @@ fn every_method_matches_its_primitive_on_world_and_split_groups() {
                     );
                     // Transpose: split along dim 0 now (uneven), along dim 1 next.
                     let wide: Vec<f64> = (0..rows * 5).map(|i| (me * 100 + i) as f64).collect();
-                    let t = f64_tensor(wide.clone(), [rows, 5], &dev).transpose_over(g, (0, 1))?;
+                    let t = f64_tensor(wide.clone(), [rows, 5], &dev).transpose_over(
+                        g,
+                        TransposeAxes {
+                            split_in: 0,
+                            split_out: 1,
+                        },
+                    )?;
                     let want = read_float::<f64>(primitives::transpose::<Flex>(
                         g,
                         float(wide, &[rows, 5]),
-                        (1, 0),
+                        TransposeAxes {
+                            split_in: 0,
+                            split_out: 1,
+                        },
                         None,
                     )?)
                     .0;
@@ -246,7 +256,13 @@ fn the_seed_grid_names_are_the_methods_on_the_grid_groups() {
                     (0, -1),
                     &[4, 4]
                 )?),
-                values(x().transpose_over(g.azimuth(), (-1, 0))?)
+                values(x().transpose_over(
+                    g.azimuth(),
+                    TransposeAxes {
+                        split_in: -1,
+                        split_out: 0
+                    }
+                )?)
             );
             assert_eq!(
                 values(ta::gather_from_polar_region(&g, x(), 1, &[3, 4])?),

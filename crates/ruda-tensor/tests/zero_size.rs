@@ -13,6 +13,7 @@ use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use common::{dot, input, world};
 use proptest::prelude::*;
 use ruda_comm::RankError;
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, TensorExt, replica};
 
 /// The operation under test, runnable on any group.
@@ -31,7 +32,7 @@ enum Call {
     Broadcast(usize),
     /// Each rank's send counts.
     AllToAll(Vec<Vec<usize>>),
-    /// `transpose_over(g, (1, 0))`.
+    /// `transpose_over(g, TransposeAxes { split_in: 1, split_out: 0 })`.
     Transpose,
     HaloExchange(usize),
     /// The radius and each rank's local rows.
@@ -60,7 +61,13 @@ impl Call {
             Call::CopyTo => x.copy_to(g),
             Call::Broadcast(root) => x.broadcast(g, *root),
             Call::AllToAll(counts) => x.all_to_all(g, 0, &counts[me]),
-            Call::Transpose => x.transpose_over(g, (1, 0)),
+            Call::Transpose => x.transpose_over(
+                g,
+                TransposeAxes {
+                    split_in: 1,
+                    split_out: 0,
+                },
+            ),
             Call::HaloExchange(radius) => x.halo_exchange(g, 0, *radius),
             Call::HaloReduce(radius, rows) => x.halo_reduce(g, 0, *radius, rows[me]),
             Call::ReplicaAllGather(k) => replica::all_gather(x, g, *k),
@@ -217,13 +224,20 @@ fn rank_part<G: Group>(
     let grads = (y * wt).sum().backward();
     let gx = match x.grad(&grads) {
         Some(g) => {
-            assert_eq!(g.dims(), xs[me].shape, "{name}: gradient shape on rank {me}");
+            assert_eq!(
+                g.dims(),
+                xs[me].shape,
+                "{name}: gradient shape on rank {me}"
+            );
             g.into_data().try_to_vec::<f64>().unwrap()
         }
         None => vec![0.0; xs[me].v.len()],
     };
     Ok((
-        Val { v: values.clone(), shape },
+        Val {
+            v: values.clone(),
+            shape,
+        },
         dot(&values, &w.v),
         dot(&xs[me].v, &gx),
     ))
@@ -236,11 +250,24 @@ fn rank_part<G: Group>(
 /// on every rank. Any panic fails.
 fn check(name: &str, seed: u64, xs: &[Val], kinds: Kinds, call: Call, expect: Expect) {
     let n = xs.len();
-    let host = world(n).run_each(|c| rank_part(&HostCollective::new(c), seed, xs, kinds, &call, name));
-    verdict(&format!("{name} (host-staged)"), xs, kinds, host, expect.clone());
+    let host =
+        world(n).run_each(|c| rank_part(&HostCollective::new(c), seed, xs, kinds, &call, name));
+    verdict(
+        &format!("{name} (host-staged)"),
+        xs,
+        kinds,
+        host,
+        expect.clone(),
+    );
     let device = DeviceWorld::shared(n, Device::flex())
         .run_each(|g, _| rank_part(&g, seed, xs, kinds, &call, name));
-    verdict(&format!("{name} (device-resident)"), xs, kinds, device, expect);
+    verdict(
+        &format!("{name} (device-resident)"),
+        xs,
+        kinds,
+        device,
+        expect,
+    );
 }
 
 /// Check one run's outcome (see [`check`]).
@@ -358,7 +385,9 @@ impl Draw {
 
     /// One value, replicated: rank 0's, everywhere.
     fn replicated(&self, shape: [usize; 2]) -> Vec<Val> {
-        (0..self.n).map(|_| Val::new(self.seed, 2, 0, shape)).collect()
+        (0..self.n)
+            .map(|_| Val::new(self.seed, 2, 0, shape))
+            .collect()
     }
 
     /// Rank `r` holds `[rows[r], cols[0]]`.

@@ -14,6 +14,7 @@
 //! what went wrong) otherwise, including a hang (a program that does not
 //! end within a generous watchdog).
 
+use ruda_tensor::TransposeAxes;
 use std::fmt;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -381,16 +382,29 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
             Step::ReduceScatter(a) => {
                 let rows = group(a).size() + 1;
                 Some(
-                    leaf(ramp(rows * (inner(3) + extra), me), [rows, inner(3) + extra])
-                        .reduce_scatter(group(a), 0)?
-                        .sum(),
+                    leaf(
+                        ramp(rows * (inner(3) + extra), me),
+                        [rows, inner(3) + extra],
+                    )
+                    .reduce_scatter(group(a), 0)?
+                    .sum(),
                 )
             }
             Step::Transpose => {
                 let w = if no_rows { 0 } else { 2 + grid.azimuth_rank() };
                 let c = inner(3) + extra;
                 let x = tensor(ramp(4 * c * w, me), [4, c, w], &dev).require_grad();
-                Some(x.transpose_over(grid.azimuth(), (2, 0))?.sum().reshape([1]))
+                Some(
+                    x.transpose_over(
+                        grid.azimuth(),
+                        TransposeAxes {
+                            split_in: 2,
+                            split_out: 0,
+                        },
+                    )?
+                    .sum()
+                    .reshape([1]),
+                )
             }
             Step::Halo => {
                 let h = 2 + grid.polar_rank() % 2;

@@ -9,6 +9,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, TensorData, TensorMetadata, read_sync};
 use burn_flex::{Flex, FlexDevice};
 use ruda_comm::{Communicator, MpiCommunicator, MpiWorld, ReduceOp};
+use ruda_tensor::TransposeAxes;
 use ruda_tensor::primitives;
 use ruda_tensor::{
     HostCollective, ProcessGrid, ReplicatedTensorCollective, TensorCollective,
@@ -130,7 +131,16 @@ fn run(world: MpiCommunicator) -> Result<usize, String> {
     // two tensor operations with equal shapes: an error on every rank.
     let cols = 2 + me % 3;
     adjoint(&sums, input(me, (n + 1) * cols), &[n + 1, cols], |t| {
-        primitives::transpose::<Ad>(&coll, t, (0, 1), None).expect("transpose")
+        primitives::transpose::<Ad>(
+            &coll,
+            t,
+            TransposeAxes {
+                split_in: 1,
+                split_out: 0,
+            },
+            None,
+        )
+        .expect("transpose")
     })?;
     let r = if me == 0 {
         primitives::reduce_from::<Flex>(&coll, x(me)).map(|_| ())

@@ -34,12 +34,12 @@ fn agree_rooted<G: Group>(
         (!dtype_ok).then_some(Problem::UnsupportedDType)
     };
     let me = g.rank();
-    agreement::agree(g, f, |offender, theirs| Error::InvalidRoot {
+    agreement::agree(g, f, |offender, theirs, rank0s| Error::InvalidRoot {
         op: role.op,
         rank: me,
         offender,
         root: theirs.max(0) as usize,
-        expected: root,
+        expected: rank0s.max(0) as usize,
         size: n,
     })?;
     Ok(())
@@ -56,6 +56,15 @@ pub struct Broadcast {
 impl Broadcast {
     /// Broadcast from `root`.
     pub fn new(root: usize) -> Self {
+        Broadcast {
+            role: Role::forward(TensorOp::Broadcast),
+            root,
+        }
+    }
+
+    /// The seed contract's `broadcast_float` from `root` (the same
+    /// operation, named as the contract names it).
+    pub fn contract(root: usize) -> Self {
         Broadcast {
             role: Role::forward(TensorOp::BroadcastFloat),
             root,

@@ -146,7 +146,7 @@ pub(crate) fn agree_exchange<G: Group>(
     f.free_axis = Some(0);
     f.tracked = tracked;
     f.words = &words;
-    let agreed = agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+    let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
     // Check every pair in the same order on every rank.
     for dst in 0..n {
         for src in 0..n {

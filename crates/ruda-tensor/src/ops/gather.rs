@@ -139,7 +139,7 @@ impl LinearOp for Gather {
         f.free_axis = (!self.equal).then_some(d);
         f.tracked = (self.kind == GatherKind::CopyTo).then_some(tracked);
         f.words = &words;
-        let agreed = agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+        let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
         let sizes = agreed.sizes;
         let want = hash(&sizes);
         for (r, w) in agreed.words.iter().enumerate() {
@@ -327,7 +327,7 @@ impl LinearOp for ReduceScatter {
         f.backward = self.role.backward;
         f.problem = problem;
         f.tracked = Some(tracked);
-        agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+        agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
         Ok(ChunkPlan {
             dim: d.unwrap_or(0),
             sizes: sizes.unwrap_or_default(),

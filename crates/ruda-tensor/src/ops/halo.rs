@@ -53,7 +53,7 @@ fn agree_halo<G: Group>(
     f.free_axis = d.as_ref().ok().copied();
     f.tracked = Some(tracked);
     f.words = &words;
-    let agreed = agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+    let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
     let rows: Vec<usize> = agreed.words.iter().map(|w| w[1].max(0) as usize).collect();
     for (r, w) in agreed.words.iter().enumerate() {
         let rad = w[0].max(0) as usize;

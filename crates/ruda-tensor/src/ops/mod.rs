@@ -47,7 +47,7 @@ pub use exchange::{AllToAllV, ExchangePlan, Expect};
 pub use gather::{ChunkPlan, Gather, GatherAdjoint, KeepChunk, ReduceScatter};
 pub use halo::{HaloExchange, HaloPlan, HaloReduce};
 pub use reduce::{AllReduce, CopyTo, Identity, ReduceFrom};
-pub use transpose::{Transpose, TransposePlan};
+pub use transpose::{Transpose, TransposeAxes, TransposePlan};
 
 use crate::backend::DistBackend;
 use crate::error::{Error, TensorOp};
@@ -79,6 +79,16 @@ impl Role {
         Role {
             op: self.op,
             backward: true,
+        }
+    }
+
+    /// The call as error messages name it: `all_reduce`, or `the backward
+    /// pass of all_reduce`.
+    pub fn label(self) -> alloc::string::String {
+        if self.backward {
+            alloc::format!("the backward pass of {}", self.op)
+        } else {
+            alloc::string::ToString::to_string(self.op.name())
         }
     }
 }
@@ -155,9 +165,12 @@ pub fn apply<B: DistBackend, G: Group, O: LinearOp>(
     op: O,
     x: FloatTensor<B>,
 ) -> Result<FloatTensor<B>, Error> {
+    let role = op.role();
     let shape = x.shape().to_vec();
-    let plan = op.plan(g, &shape, x.dtype(), B::is_tracked(&x))?;
-    B::run(g, op, plan, x)
+    let plan = op
+        .plan(g, &shape, x.dtype(), B::is_tracked(&x))
+        .map_err(|e| e.in_call(role))?;
+    B::run(g, op, plan, x).map_err(|e| e.in_call(role))
 }
 
 /// [`apply`], also returning the plan the ranks agreed on (sizes, counts).
@@ -169,9 +182,12 @@ pub fn apply_planned<B: DistBackend, G: Group, O: LinearOp>(
     op: O,
     x: FloatTensor<B>,
 ) -> Result<(FloatTensor<B>, O::Plan), Error> {
+    let role = op.role();
     let shape = x.shape().to_vec();
-    let plan = op.plan(g, &shape, x.dtype(), B::is_tracked(&x))?;
-    let out = B::run(g, op, plan.clone(), x)?;
+    let plan = op
+        .plan(g, &shape, x.dtype(), B::is_tracked(&x))
+        .map_err(|e| e.in_call(role))?;
+    let out = B::run(g, op, plan.clone(), x).map_err(|e| e.in_call(role))?;
     Ok((out, plan))
 }
 

@@ -23,7 +23,7 @@ fn agree_sum<G: Group>(
     f.backward = role.backward;
     f.tracked = tracked;
     f.problem = (!agreement::summable(dtype)).then_some(Problem::UnsupportedDType);
-    agreement::agree(g, f, |_, _| unreachable!("no parameter"))?;
+    agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
     Ok(())
 }
 
@@ -38,6 +38,12 @@ pub struct AllReduce {
 impl AllReduce {
     /// The `all_reduce` method's operation.
     pub fn new() -> Self {
+        Self::with_role(Role::forward(TensorOp::AllReduce))
+    }
+
+    /// The seed contract's `all_reduce_sum` (the same operation, named as
+    /// the contract names it).
+    pub fn contract() -> Self {
         Self::with_role(Role::forward(TensorOp::AllReduceSum))
     }
 

@@ -12,27 +12,83 @@ use crate::error::{Error, TensorOp};
 use crate::group::Group;
 use crate::layout::{narrow, starts};
 
-/// The input is split over the ranks along `dims.1` (each rank's size
-/// discovered; a declared list is checked) and whole along `dims.0`; the
-/// output is split along `dims.0` (balanced chunks, or the sizes the
-/// forward pass had when this is its adjoint) and whole along `dims.1`.
-/// Every other axis must agree across ranks. The adjoint is the inverse
-/// transpose with the forward's actual sizes.
+/// The two axes of a distributed transpose, named so that they cannot be
+/// swapped silently: the input is split over the ranks along `split_in`
+/// (and whole along `split_out`); the output is split along `split_out`
+/// (and whole along `split_in`). Every level takes it — the tensor method
+/// [`crate::TensorExt::transpose_over`], [`crate::primitives::transpose`]
+/// and [`Transpose::new`] — so code moves between levels unchanged. Only
+/// the seed's torch-harmonics names (`distributed_transpose_azimuth` and
+/// `_polar`) keep torch-harmonics' tuple `dims = (split_out, split_in)`;
+/// [`TransposeAxes::from_torch_harmonics`] converts it.
+///
+/// # Example
+/// ```
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{HostCollective, TensorExt, TransposeAxes};
+/// let shapes = LocalWorld::new(2).run(|c| {
+///     let g = HostCollective::new(c);
+///     let x = Tensor::<2>::zeros([4, 3], &Device::flex()); // columns split: 3 + 3
+///     let y = x.transpose_over(&g, TransposeAxes { split_in: 1, split_out: 0 })?;
+///     Ok::<_, ruda_tensor::Error>(y.dims())
+/// }).unwrap();
+/// assert_eq!(shapes, vec![[2, 6], [2, 6]]); // rows split: 2 + 2
+/// assert_eq!(
+///     TransposeAxes::from_torch_harmonics((0, 1)),
+///     TransposeAxes { split_in: 1, split_out: 0 }
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransposeAxes {
+    /// The axis the input is split along (sizes may differ per rank).
+    pub split_in: isize,
+    /// The axis the output is split along (balanced chunks).
+    pub split_out: isize,
+}
+
+impl TransposeAxes {
+    /// From torch-harmonics' `dims = (dim0, dim1)` of
+    /// `distributed_transpose_azimuth/polar`: the output split along
+    /// `dim0`, the input along `dim1`.
+    pub const fn from_torch_harmonics(dims: (isize, isize)) -> Self {
+        TransposeAxes {
+            split_in: dims.1,
+            split_out: dims.0,
+        }
+    }
+
+    /// The same transpose backwards (the adjoint's axes).
+    pub const fn reversed(self) -> Self {
+        TransposeAxes {
+            split_in: self.split_out,
+            split_out: self.split_in,
+        }
+    }
+}
+
+/// The input is split over the ranks along `axes.split_in` (each rank's
+/// size discovered; a declared list is checked) and whole along
+/// `axes.split_out`; the output is split along `axes.split_out` (balanced
+/// chunks, or the sizes the forward pass had when this is its adjoint) and
+/// whole along `axes.split_in`. Every other axis must agree across ranks.
+/// The adjoint is the inverse transpose with the forward's actual sizes.
 #[derive(Clone, Debug)]
 pub struct Transpose {
     role: Role,
+    /// `(split_out, split_in)`.
     dims: (isize, isize),
     declared: Option<Vec<usize>>,
     out_sizes: Option<Vec<usize>>,
 }
 
 impl Transpose {
-    /// Transpose over `dims = (split_next, split_now)`, optionally checking
-    /// the declared sizes along `dims.1`.
-    pub fn new(dims: (isize, isize), declared: Option<Vec<usize>>) -> Self {
+    /// Transpose over `axes`, optionally checking the declared sizes along
+    /// `axes.split_in`.
+    pub fn new(axes: TransposeAxes, declared: Option<Vec<usize>>) -> Self {
         Transpose {
             role: Role::forward(TensorOp::Transpose),
-            dims,
+            dims: (axes.split_out, axes.split_in),
             declared,
             out_sizes: None,
         }
@@ -103,13 +159,12 @@ impl LinearOp for Transpose {
         f.tracked = Some(tracked);
         f.param = (d0 * 64 + d1) as i64;
         f.words = &words;
-        let param = f.param;
-        let agreed = agreement::agree(g, f, |offender, got| Error::Mismatch {
+        let agreed = agreement::agree(g, f, |offender, got, expected| Error::Mismatch {
             op,
             rank: me,
             offender,
             what: "dims (as 64 × dims.0 + dims.1, resolved)",
-            expected: param,
+            expected,
             got,
         })?;
         let sizes1 = agreed.sizes;
