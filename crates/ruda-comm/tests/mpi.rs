@@ -46,12 +46,11 @@ fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(
             "-n",
             &n.to_string(),
         ]);
+    cmd.arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"));
     if unchecked {
-        cmd.env("RUDA_MPI_CHECKS", "0")
-            .args(["-x", "RUDA_MPI_CHECKS"]);
+        cmd.arg("--unchecked");
     }
-    cmd.arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"))
-        .args(args);
+    cmd.args(args);
     let start = Instant::now();
     let out = cmd.output().expect("start mpirun");
     Some((out, start.elapsed()))
@@ -114,6 +113,52 @@ fn mismatches_are_errors_on_every_rank() {
             "{t}"
         );
     }
+}
+
+/// The per-call checks can no longer be turned off from the environment:
+/// the variable that used to do it (`RUDA_MPI_CHECKS=0`, exported to every
+/// rank) leaves them on, so the failure suite (which refuses to run
+/// without checks) still passes.
+#[test]
+fn the_environment_cannot_turn_the_checks_off() {
+    let Some(mpirun) = mpirun() else {
+        return;
+    };
+    let out = Command::new("timeout")
+        .args(["-k", "10", "120", mpirun])
+        .args([
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "--bind-to",
+            "none",
+        ])
+        .args(["-n", "2", "-x", "RUDA_MPI_CHECKS"])
+        .env("RUDA_MPI_CHECKS", "0")
+        .arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"))
+        .arg("failures")
+        .output()
+        .expect("start mpirun");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("mpi failures on 2 ranks: 6 passed, 0 failed"),
+        "{t}"
+    );
+}
+
+/// `--unchecked` belongs to the conformance mode alone: a mode that makes
+/// mismatched calls on purpose must not run without the checks.
+#[test]
+fn unchecked_is_refused_outside_the_conformance_mode() {
+    let Some((out, _)) = launch(2, &["failures"], true, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("--unchecked is for the conformance mode only"),
+        "{t}"
+    );
 }
 
 #[test]

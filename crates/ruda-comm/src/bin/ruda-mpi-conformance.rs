@@ -1,12 +1,18 @@
 //! The conformance and failure suites on the MPI transport, one rank per
-//! process: run under `mpirun -n N ruda-mpi-conformance [MODE]`. The test
+//! process: run under `mpirun -n N ruda-mpi-conformance [--unchecked] [MODE]`. The test
 //! `tests/mpi.rs` launches it for N = 1 to 4 and checks its exit status and
 //! output. Modes:
 //!
 //! - `conformance` (default): every operation × every element type, uneven
 //!   and zero-length pieces, sub-groups, replica groups (and their
 //!   refusals); prints `N passed, 0 failed`.
-//!   With `RUDA_MPI_CHECKS=0` the same without the per-call checks.
+//!   With `--unchecked` the same without the per-call checks: the binary
+//!   then starts MPI with the `unsafe` `MpiWorldBuilder::unchecked`, whose
+//!   contract (every rank makes the same collective calls with matching
+//!   arguments) this mode keeps by construction. Whoever runs the binary
+//!   with `--unchecked` takes that contract on: every rank of the job must
+//!   run this binary, in this mode, with the same flag. Other modes refuse
+//!   the flag (they make mismatched calls on purpose).
 //! - `failures`: mismatched lengths, different collectives, bad roots and
 //!   overflowing counts end in the documented error on every rank, and
 //!   `MPI_COMM_WORLD`'s own error handler is left alone.
@@ -294,13 +300,31 @@ fn threads(world: &MpiCommunicator) -> Result<usize, String> {
 }
 
 fn main() -> ExitCode {
-    let mode = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let unchecked = args.iter().any(|a| a == "--unchecked");
+    let mode = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
         .unwrap_or_else(|| "conformance".into());
-    let builder = match mode.as_str() {
+    let mut builder = match mode.as_str() {
         "timeout" => MpiWorld::builder().timeout(Duration::from_millis(1500)),
         _ => MpiWorld::builder().abort_on_panic(true),
     };
+    if unchecked {
+        if mode != "conformance" {
+            eprintln!(
+                "--unchecked is for the conformance mode only (mode {mode} makes mismatched calls on purpose)"
+            );
+            return ExitCode::FAILURE;
+        }
+        // SAFETY: the conformance suite makes the same collective calls with
+        // matching arguments on every rank (its calls depend only on the
+        // rank count and fixed seeds, and locally refused calls never reach
+        // MPI), and every rank runs it to the end; the caller of this binary
+        // guarantees that every rank of the job runs it with this flag.
+        builder = unsafe { builder.unchecked() };
+    }
     let mpi = match builder.init() {
         Ok(m) => m,
         Err(e) => {

@@ -26,7 +26,7 @@ use crate::{
 /// words and are reduced in `f32`, rounded once. Every length is checked
 /// against the counts before the call and every MPI return code is checked.
 ///
-/// With checks on (the default, see [`super::MpiWorldBuilder::checked`]),
+/// With checks on (the default; see [`super::MpiWorldBuilder::unchecked`]),
 /// every collective first exchanges every rank's call record with each
 /// peer, with the deadline: a rank that does not arrive is a
 /// [`CommError::Timeout`] naming it, and ranks in different collectives or
@@ -208,8 +208,8 @@ impl MpiCommunicator {
         })
     }
 
-    /// Whether collectives exchange call records first (see
-    /// [`super::MpiWorldBuilder::checked`]).
+    /// Whether collectives exchange call records first (off only after the
+    /// `unsafe` [`super::MpiWorldBuilder::unchecked`]).
     pub fn checked(&self) -> bool {
         self.session.checked
     }
@@ -339,7 +339,7 @@ impl MpiCommunicator {
             Err(e) if self.size == 1 => Err(e),
             Err(e) => {
                 eprintln!(
-                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: RUDA_MPI_CHECKS=0 or MpiWorldBuilder::checked(false))"
+                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: MpiWorldBuilder::unchecked)"
                 );
                 super::abort::abort_job(71);
                 Err(e)

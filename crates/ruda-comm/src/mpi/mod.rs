@@ -11,4 +11,4 @@ mod wait;
 mod world;
 
 pub use communicator::MpiCommunicator;
-pub use world::{MPI_CHECKS_ENV, MpiWorld, MpiWorldBuilder};
+pub use world::{MpiWorld, MpiWorldBuilder};
