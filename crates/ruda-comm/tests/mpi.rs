@@ -182,6 +182,32 @@ fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
     assert!(!t.contains("FAILED"), "{t}");
 }
 
+/// A rank that arrives just after one peer's deadline but before
+/// another's: its record exchange completes with the second, which then
+/// moves to the data phase that the first (timed out) never joins. Every
+/// rank must end within its deadline plus a margin, with the right result
+/// or a `Timeout` (the mode checks both and prints a line per rank), and
+/// the job must end (it is aborted: the ranks timed out).
+#[test]
+fn a_straggler_that_completes_some_record_exchanges_ends_every_rank_in_time() {
+    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("rank {r}: straggler ended within the deadline")),
+            "rank {r} did not end in time:\n{t}"
+        );
+    }
+    // The case this test is for: some rank got past the record exchange
+    // and had to give up in the data phase.
+    assert!(t.contains("a timeout in the data phase"), "{t}");
+    assert!(!t.contains("FAILED"), "{t}");
+}
+
 #[test]
 fn two_threads_per_process_on_two_communicators() {
     for n in [2, 3] {

@@ -4,6 +4,7 @@
 mod abort;
 mod agree;
 mod communicator;
+mod data;
 mod p2p;
 mod raw;
 mod session;
