@@ -235,20 +235,42 @@ impl MpiWorld {
     /// process whose calls timed out skips this and aborts; the others
     /// wait here — where a peer's abort ends them cleanly — with no
     /// deadline, as `MPI_Finalize` itself would (a peer that is merely slow
-    /// to finish is not an error).
+    /// to finish is not an error). The barrier is `MPI_Ibarrier`, tested
+    /// with ruda's MPI lock held only around each test, so that threads
+    /// still in calls on other communicators keep progressing.
     fn settle(&self) {
         if self.session.is_broken() || !self.owns {
             return;
         }
         // MPI is initialised and not finalised (this world owns it and has
-        // not finalised it yet); every ruda call has returned (the world is
-        // being dropped), and ruda issues nothing on `MPI_COMM_WORLD` itself
-        // (it works on duplicates), so no other call uses the handle.
-        let barrier = || {
-            // SAFETY: a valid, initialised world communicator; no pointers.
-            unsafe { ffi::MPI_Barrier(ffi::RSMPI_COMM_WORLD) }
-        };
-        let _ = self.session.mpi(barrier);
+        // not finalised it yet), and ruda issues nothing else on
+        // `MPI_COMM_WORLD` itself (it works on duplicates). Other threads
+        // may still be inside calls on other communicators (finalisation
+        // waits for them after this): so the barrier is nonblocking and
+        // tested with the MPI lock held only around each call, never across
+        // the wait, which under `MPI_THREAD_SERIALIZED` would keep their
+        // calls (and the peers waiting on them) from progressing.
+        let mut req = super::wait::null_request();
+        // SAFETY: a valid, initialised world communicator; `req` is a valid
+        // request handle MPI writes; no buffers.
+        let rc = self
+            .session
+            .mpi(|| unsafe { ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, &mut req) });
+        if rc != 0 {
+            return;
+        }
+        let mut reqs = [req];
+        // No deadline, as `MPI_Finalize` has none (waited in rounds).
+        loop {
+            let far = std::time::Instant::now() + Duration::from_secs(3600);
+            match super::wait::wait_until(&self.session, OpKind::Barrier, 0, &mut reqs, far) {
+                Ok(pending) if pending.is_empty() => return,
+                Ok(_) => {}
+                // MPI failed: finalise (or abort) as before; the barrier's
+                // request holds no buffers.
+                Err(_) => return,
+            }
+        }
     }
 }
 
