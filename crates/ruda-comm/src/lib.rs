@@ -51,4 +51,4 @@ pub use reduce_op::ReduceOp;
 pub use replica::{ReplicaGroups, ReplicaGroupsError};
 
 #[cfg(feature = "mpi")]
-pub use mpi::{MPI_CHECKS_ENV, MpiCommunicator, MpiWorld, MpiWorldBuilder};
+pub use mpi::{MpiCommunicator, MpiWorld, MpiWorldBuilder};

@@ -46,12 +46,11 @@ fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(
             "-n",
             &n.to_string(),
         ]);
+    cmd.arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"));
     if unchecked {
-        cmd.env("RUDA_MPI_CHECKS", "0")
-            .args(["-x", "RUDA_MPI_CHECKS"]);
+        cmd.arg("--unchecked");
     }
-    cmd.arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"))
-        .args(args);
+    cmd.args(args);
     let start = Instant::now();
     let out = cmd.output().expect("start mpirun");
     Some((out, start.elapsed()))
@@ -116,6 +115,52 @@ fn mismatches_are_errors_on_every_rank() {
     }
 }
 
+/// The per-call checks can no longer be turned off from the environment:
+/// the variable that used to do it (`RUDA_MPI_CHECKS=0`, exported to every
+/// rank) leaves them on, so the failure suite (which refuses to run
+/// without checks) still passes.
+#[test]
+fn the_environment_cannot_turn_the_checks_off() {
+    let Some(mpirun) = mpirun() else {
+        return;
+    };
+    let out = Command::new("timeout")
+        .args(["-k", "10", "120", mpirun])
+        .args([
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "--bind-to",
+            "none",
+        ])
+        .args(["-n", "2", "-x", "RUDA_MPI_CHECKS"])
+        .env("RUDA_MPI_CHECKS", "0")
+        .arg(env!("CARGO_BIN_EXE_ruda-mpi-conformance"))
+        .arg("failures")
+        .output()
+        .expect("start mpirun");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("mpi failures on 2 ranks: 6 passed, 0 failed"),
+        "{t}"
+    );
+}
+
+/// `--unchecked` belongs to the conformance mode alone: a mode that makes
+/// mismatched calls on purpose must not run without the checks.
+#[test]
+fn unchecked_is_refused_outside_the_conformance_mode() {
+    let Some((out, _)) = launch(2, &["failures"], true, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("--unchecked is for the conformance mode only"),
+        "{t}"
+    );
+}
+
 #[test]
 fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
     let Some((out, took)) = launch(3, &["timeout"], false, Duration::from_secs(60)) else {
@@ -134,6 +179,32 @@ fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
         t.contains("aborting the MPI job instead of finalising"),
         "{t}"
     );
+    assert!(!t.contains("FAILED"), "{t}");
+}
+
+/// A rank that arrives just after one peer's deadline but before
+/// another's: its record exchange completes with the second, which then
+/// moves to the data phase that the first (timed out) never joins. Every
+/// rank must end within its deadline plus a margin, with the right result
+/// or a `Timeout` (the mode checks both and prints a line per rank), and
+/// the job must end (it is aborted: the ranks timed out).
+#[test]
+fn a_straggler_that_completes_some_record_exchanges_ends_every_rank_in_time() {
+    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("rank {r}: straggler ended within the deadline")),
+            "rank {r} did not end in time:\n{t}"
+        );
+    }
+    // The case this test is for: some rank got past the record exchange
+    // and had to give up in the data phase.
+    assert!(t.contains("a timeout in the data phase"), "{t}");
     assert!(!t.contains("FAILED"), "{t}");
 }
 

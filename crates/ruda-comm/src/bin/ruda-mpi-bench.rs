@@ -1,10 +1,16 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_comm::bench`]): `mpirun -n N ruda-mpi-bench [SIZES]` prints, for
+//! ([`ruda_comm::bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
 //! sides. SIZES defaults to `4K,1M,16M,64M`.
+//!
+//! `--unchecked` measures ruda without its per-call checks, through the
+//! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
+//! calls with matching arguments on every rank, and whoever passes the
+//! flag guarantees that every rank of the job runs this binary with the
+//! same flag and sizes.
 
 use ruda_comm::bench::{self, BenchOp, Settings};
 use ruda_comm::{Communicator, MpiWorld};
@@ -19,19 +25,30 @@ fn parse(s: &str) -> usize {
 }
 
 fn main() {
-    let mpi = MpiWorld::init().expect("MPI starts");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut builder = MpiWorld::builder();
+    if args.iter().any(|a| a == "--unchecked") {
+        // SAFETY: every rank runs the same measurements (same sizes, same
+        // operations in the same order, matching counts), and the caller
+        // guarantees that every rank of the job gets the same arguments.
+        builder = unsafe { builder.unchecked() };
+    }
+    let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
-    let sizes: Vec<usize> = std::env::args()
-        .nth(1)
+    let sizes: Vec<usize> = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
         .unwrap_or_else(|| "4K,1M,16M,64M".into())
         .split(',')
         .map(parse)
         .collect();
     if me == 0 {
         println!(
-            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}",
-            bench::mpi_in_place()
+            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}; per-call checks: {}",
+            bench::mpi_in_place(),
+            world.checked()
         );
         let header = bench::header();
         let mut lines = header.lines();

@@ -1,18 +1,30 @@
 //! The conformance and failure suites on the MPI transport, one rank per
-//! process: run under `mpirun -n N ruda-mpi-conformance [MODE]`. The test
+//! process: run under `mpirun -n N ruda-mpi-conformance [--unchecked] [MODE]`. The test
 //! `tests/mpi.rs` launches it for N = 1 to 4 and checks its exit status and
 //! output. Modes:
 //!
 //! - `conformance` (default): every operation × every element type, uneven
 //!   and zero-length pieces, sub-groups, replica groups (and their
 //!   refusals); prints `N passed, 0 failed`.
-//!   With `RUDA_MPI_CHECKS=0` the same without the per-call checks.
+//!   With `--unchecked` the same without the per-call checks: the binary
+//!   then starts MPI with the `unsafe` `MpiWorldBuilder::unchecked`, whose
+//!   contract (every rank makes the same collective calls with matching
+//!   arguments) this mode keeps by construction. Whoever runs the binary
+//!   with `--unchecked` takes that contract on: every rank of the job must
+//!   run this binary, in this mode, with the same flag. Other modes refuse
+//!   the flag (they make mismatched calls on purpose).
 //! - `failures`: mismatched lengths, different collectives, bad roots and
 //!   overflowing counts end in the documented error on every rank, and
 //!   `MPI_COMM_WORLD`'s own error handler is left alone.
 //! - `timeout`: the last rank arrives after the deadline; the others get a
 //!   `Timeout` naming it (with their flight record), and the job is then
 //!   aborted rather than left waiting.
+//! - `straggler` (3 ranks): the last rank arrives just after rank 1's
+//!   deadline but before rank 0's, so its record exchange completes with
+//!   rank 0 while rank 1 has given up: every rank must still end the call
+//!   with the right result or a `Timeout` within its deadline and a small
+//!   margin (the data phase has the deadline too), and say so; the job is
+//!   then aborted.
 //! - `p2p-failures`: point-to-point length and type mismatches end in the
 //!   same error on both sides, a self-addressed half of a `send_recv` is
 //!   refused, and large rings complete.
@@ -178,6 +190,55 @@ fn timeout(world: &MpiCommunicator) -> Result<usize, String> {
     Ok(3)
 }
 
+/// The deadline of the `straggler` mode.
+const STRAGGLER_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Rank 1 starts the all-reduce at once (deadline at 1.5 s), rank 0 after
+/// 0.5 s (deadline at 2 s), rank 2 at 1.75 s: rank 1 times out in the
+/// record exchange, while ranks 0 and 2 receive every record (rank 1 sent
+/// its own at once) and reach the data phase, which rank 1 never joins.
+/// Every rank must end within its deadline plus a margin; all hold on
+/// until 5 s, so that each can report before the job is aborted.
+fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    if n != 3 {
+        return Err("run on 3 ranks".into());
+    }
+    world.barrier().map_err(|e| e.to_string())?;
+    let t0 = std::time::Instant::now();
+    let delay = [500, 0, 1750][me];
+    std::thread::sleep(Duration::from_millis(delay));
+    let start = std::time::Instant::now();
+    let mut v = [1f64];
+    let r = world.all_reduce(&mut v, ReduceOp::Sum);
+    let took = start.elapsed();
+    let margin = Duration::from_millis(500);
+    let outcome = match &r {
+        Ok(()) if v[0] == 3.0 => "the right result".to_string(),
+        Ok(()) => return Err(format!("a wrong result {}", v[0])),
+        Err(CommError::Timeout {
+            op: OpKind::AllReduce,
+            missing,
+            ..
+        }) if missing.is_empty() => "a timeout in the data phase".into(),
+        Err(CommError::Timeout {
+            op: OpKind::AllReduce,
+            missing,
+            ..
+        }) => format!("a timeout in the record exchange naming {missing:?}"),
+        Err(e) => return Err(format!("an unexpected error: {e}")),
+    };
+    if took > STRAGGLER_TIMEOUT + margin {
+        return Err(format!("ended after {took:?} with {outcome}"));
+    }
+    println!(
+        "rank {me}: straggler ended within the deadline ({} ms) with {outcome}",
+        took.as_millis()
+    );
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(t0.elapsed()));
+    Ok(1)
+}
+
 /// Point-to-point mismatches are errors on both sides, and the pair keeps
 /// working afterwards; large rings do not deadlock.
 fn p2p_failures(world: &MpiCommunicator) -> Result<usize, String> {
@@ -294,13 +355,32 @@ fn threads(world: &MpiCommunicator) -> Result<usize, String> {
 }
 
 fn main() -> ExitCode {
-    let mode = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let unchecked = args.iter().any(|a| a == "--unchecked");
+    let mode = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
         .unwrap_or_else(|| "conformance".into());
-    let builder = match mode.as_str() {
+    let mut builder = match mode.as_str() {
         "timeout" => MpiWorld::builder().timeout(Duration::from_millis(1500)),
+        "straggler" => MpiWorld::builder().timeout(STRAGGLER_TIMEOUT),
         _ => MpiWorld::builder().abort_on_panic(true),
     };
+    if unchecked {
+        if mode != "conformance" {
+            eprintln!(
+                "--unchecked is for the conformance mode only (mode {mode} makes mismatched calls on purpose)"
+            );
+            return ExitCode::FAILURE;
+        }
+        // SAFETY: the conformance suite makes the same collective calls with
+        // matching arguments on every rank (its calls depend only on the
+        // rank count and fixed seeds, and locally refused calls never reach
+        // MPI), and every rank runs it to the end; the caller of this binary
+        // guarantees that every rank of the job runs it with this flag.
+        builder = unsafe { builder.unchecked() };
+    }
     let mpi = match builder.init() {
         Ok(m) => m,
         Err(e) => {
@@ -314,6 +394,7 @@ fn main() -> ExitCode {
         "conformance" => conformance_suite(&world),
         "failures" => failures(&world),
         "timeout" => timeout(&world),
+        "straggler" => straggler(&world),
         "p2p-failures" => p2p_failures(&world),
         "threads" => threads(&world),
         "finalize" => {

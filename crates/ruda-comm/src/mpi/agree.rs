@@ -11,7 +11,7 @@ use std::time::Instant;
 use mpi::ffi;
 
 use super::raw::count;
-use super::wait::Inflight;
+use super::wait::{Inflight, ReqKind};
 use crate::local::group::Slot;
 use crate::local::validate;
 use crate::{CommError, DType, ErrorContext, Fingerprint, OpKind, ReduceOp};
@@ -90,14 +90,14 @@ pub(crate) fn agree(ch: &Channel<'_>, call: &Call<'_>, deadline: Instant) -> Res
     let peers: Vec<usize> = (0..n).filter(|&p| p != me).collect();
     for &p in &peers {
         let buf = recv_ptrs[p];
-        fl.post(op, me, true, |r| {
+        fl.post(op, me, ReqKind::Recv, |r| {
             // SAFETY: `buf` holds `len` words that only MPI touches until this
             // receive completes; `p` is a rank of `ctl`.
             unsafe { ffi::MPI_Irecv(buf, len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
         })?;
     }
     for &p in &peers {
-        fl.post(op, me, false, |r| {
+        fl.post(op, me, ReqKind::Send, |r| {
             // SAFETY: `send_ptr` holds `len` words, unchanged until the sends complete.
             unsafe { ffi::MPI_Isend(send_ptr, len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
         })?;

@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 use mpi::ffi;
 
 use super::agree::{self, Call, Channel};
+use super::data::{self, Phase, Ptrs};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
 use super::session::Session;
 use crate::flight::{self, FlightRecorder, RankHistory};
@@ -20,19 +21,32 @@ use crate::{
 /// One rank of an MPI communicator, from [`super::MpiWorld::world`] or
 /// [`Communicator::split`].
 ///
-/// Every collective maps to the MPI call that does it natively
-/// (`MPI_Allreduce`, `MPI_Allgatherv`, `MPI_Reduce_scatter_block`,
-/// `MPI_Reduce_scatter`, `MPI_Alltoallv`, …). `f16`/`bf16` move as 2-byte
+/// Every collective maps to the nonblocking MPI call that does it natively
+/// (`MPI_Iallreduce`, `MPI_Iallgatherv`, `MPI_Ireduce_scatter_block`,
+/// `MPI_Ireduce_scatter`, `MPI_Ialltoallv`, `MPI_Ibcast`, `MPI_Ibarrier`,
+/// …), tested in a loop with ruda's MPI lock (under
+/// `MPI_THREAD_SERIALIZED`) held only around each call. `f16`/`bf16` move as 2-byte
 /// words and are reduced in `f32`, rounded once. Every length is checked
 /// against the counts before the call and every MPI return code is checked.
 ///
-/// With checks on (the default, see [`super::MpiWorldBuilder::checked`]),
+/// With checks on (the default; see [`super::MpiWorldBuilder::unchecked`]),
 /// every collective first exchanges every rank's call record with each
 /// peer, with the deadline: a rank that does not arrive is a
 /// [`CommError::Timeout`] naming it, and ranks in different collectives or
 /// with counts that do not fit get the same error on every rank, as with
-/// the local transport, before any data moves. A communicator that timed
-/// out stays failed. Point-to-point calls rendezvous on a header and an
+/// the local transport, before any data moves. The data phase that follows
+/// has the same deadline: a peer whose own record exchange timed out just
+/// before the last record reached it never joins, and the ranks that did
+/// get past the exchange end with a [`CommError::Timeout`] (no rank named:
+/// MPI does not say who is missing from a collective) instead of waiting
+/// for the job to be aborted. So every rank of a call ends with the right
+/// result or a `Timeout` within the deadline plus a poll interval. For
+/// this, with checks on, MPI works on copies of the caller's buffers (one
+/// copy in, one out): a collective cannot be cancelled, so after a timeout
+/// the copies are leaked, never the caller's memory. `split` has no
+/// nonblocking MPI form: a bounded barrier first makes sure every rank is
+/// there, then the blocking split runs. A communicator that timed out
+/// stays failed. Point-to-point calls rendezvous on a header and an
 /// acknowledgement with the deadline, so a mismatch is an error on both
 /// sides and a missing peer a timeout.
 ///
@@ -102,27 +116,14 @@ impl Drop for Busy<'_> {
 #[allow(clippy::manual_dangling_ptr)]
 const OPEN_MPI_IN_PLACE: *const c_void = 1 as *const c_void;
 
-/// A word that zero-length buffers point to: an empty slice's dangling
-/// pointer can equal Open MPI's `MPI_IN_PLACE` (`(void *) 1` for `u8`).
-static EMPTY: [u64; 1] = [0];
-
-/// The send pointer of `s`.
-fn ptr<T>(s: &[T]) -> *const c_void {
-    if s.is_empty() {
-        EMPTY.as_ptr() as *const c_void
-    } else {
-        s.as_ptr() as *const c_void
-    }
+/// The bytes of a send buffer.
+fn bytes<T: Element>(s: &[T]) -> &[u8] {
+    bytemuck::cast_slice(s)
 }
 
-/// The receive pointer of `s` (never written through when `s` is empty:
-/// every count is then zero).
-fn mut_ptr<T>(s: &mut [T]) -> *mut c_void {
-    if s.is_empty() {
-        EMPTY.as_ptr() as *mut c_void
-    } else {
-        s.as_mut_ptr() as *mut c_void
-    }
+/// The bytes of a receive buffer.
+fn bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(s)
 }
 
 /// The world rank of each rank of `comm`.
@@ -208,8 +209,8 @@ impl MpiCommunicator {
         })
     }
 
-    /// Whether collectives exchange call records first (see
-    /// [`super::MpiWorldBuilder::checked`]).
+    /// Whether collectives exchange call records first (off only after the
+    /// `unsafe` [`super::MpiWorldBuilder::unchecked`]).
     pub fn checked(&self) -> bool {
         self.session.checked
     }
@@ -306,10 +307,12 @@ impl MpiCommunicator {
         recv_len: usize,
         counts: (&[usize], &[usize]),
         local: impl FnOnce() -> Result<(), CommError>,
-        data: impl FnOnce() -> Result<R, CommError>,
+        data: impl FnOnce(Option<Instant>) -> Result<R, CommError>,
     ) -> Result<R, CommError> {
         let elements = send_len.max(recv_len);
         self.call(fp, elements, None, |fp| {
+            // One deadline for the record exchange and the data phase.
+            let mut deadline = None;
             if self.session.checked {
                 let call = Call {
                     fp,
@@ -318,13 +321,23 @@ impl MpiCommunicator {
                     counts: counts.0,
                     counts2: counts.1,
                 };
-                let deadline = Instant::now() + self.session.timeout;
-                agree::agree(&self.channel(), &call, deadline)?;
+                let d = Instant::now() + self.session.timeout;
+                agree::agree(&self.channel(), &call, d)?;
+                deadline = Some(d);
             } else {
                 self.admit_unchecked(local)?;
             }
-            data()
+            data(deadline)
         })
+    }
+
+    /// Move the data of a collective (see [`data::run`]).
+    fn data(
+        &self,
+        phase: Phase<'_>,
+        start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
+    ) -> Result<(), CommError> {
+        data::run(&self.session, self.rank, phase, start)
     }
 
     /// Without checks, a rank whose own arguments are inconsistent would
@@ -339,7 +352,7 @@ impl MpiCommunicator {
             Err(e) if self.size == 1 => Err(e),
             Err(e) => {
                 eprintln!(
-                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: RUDA_MPI_CHECKS=0 or MpiWorldBuilder::checked(false))"
+                    "ruda: {e}; aborting the MPI job so that no rank waits for this one (checks are off: MpiWorldBuilder::unchecked)"
                 );
                 super::abort::abort_job(71);
                 Err(e)
@@ -408,30 +421,41 @@ impl MpiCommunicator {
         Ok(peer)
     }
 
-    /// Run the reducing MPI call `call(send, recv, datatype)` from `send`
-    /// into `recv` in the type MPI should reduce in: u8 sums and products
-    /// in u32 (Open MPI 4.1's vectorised 8-bit sum saturates; u32's
-    /// wrap-around is a multiple of 256), f16/bf16 in f32 (rounded once);
-    /// then divide averages by the group size.
+    /// Run the reducing nonblocking MPI call `call(ptrs, datatype, request)`
+    /// from `send` into `recv` in the type MPI should reduce in: u8 sums
+    /// and products in u32 (Open MPI 4.1's vectorised 8-bit sum saturates;
+    /// u32's wrap-around is a multiple of 256), f16/bf16 in f32 (rounded
+    /// once); then divide averages by the group size. `ints` are the count
+    /// arrays `call` finds in `ptrs.ints`.
+    #[allow(clippy::too_many_arguments)]
     fn reduce_into<T: Element>(
         &self,
         kind: OpKind,
+        deadline: Option<Instant>,
         send: &[T],
         recv: &mut [T],
         op: ReduceOp,
-        call: impl Fn(*const c_void, *mut c_void, ffi::MPI_Datatype) -> c_int,
+        ints: Vec<Vec<c_int>>,
+        call: impl Fn(&Ptrs, ffi::MPI_Datatype, &mut ffi::MPI_Request) -> c_int,
     ) -> Result<(), CommError> {
         let n = self.size;
+        let phase = |send, recv| Phase {
+            ints: ints.clone(),
+            ..Phase::new(kind, deadline, send, recv)
+        };
         if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
             let wide: Vec<u32> = bytemuck::cast_slice::<T, u8>(send)
                 .iter()
                 .map(|&b| b as u32)
                 .collect();
             let mut out = vec![0u32; recv.len()];
-            check(
-                kind,
-                self.rank,
-                call(ptr(&wide), mut_ptr(&mut out), datatype(DType::U32)),
+            let dt = datatype(DType::U32);
+            self.data(
+                phase(
+                    bytemuck::cast_slice(&wide),
+                    bytemuck::cast_slice_mut(&mut out),
+                ),
+                |p, _, r| call(p, dt, r),
             )?;
             for (b, w) in bytemuck::cast_slice_mut::<T, u8>(recv).iter_mut().zip(&out) {
                 *b = *w as u8;
@@ -443,17 +467,23 @@ impl MpiCommunicator {
             let mut out = vec![0f32; recv.len()];
             // SAFETY: reading MPI's predefined datatype handle.
             let float = unsafe { ffi::RSMPI_FLOAT };
-            check(kind, self.rank, call(ptr(&wide), mut_ptr(&mut out), float))?;
+            self.data(
+                phase(
+                    bytemuck::cast_slice(&wide),
+                    bytemuck::cast_slice_mut(&mut out),
+                ),
+                |p, _, r| call(p, float, r),
+            )?;
             if op == ReduceOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as f32);
             }
             narrow(&out, recv);
             return Ok(());
         }
-        check(
-            kind,
-            self.rank,
-            call(ptr(send), mut_ptr(recv), datatype(T::DTYPE)),
+        let dt = datatype(T::DTYPE);
+        self.data(
+            phase(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv)),
+            |p, _, r| call(p, dt, r),
         )?;
         if op == ReduceOp::Avg {
             divide(recv, n);
@@ -461,47 +491,68 @@ impl MpiCommunicator {
         Ok(())
     }
 
-    /// In-place all-reduce of `len` elements of `dt` at `p`, in chunks that
-    /// fit a C `int`.
+    /// In-place all-reduce of `bytes` (elements of `size` bytes, type `dt`),
+    /// in chunks that fit a C `int`.
     fn all_reduce_raw(
         &self,
-        p: *mut c_void,
-        len: usize,
+        deadline: Option<Instant>,
+        bytes: &mut [u8],
         size: usize,
         dt: ffi::MPI_Datatype,
         op: ffi::MPI_Op,
     ) -> Result<(), CommError> {
         let kind = OpKind::AllReduce;
-        let mut off = 0;
-        while off < len {
+        let len = bytes.len() / size;
+        let requests = len.div_ceil(raw::MAX_COUNT);
+        let chunk = move |p: *mut c_void, i: usize| {
+            let off = i * raw::MAX_COUNT;
             let m = (len - off).min(raw::MAX_COUNT);
-            // SAFETY: `p` holds `len` elements of `size` bytes.
-            let chunk = unsafe { (p as *mut u8).add(off * size) } as *mut c_void;
-            let rc = if self.session.in_place {
-                // SAFETY: Open MPI's MPI_IN_PLACE is `(void *) 1`.
-                self.session.mpi(|| unsafe {
-                    ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, chunk, m as c_int, dt, op, self.comm)
-                })
-            } else {
-                // SAFETY: a separate copy as the send buffer.
-                let copy =
-                    unsafe { std::slice::from_raw_parts(chunk as *const u8, m * size) }.to_vec();
-                // SAFETY: the copy and `chunk` hold `m` elements each.
-                self.session.mpi(|| unsafe {
-                    ffi::MPI_Allreduce(
-                        copy.as_ptr() as *const c_void,
-                        chunk,
-                        m as c_int,
-                        dt,
-                        op,
-                        self.comm,
-                    )
-                })
-            };
-            check(kind, self.rank, rc)?;
-            off += m;
+            // SAFETY: `p` holds `len` elements of `size` bytes and
+            // `off < len` (`i < requests`).
+            (
+                unsafe { (p as *mut u8).add(off * size) } as *mut c_void,
+                m as c_int,
+            )
+        };
+        if self.session.in_place {
+            return self.data(
+                Phase {
+                    op: kind,
+                    deadline,
+                    send: &[],
+                    recv: bytes,
+                    recv_in: true,
+                    ints: Vec::new(),
+                    requests,
+                },
+                |p, i, r| {
+                    let (c, m) = chunk(p.recv, i);
+                    // SAFETY: Open MPI's MPI_IN_PLACE is `(void *) 1`; `c`
+                    // holds `m` elements that only MPI touches until the
+                    // request completes.
+                    unsafe { ffi::MPI_Iallreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm, r) }
+                },
+            );
         }
-        Ok(())
+        let copy = bytes.to_vec();
+        self.data(
+            Phase {
+                op: kind,
+                deadline,
+                send: &copy,
+                recv: bytes,
+                recv_in: false,
+                ints: Vec::new(),
+                requests,
+            },
+            |p, i, r| {
+                let (s, _) = chunk(p.send as *mut c_void, i);
+                let (c, m) = chunk(p.recv, i);
+                // SAFETY: a separate send buffer and `c`, `m` elements each,
+                // untouched by anyone but MPI until the request completes.
+                unsafe { ffi::MPI_Iallreduce(s, c, m, dt, op, self.comm, r) }
+            },
+        )
     }
 }
 
@@ -605,7 +656,16 @@ impl Communicator for MpiCommunicator {
             0,
             (&[], &[]),
             || Ok(()),
-            || {
+            |deadline| {
+                if deadline.is_some() {
+                    // MPI has no nonblocking split: first make sure, within
+                    // the deadline, that every rank has reached this point,
+                    // so that the blocking split below has every rank.
+                    self.data(Phase::new(op, deadline, &[], &mut []), |_, _, r| {
+                        // SAFETY: a valid communicator; no buffers.
+                        unsafe { ffi::MPI_Ibarrier(self.comm, r) }
+                    })?;
+                }
                 // SAFETY: reading MPI's null communicator handle.
                 let mut out = unsafe { ffi::RSMPI_COMM_NULL };
                 let rc = self.session.mpi(|| {
@@ -636,13 +696,13 @@ impl Communicator for MpiCommunicator {
             len,
             (&[], &[]),
             || Ok(()),
-            || {
+            |deadline| {
                 self.avg_on_integers::<T>(kind, op)?;
                 if is_half(T::DTYPE) {
                     let mut wide = widen(buf);
                     self.all_reduce_raw(
-                        mut_ptr(&mut wide),
-                        wide.len(),
+                        deadline,
+                        bytemuck::cast_slice_mut(&mut wide),
                         4,
                         // SAFETY: reading MPI's predefined datatype handle.
                         unsafe { ffi::RSMPI_FLOAT },
@@ -661,8 +721,8 @@ impl Communicator for MpiCommunicator {
                     let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
                     let mut wide: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
                     self.all_reduce_raw(
-                        mut_ptr(&mut wide),
-                        wide.len(),
+                        deadline,
+                        bytemuck::cast_slice_mut(&mut wide),
                         4,
                         datatype(DType::U32),
                         operator(op),
@@ -673,8 +733,8 @@ impl Communicator for MpiCommunicator {
                     return Ok(());
                 }
                 self.all_reduce_raw(
-                    mut_ptr(buf),
-                    buf.len(),
+                    deadline,
+                    bytemuck::cast_slice_mut(buf),
                     size_of::<T>(),
                     datatype(T::DTYPE),
                     operator(op),
@@ -707,16 +767,18 @@ impl Communicator for MpiCommunicator {
             recv_len,
             (&[], &[]),
             || self.length(kind, BufferRole::Receive, want()?, recv_len),
-            || {
+            |deadline| {
                 // MPI takes the per-rank count; the total may exceed an int.
                 let c = count(kind, me, send.len())?;
                 let dt = datatype(T::DTYPE);
-                let (sp, rp) = (ptr(send), mut_ptr(recv));
-                // SAFETY: lengths checked: `send` holds c and `recv` n × c elements.
-                let rc = self
-                    .session
-                    .mpi(|| unsafe { ffi::MPI_Allgather(sp, c, dt, rp, c, dt, self.comm) });
-                check(kind, me, rc)
+                self.data(
+                    Phase::new(kind, deadline, bytes(send), bytes_mut(recv)),
+                    |p, _, r| {
+                        // SAFETY: lengths checked: `send` holds c and `recv`
+                        // n × c elements, only MPI's until completion.
+                        unsafe { ffi::MPI_Iallgather(p.send, c, dt, p.recv, c, dt, self.comm, r) }
+                    },
+                )
             },
         )
     }
@@ -752,15 +814,23 @@ impl Communicator for MpiCommunicator {
                 let total = self.total::<T>(kind, counts)?;
                 self.length(kind, BufferRole::Receive, total, recv_len)
             },
-            || {
+            |deadline| {
                 let (c, d) = counts_and_displs(kind, me, counts)?;
                 let dt = datatype(T::DTYPE);
-                let (sp, rp) = (ptr(send), mut_ptr(recv));
-                // SAFETY: lengths checked against the counts.
-                let rc = self.session.mpi(|| unsafe {
-                    ffi::MPI_Allgatherv(sp, c[me], dt, rp, c.as_ptr(), d.as_ptr(), dt, self.comm)
-                });
-                check(kind, me, rc)
+                let mine = c[me];
+                let phase = Phase {
+                    ints: vec![c, d],
+                    ..Phase::new(kind, deadline, bytes(send), bytes_mut(recv))
+                };
+                self.data(phase, |p, _, r| {
+                    // SAFETY: lengths checked against the counts; the count
+                    // arrays live until completion.
+                    unsafe {
+                        ffi::MPI_Iallgatherv(
+                            p.send, mine, dt, p.recv, p.ints[0], p.ints[1], dt, self.comm, r,
+                        )
+                    }
+                })
             },
         )
     }
@@ -790,14 +860,16 @@ impl Communicator for MpiCommunicator {
                 )?;
                 self.length(kind, BufferRole::Send, want, send_len)
             },
-            || {
+            |deadline| {
                 self.avg_on_integers::<T>(kind, op)?;
                 let c = count(kind, me, recv_len)?;
-                self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
-                    // SAFETY: buffers of n × c and c elements of `dt`.
-                    self.session.mpi(|| unsafe {
-                        ffi::MPI_Reduce_scatter_block(sp, rp, c, dt, operator(op), self.comm)
-                    })
+                let mop = operator(op);
+                self.reduce_into(kind, deadline, send, recv, op, Vec::new(), |p, dt, r| {
+                    // SAFETY: buffers of n × c and c elements of `dt`, only
+                    // MPI's until completion.
+                    unsafe {
+                        ffi::MPI_Ireduce_scatter_block(p.send, p.recv, c, dt, mop, self.comm, r)
+                    }
                 })
             },
         )
@@ -825,14 +897,16 @@ impl Communicator for MpiCommunicator {
                 let total = self.total::<T>(kind, counts)?;
                 self.length(kind, BufferRole::Send, total, send_len)
             },
-            || {
+            |deadline| {
                 self.avg_on_integers::<T>(kind, op)?;
                 let (c, _) = counts_and_displs(kind, me, counts)?;
-                self.reduce_into(kind, send, recv, op, |sp, rp, dt| {
-                    // SAFETY: buffers of the checked lengths, in elements of `dt`.
-                    self.session.mpi(|| unsafe {
-                        ffi::MPI_Reduce_scatter(sp, rp, c.as_ptr(), dt, operator(op), self.comm)
-                    })
+                let mop = operator(op);
+                self.reduce_into(kind, deadline, send, recv, op, vec![c], |p, dt, r| {
+                    // SAFETY: buffers of the checked lengths, in elements of
+                    // `dt`; the count array lives until completion.
+                    unsafe {
+                        ffi::MPI_Ireduce_scatter(p.send, p.recv, p.ints[0], dt, mop, self.comm, r)
+                    }
                 })
             },
         )
@@ -858,18 +932,25 @@ impl Communicator for MpiCommunicator {
             len,
             (&[], &[]),
             || Ok(()),
-            || {
+            |deadline| {
                 bad_root()?;
                 let dt = datatype(T::DTYPE);
-                for chunk in buf.chunks_mut(raw::MAX_COUNT) {
-                    let (p, c) = (mut_ptr(chunk), chunk.len() as c_int);
-                    // SAFETY: a chunk of at most i32::MAX elements.
-                    let rc = self
-                        .session
-                        .mpi(|| unsafe { ffi::MPI_Bcast(p, c, dt, root as c_int, self.comm) });
-                    check(kind, self.rank, rc)?;
-                }
-                Ok(())
+                let size = size_of::<T>();
+                let phase = Phase {
+                    recv_in: true,
+                    requests: len.div_ceil(raw::MAX_COUNT),
+                    ..Phase::new(kind, deadline, &[], bytes_mut(buf))
+                };
+                self.data(phase, |p, i, r| {
+                    let off = i * raw::MAX_COUNT;
+                    let m = (len - off).min(raw::MAX_COUNT) as c_int;
+                    // SAFETY: `p.recv` holds `len` elements and `off < len`;
+                    // the chunk holds `m` of them, only MPI's until completion.
+                    unsafe {
+                        let c = (p.recv as *mut u8).add(off * size) as *mut c_void;
+                        ffi::MPI_Ibcast(c, m, dt, root as c_int, self.comm, r)
+                    }
+                })
             },
         )
     }
@@ -897,16 +978,18 @@ impl Communicator for MpiCommunicator {
                 }
                 self.length(kind, BufferRole::Receive, send_len, recv_len)
             },
-            || {
+            |deadline| {
                 // MPI takes the per-block count; the total may exceed an int.
                 let c = count(kind, me, send_len / n)?;
                 let dt = datatype(T::DTYPE);
-                let (sp, rp) = (ptr(send), mut_ptr(recv));
-                // SAFETY: both buffers hold n × c elements.
-                let rc = self
-                    .session
-                    .mpi(|| unsafe { ffi::MPI_Alltoall(sp, c, dt, rp, c, dt, self.comm) });
-                check(kind, me, rc)
+                self.data(
+                    Phase::new(kind, deadline, bytes(send), bytes_mut(recv)),
+                    |p, _, r| {
+                        // SAFETY: both buffers hold n × c elements, only
+                        // MPI's until completion.
+                        unsafe { ffi::MPI_Ialltoall(p.send, c, dt, p.recv, c, dt, self.comm, r) }
+                    },
+                )
             },
         )
     }
@@ -935,26 +1018,24 @@ impl Communicator for MpiCommunicator {
                 let received = self.total::<T>(kind, recv_counts)?;
                 self.length(kind, BufferRole::Receive, received, recv_len)
             },
-            || {
+            |deadline| {
                 let (sc, sd) = counts_and_displs(kind, me, send_counts)?;
-                let (rc_, rd) = counts_and_displs(kind, me, recv_counts)?;
+                let (rc, rd) = counts_and_displs(kind, me, recv_counts)?;
                 let dt = datatype(T::DTYPE);
-                let (sp, rp) = (ptr(send), mut_ptr(recv));
-                // SAFETY: lengths checked against the counts.
-                let rc = self.session.mpi(|| unsafe {
-                    ffi::MPI_Alltoallv(
-                        sp,
-                        sc.as_ptr(),
-                        sd.as_ptr(),
-                        dt,
-                        rp,
-                        rc_.as_ptr(),
-                        rd.as_ptr(),
-                        dt,
-                        self.comm,
-                    )
-                });
-                check(kind, me, rc)
+                let phase = Phase {
+                    ints: vec![sc, sd, rc, rd],
+                    ..Phase::new(kind, deadline, bytes(send), bytes_mut(recv))
+                };
+                self.data(phase, |p, _, r| {
+                    // SAFETY: lengths checked against the counts; the count
+                    // arrays live until completion.
+                    unsafe {
+                        ffi::MPI_Ialltoallv(
+                            p.send, p.ints[0], p.ints[1], dt, p.recv, p.ints[2], p.ints[3], dt,
+                            self.comm, r,
+                        )
+                    }
+                })
             },
         )
     }
@@ -1041,10 +1122,11 @@ impl Communicator for MpiCommunicator {
             0,
             (&[], &[]),
             || Ok(()),
-            || {
-                // SAFETY: a valid communicator.
-                let rc = self.session.mpi(|| unsafe { ffi::MPI_Barrier(self.comm) });
-                check(kind, self.rank, rc)
+            |deadline| {
+                self.data(Phase::new(kind, deadline, &[], &mut []), |_, _, r| {
+                    // SAFETY: a valid communicator; no buffers.
+                    unsafe { ffi::MPI_Ibarrier(self.comm, r) }
+                })
             },
         )
     }

@@ -4,6 +4,7 @@
 mod abort;
 mod agree;
 mod communicator;
+mod data;
 mod p2p;
 mod raw;
 mod session;
@@ -11,4 +12,4 @@ mod wait;
 mod world;
 
 pub use communicator::MpiCommunicator;
-pub use world::{MPI_CHECKS_ENV, MpiWorld, MpiWorldBuilder};
+pub use world::{MpiWorld, MpiWorldBuilder};

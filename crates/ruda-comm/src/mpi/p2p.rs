@@ -12,7 +12,7 @@ use mpi::ffi;
 
 use super::agree::Channel;
 use super::raw::{check, count, datatype};
-use super::wait::Inflight;
+use super::wait::{Inflight, ReqKind};
 use crate::{BufferRole, CommError, DType, Element, ErrorContext, Fingerprint, OpKind};
 
 /// Tags on the control channel.
@@ -125,7 +125,7 @@ pub(crate) fn exchange<T: Element>(
     // Requests: the sender's header (if receiving), the receiver's verdict
     // and this rank's header (if sending).
     let header_req = match source {
-        Some(src) => Some(fl.post(op, me, true, |r| {
+        Some(src) => Some(fl.post(op, me, ReqKind::Recv, |r| {
             // SAFETY: 2 words only MPI touches until the receive completes.
             unsafe { ffi::MPI_Irecv(header_in, 2, i64t, src as c_int, TAG_HEADER, ctl, r) }
         })?),
@@ -133,11 +133,11 @@ pub(crate) fn exchange<T: Element>(
     };
     let ack_req = match dest {
         Some(d) => {
-            let i = fl.post(op, me, true, |r| {
+            let i = fl.post(op, me, ReqKind::Recv, |r| {
                 // SAFETY: 3 words only MPI touches until the receive completes.
                 unsafe { ffi::MPI_Irecv(ack_in, 3, i64t, d as c_int, TAG_ACK, ctl, r) }
             })?;
-            fl.post(op, me, false, |r| {
+            fl.post(op, me, ReqKind::Send, |r| {
                 // SAFETY: 2 words, unchanged until the send completes.
                 unsafe { ffi::MPI_Isend(header_out, 2, i64t, d as c_int, TAG_HEADER, ctl, r) }
             })?;
@@ -172,7 +172,7 @@ pub(crate) fn exchange<T: Element>(
             accepted = got[0] as usize == buf.len() && got[1] == code;
             (*w).ack_out = [buf.len() as i64, code, i64::from(accepted)];
         }
-        fl.post(op, me, false, |r| {
+        fl.post(op, me, ReqKind::Send, |r| {
             // SAFETY: 3 words, unchanged until the send completes.
             unsafe { ffi::MPI_Isend(ack_out, 3, i64t, src as c_int, TAG_ACK, ctl, r) }
         })?;

@@ -86,15 +86,19 @@ impl Session {
             super::abort::abort_job(75);
         }
         if owns {
-            let mut done: std::ffi::c_int = 0;
-            // SAFETY: no ruda call is in flight (we hold the write gate);
-            // plain state query, then finalisation of the MPI we started.
-            unsafe {
-                ffi::MPI_Finalized(&mut done);
-                if done == 0 {
-                    ffi::MPI_Finalize();
+            // Under the end lock: no abort is between its check and its
+            // `MPI_Abort` (see `abort`), and none starts until this is done.
+            super::abort::finalize_under(|| {
+                let mut done: std::ffi::c_int = 0;
+                // SAFETY: no ruda call is in flight (we hold the write gate);
+                // plain state query, then finalisation of the MPI we started.
+                unsafe {
+                    ffi::MPI_Finalized(&mut done);
+                    if done == 0 {
+                        ffi::MPI_Finalize();
+                    }
                 }
-            }
+            });
         }
     }
 

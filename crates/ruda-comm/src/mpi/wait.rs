@@ -77,37 +77,63 @@ fn back_off(polls: u32, waited: Duration) {
     }
 }
 
+/// What a request does, which decides how a pending one is given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqKind {
+    /// A point-to-point receive: cancelled, then completed.
+    Recv,
+    /// A point-to-point send: freed if still pending (MPI finishes or drops
+    /// it on its own); its buffer must then be leaked.
+    Send,
+    /// A nonblocking collective: MPI allows neither cancelling nor freeing
+    /// it, so a pending one is left active for good, and every buffer it
+    /// uses must be leaked.
+    Collective,
+}
+
 /// Give up on the pending requests of a timed-out call: receives are
 /// cancelled and completed; a send still pending (MPI cannot cancel it
-/// reliably) is freed, and the caller must then leak its buffer, which MPI
-/// may still read. Returns whether every request is complete (so that all
-/// buffers may be released).
-pub(crate) fn abandon(session: &Session, reqs: &mut [ffi::MPI_Request], is_recv: &[bool]) -> bool {
+/// reliably) is freed; a collective still pending is left active (see
+/// [`ReqKind::Collective`]). Returns whether every request is complete
+/// (so that all buffers may be released); otherwise the caller must leak
+/// the buffers, which MPI may still read or write.
+pub(crate) fn abandon(session: &Session, reqs: &mut [ffi::MPI_Request], kinds: &[ReqKind]) -> bool {
     let null = null_request();
     let mut all_done = true;
-    for (r, &recv) in reqs.iter_mut().zip(is_recv) {
+    for (r, &kind) in reqs.iter_mut().zip(kinds) {
         if *r == null {
             continue;
         }
-        if recv {
-            // SAFETY: an active receive of this process: cancel it, then
-            // complete it (a cancelled or just-matched small receive
-            // completes at once).
-            session.mpi(|| unsafe {
-                ffi::MPI_Cancel(r);
-                ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
-            });
-        } else {
-            let mut flag: c_int = 0;
-            // SAFETY: an active send of this process; if it has not
-            // completed, free it (MPI finishes or drops it on its own).
-            session.mpi(|| unsafe {
-                ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE);
-                if flag == 0 {
-                    ffi::MPI_Request_free(r);
-                }
-            });
-            all_done &= flag != 0;
+        match kind {
+            ReqKind::Recv => {
+                // SAFETY: an active receive of this process: cancel it, then
+                // complete it (a cancelled or just-matched small receive
+                // completes at once).
+                session.mpi(|| unsafe {
+                    ffi::MPI_Cancel(r);
+                    ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+                });
+            }
+            ReqKind::Send => {
+                let mut flag: c_int = 0;
+                // SAFETY: an active send of this process; if it has not
+                // completed, free it (MPI finishes or drops it on its own).
+                session.mpi(|| unsafe {
+                    ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE);
+                    if flag == 0 {
+                        ffi::MPI_Request_free(r);
+                    }
+                });
+                all_done &= flag != 0;
+            }
+            ReqKind::Collective => {
+                let mut flag: c_int = 0;
+                // SAFETY: an active collective request of this process; a
+                // last test, and if it is still pending it stays active
+                // (freeing or cancelling it is erroneous in MPI).
+                session.mpi(|| unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
+                all_done &= flag != 0;
+            }
         }
     }
     all_done
@@ -121,7 +147,7 @@ pub(crate) fn abandon(session: &Session, reqs: &mut [ffi::MPI_Request], is_recv:
 pub(crate) struct Inflight<'a, B> {
     session: &'a Session,
     reqs: Vec<ffi::MPI_Request>,
-    is_recv: Vec<bool>,
+    kinds: Vec<ReqKind>,
     /// Owned (from `Box::into_raw`); reached only through this pointer, so
     /// that no reference to it exists while MPI writes into it.
     bufs: *mut B,
@@ -132,7 +158,7 @@ impl<'a, B> Inflight<'a, B> {
         Inflight {
             session,
             reqs: Vec::new(),
-            is_recv: Vec::new(),
+            kinds: Vec::new(),
             bufs: Box::into_raw(Box::new(bufs)),
         }
     }
@@ -149,11 +175,11 @@ impl<'a, B> Inflight<'a, B> {
         &mut self,
         op: OpKind,
         rank: usize,
-        recv: bool,
+        kind: ReqKind,
         start: impl FnOnce(&mut ffi::MPI_Request) -> c_int,
     ) -> Result<usize, CommError> {
         self.reqs.push(null_request());
-        self.is_recv.push(recv);
+        self.kinds.push(kind);
         let i = self.reqs.len() - 1;
         let r = &mut self.reqs[i];
         let rc = self.session.mpi(|| start(r));
@@ -175,6 +201,12 @@ impl<'a, B> Inflight<'a, B> {
         Ok(pending.into_iter().map(|i| i + start).collect())
     }
 
+    /// Whether a posted request is still pending.
+    pub(crate) fn pending(&self) -> bool {
+        let null = null_request();
+        self.reqs.iter().any(|r| *r != null)
+    }
+
     /// How many requests were posted.
     pub(crate) fn len(&self) -> usize {
         self.reqs.len()
@@ -185,11 +217,15 @@ impl<B> Drop for Inflight<'_, B> {
     fn drop(&mut self) {
         let null = null_request();
         let done = self.reqs.iter().all(|r| *r == null)
-            || abandon(self.session, &mut self.reqs, &self.is_recv);
+            || abandon(self.session, &mut self.reqs, &self.kinds);
         if done {
             // SAFETY: from `Box::into_raw` in `new`; no request uses it now.
             drop(unsafe { Box::from_raw(self.bufs) });
         }
-        // Otherwise MPI may still read a send buffer: leave it allocated.
+        // Otherwise MPI may still read a send buffer, or read and write the
+        // buffers of a collective that peers may yet complete: leave them
+        // allocated for the rest of the process (deliberately leaked; the
+        // call timed out, so the session is broken and the job is aborted
+        // when its MpiWorld goes, rather than finalised).
     }
 }

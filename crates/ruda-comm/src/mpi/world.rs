@@ -17,10 +17,6 @@ use crate::{CommError, ErrorContext, OpKind, TIMEOUT_ENV};
 /// (`Some(false)`: MPI cannot start again), or never had one.
 static STARTED: Mutex<Option<bool>> = Mutex::new(None);
 
-/// The environment variable that turns the MPI transport's per-call checks
-/// off when set to `0` (see [`MpiWorldBuilder::checked`]).
-pub const MPI_CHECKS_ENV: &str = "RUDA_MPI_CHECKS";
-
 /// How to start MPI; see [`MpiWorld::builder`].
 ///
 /// # Example
@@ -41,7 +37,7 @@ pub const MPI_CHECKS_ENV: &str = "RUDA_MPI_CHECKS";
 pub struct MpiWorldBuilder {
     timeout: Option<Duration>,
     abort_on_panic: bool,
-    checked: Option<bool>,
+    checked: bool,
 }
 
 impl MpiWorldBuilder {
@@ -60,16 +56,60 @@ impl MpiWorldBuilder {
         self
     }
 
-    /// Whether every collective first exchanges every rank's call record
-    /// (default on; `RUDA_MPI_CHECKS=0` turns it off). With it, a missing
-    /// rank is a [`CommError::Timeout`] naming it, and ranks in different
-    /// collectives or with counts that do not fit are the same error on
-    /// every rank, at the cost of one small message to and from each peer
-    /// per call. Without it, calls go straight to MPI: no deadline for
-    /// collectives, and a rank whose own arguments are inconsistent aborts
-    /// the job (point-to-point calls keep their checks and deadline).
-    pub fn checked(mut self, yes: bool) -> Self {
-        self.checked = Some(yes);
+    /// Keep the per-call checks on (the default; this undoes an earlier
+    /// [`MpiWorldBuilder::unchecked`]). Every collective first exchanges
+    /// every rank's call record with each peer, with the deadline: a
+    /// missing rank is a [`CommError::Timeout`] naming it, and ranks in
+    /// different collectives or with counts that do not fit get the same
+    /// error on every rank before any data moves, at the cost of one small
+    /// message to and from each peer per call. The data phase that follows
+    /// has the same deadline (see [`MpiCommunicator`]).
+    ///
+    /// # Example
+    /// ```no_run
+    /// let mpi = ruda_comm::MpiWorld::builder().checked().init().expect("MPI starts");
+    /// assert!(mpi.world().unwrap().checked());
+    /// ```
+    pub fn checked(mut self) -> Self {
+        self.checked = true;
+        self
+    }
+
+    /// Turn the per-call checks off: collectives go straight to MPI, with
+    /// no record exchange and no deadline (point-to-point calls keep their
+    /// rendezvous and deadline). A rank whose own arguments are
+    /// inconsistent (a buffer that does not fit its own counts) still
+    /// aborts the job rather than call MPI with them.
+    ///
+    /// # Safety
+    /// Without the checks nothing stops an erroneous MPI program, whose
+    /// behaviour is undefined (truncated messages, writes past a buffer,
+    /// hangs). The caller guarantees, for every communicator of this
+    /// world, that every rank of it makes the same sequence of collective
+    /// calls, each with the same operation, element type, reduction
+    /// operator and root, and with counts that agree across ranks (the
+    /// same length for `all_reduce` and `broadcast`, per-rank lengths that
+    /// match every peer's count lists for the `_v` calls and `all_to_all`),
+    /// and that every rank of it arrives (a rank that never makes a call
+    /// leaves its peers blocked for good). These are exactly the
+    /// conditions the checks verify at run time.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let b = ruda_comm::MpiWorld::builder();
+    /// // SAFETY: every rank of this program makes the same collective calls
+    /// // with matching arguments (a single all-reduce of one element).
+    /// let mpi = unsafe { b.unchecked() }.init().expect("MPI starts");
+    /// let world = mpi.world().unwrap();
+    /// assert!(!world.checked());
+    /// ```
+    ///
+    /// Without `unsafe` it does not compile:
+    /// ```compile_fail,E0133
+    /// let b = ruda_comm::MpiWorld::builder().unchecked();
+    /// ```
+    pub unsafe fn unchecked(mut self) -> Self {
+        self.checked = false;
         self
     }
 
@@ -98,9 +138,7 @@ impl MpiWorldBuilder {
         if self.abort_on_panic {
             install_panic_hook();
         }
-        let checked = self
-            .checked
-            .unwrap_or_else(|| std::env::var(MPI_CHECKS_ENV).map_or(true, |v| v.trim() != "0"));
+        let checked = self.checked;
         let timeout = self.timeout.unwrap_or_else(default_timeout);
         let multiple = provided >= thread_level_multiple();
         *started = Some(true);
@@ -155,7 +193,7 @@ impl MpiWorld {
         MpiWorldBuilder {
             timeout: None,
             abort_on_panic: false,
-            checked: None,
+            checked: true,
         }
     }
 
@@ -197,20 +235,42 @@ impl MpiWorld {
     /// process whose calls timed out skips this and aborts; the others
     /// wait here — where a peer's abort ends them cleanly — with no
     /// deadline, as `MPI_Finalize` itself would (a peer that is merely slow
-    /// to finish is not an error).
+    /// to finish is not an error). The barrier is `MPI_Ibarrier`, tested
+    /// with ruda's MPI lock held only around each test, so that threads
+    /// still in calls on other communicators keep progressing.
     fn settle(&self) {
         if self.session.is_broken() || !self.owns {
             return;
         }
         // MPI is initialised and not finalised (this world owns it and has
-        // not finalised it yet); every ruda call has returned (the world is
-        // being dropped), and ruda issues nothing on `MPI_COMM_WORLD` itself
-        // (it works on duplicates), so no other call uses the handle.
-        let barrier = || {
-            // SAFETY: a valid, initialised world communicator; no pointers.
-            unsafe { ffi::MPI_Barrier(ffi::RSMPI_COMM_WORLD) }
-        };
-        let _ = self.session.mpi(barrier);
+        // not finalised it yet), and ruda issues nothing else on
+        // `MPI_COMM_WORLD` itself (it works on duplicates). Other threads
+        // may still be inside calls on other communicators (finalisation
+        // waits for them after this): so the barrier is nonblocking and
+        // tested with the MPI lock held only around each call, never across
+        // the wait, which under `MPI_THREAD_SERIALIZED` would keep their
+        // calls (and the peers waiting on them) from progressing.
+        let mut req = super::wait::null_request();
+        // SAFETY: a valid, initialised world communicator; `req` is a valid
+        // request handle MPI writes; no buffers.
+        let rc = self
+            .session
+            .mpi(|| unsafe { ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, &mut req) });
+        if rc != 0 {
+            return;
+        }
+        let mut reqs = [req];
+        // No deadline, as `MPI_Finalize` has none (waited in rounds).
+        loop {
+            let far = std::time::Instant::now() + Duration::from_secs(3600);
+            match super::wait::wait_until(&self.session, OpKind::Barrier, 0, &mut reqs, far) {
+                Ok(pending) if pending.is_empty() => return,
+                Ok(_) => {}
+                // MPI failed: finalise (or abort) as before; the barrier's
+                // request holds no buffers.
+                Err(_) => return,
+            }
+        }
     }
 }
 
