@@ -238,15 +238,16 @@ pub enum CommError {
     },
     /// Some ranks did not arrive before the deadline.
     #[error(
-        "{} on rank {} timed out after {waited:?}: ranks {} never arrived",
-        .context.label(*.op), .context.name(*.rank), .context.names(.missing)
+        "{} on rank {} timed out after {waited:?}: {}",
+        .context.label(*.op), .context.name(*.rank), MissingRanks(.context, .missing)
     )]
     Timeout {
         /// The operation.
         op: OpKind,
         /// The reporting rank.
         rank: usize,
-        /// The ranks that did not arrive.
+        /// The ranks that did not arrive (empty when the transport cannot
+        /// tell: an MPI collective that did not complete in its data phase).
         missing: Vec<usize>,
         /// The deadline that passed.
         waited: Duration,
@@ -547,6 +548,21 @@ impl fmt::Debug for ErrorContext {
     }
 }
 
+/// The ranks a timeout waited for, as its message shows them.
+struct MissingRanks<'a>(&'a ErrorContext, &'a [usize]);
+
+impl fmt::Display for MissingRanks<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.1.is_empty() {
+            f.write_str(
+                "the call did not complete (the transport does not say which rank is missing)",
+            )
+        } else {
+            write!(f, "ranks {} never arrived", self.0.names(self.1))
+        }
+    }
+}
+
 /// An operation as an error message shows it; see [`ErrorContext::label`].
 #[derive(Clone, Copy)]
 pub struct OpLabel<'a> {
@@ -596,5 +612,42 @@ impl fmt::Display for RankNames<'_> {
             write!(f, "{}", self.ctx.name(r))?;
         }
         f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(missing: Vec<usize>) -> CommError {
+        CommError::Timeout {
+            op: OpKind::AllReduce,
+            rank: 0,
+            missing,
+            waited: Duration::from_secs(1),
+            context: ErrorContext::none(),
+        }
+    }
+
+    #[test]
+    fn a_timeout_without_missing_ranks_says_the_transport_cannot_tell() {
+        assert_eq!(
+            timeout(vec![2]).to_string(),
+            "all_reduce on rank 0 timed out after 1s: ranks [2] never arrived"
+        );
+        let msg = timeout(vec![]).to_string();
+        assert!(msg.contains("does not say which rank is missing"), "{msg}");
+        assert!(!msg.contains("ranks []"), "{msg}");
+    }
+
+    #[test]
+    fn the_caller_names_the_operation_and_survives_a_later_context() {
+        let e = timeout(vec![1])
+            .in_call("all_reduce")
+            .with_context(|| ErrorContext::new(vec![4, 5], Vec::new()));
+        assert_eq!(e.op(), OpKind::AllReduce);
+        assert_eq!(e.context().caller(), Some("all_reduce"));
+        assert_eq!(e.context().world_rank(1), Some(5));
+        assert!(e.to_string().starts_with("all_reduce on rank 0 (world 4)"), "{e}");
     }
 }
