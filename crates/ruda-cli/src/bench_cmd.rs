@@ -114,10 +114,15 @@ pub struct Row {
     pub iters: usize,
     /// Back-to-back calls: the slowest rank's total over their number, µs.
     pub wall_us: Option<f64>,
-    /// GB/s.
-    pub algbw: f64,
-    /// GB/s.
-    pub busbw: f64,
+    /// GB/s (`None` for a row that moves no data).
+    pub algbw: Option<f64>,
+    /// GB/s (`None` for a row that moves no data).
+    pub busbw: Option<f64>,
+    /// Whether the call copies any bytes: `false` for the device-resident
+    /// broadcast on one shared device, which hands every rank the root's
+    /// tensor (then no bandwidth and no roofline are reported).
+    #[serde(default = "moves_data_default")]
+    pub moves_data: bool,
     /// Aggregate STREAM rate (copy or add) of all ranks on this row's
     /// buffer size, GB/s.
     pub stream_gbps: Option<f64>,
@@ -133,11 +138,26 @@ pub struct Row {
     pub mpi_speedup: Option<f64>,
 }
 
+fn moves_data_default() -> bool {
+    true
+}
+
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
 impl Row {
+    /// The same row for a call that copies no bytes: no bandwidth and no
+    /// roofline (the time stays: what the call costs).
+    pub fn without_data_movement(mut self) -> Self {
+        self.moves_data = false;
+        self.algbw = None;
+        self.busbw = None;
+        self.roofline_us = None;
+        self.roofline_pct = None;
+        self
+    }
+
     /// The row of a measurement.
     pub fn from_measurement(kind: &str, m: &Measurement) -> Self {
         Row {
@@ -151,8 +171,9 @@ impl Row {
             p99_us: m.p99_us,
             iters: m.iters,
             wall_us: finite(m.wall_us),
-            algbw: m.algbw,
-            busbw: m.busbw,
+            algbw: finite(m.algbw),
+            busbw: finite(m.busbw),
+            moves_data: true,
             stream_gbps: finite(m.stream_gbps),
             roofline_us: finite(m.roofline_us),
             roofline_pct: finite(m.roofline_pct()),
@@ -458,8 +479,8 @@ pub fn print_table(
             p99_us: r.p99_us,
             iters: r.iters,
             wall_us: r.wall_us.unwrap_or(f64::NAN),
-            algbw: r.algbw,
-            busbw: r.busbw,
+            algbw: r.algbw.unwrap_or(f64::NAN),
+            busbw: r.busbw.unwrap_or(f64::NAN),
             stream_gbps: r.stream_gbps.unwrap_or(f64::NAN),
             roofline_us: r.roofline_us.unwrap_or(f64::NAN),
             wrong: r.wrong,

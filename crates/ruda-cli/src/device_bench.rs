@@ -3,7 +3,7 @@
 //! every rank thread) against, in the same run and on the same device and
 //! sizes, (a) the device's own tensor-copy rate — the same number of threads
 //! each copying its tensor out of place with the backend's own elementwise
-//! kernel (`y = x + 0`), the roofline of every row —, (b) the host-staged
+//! kernels (the faster of `y = x + 0` and a concatenation), the roofline of every row —, (b) the host-staged
 //! path ([`ruda_tensor::HostCollective`] over the local transport: the
 //! tensor is read to host memory, moved, and rebuilt on the device), and
 //! (c) the local transport on plain host slices (ruda-comm's own
@@ -90,9 +90,12 @@ fn sync(device: &Device) -> Result<(), Text> {
 }
 
 /// The device's aggregate tensor-copy rate, GB/s: every rank copies its
-/// own tensor of `footprint / 2` bytes out of place (`y = x + 0`, one read
-/// and one write per element) at once; bytes counted over all ranks over
-/// the slowest rank's median time.
+/// own tensor of `footprint / 2` bytes out of place at once, one read and
+/// one write per element, with the faster of two of the backend's own
+/// kernels — an elementwise `y = x + 0` and a concatenation of the
+/// tensor's two halves (the kind of copy `DeviceGroup` makes; on Flex a
+/// memcpy, far faster than the elementwise kernel in a debug build); bytes
+/// counted over all ranks over the slowest rank's median time.
 fn copy_rate<T: Sample + burn_backend::Element>(
     comm: &LocalCommunicator,
     device: &Device,
@@ -105,7 +108,12 @@ fn copy_rate<T: Sample + burn_backend::Element>(
         (device, burn_dtype(T::DTYPE)),
     );
     sync(device)?;
-    let samples = bench::time_calls(
+    let half = len / 2;
+    let (a, b) = (
+        x.clone().narrow(0, 0, half),
+        x.clone().narrow(0, half, len - half),
+    );
+    let add = bench::time_calls(
         comm,
         it.warmup,
         it.iters.max(1),
@@ -118,8 +126,20 @@ fn copy_rate<T: Sample + burn_backend::Element>(
             Ok::<_, Text>(())
         },
     )?;
+    let cat = bench::time_calls(
+        comm,
+        it.warmup,
+        it.iters.max(1),
+        || (),
+        |()| {
+            let y = Tensor::cat(vec![a.clone(), b.clone()], 0);
+            sync(device)?;
+            drop(y);
+            Ok::<_, Text>(())
+        },
+    )?;
     let counted = 2.0 * (len * size_of::<T>()) as f64 * comm.size() as f64;
-    Ok(counted / samples.median() / 1e9)
+    Ok(counted / add.median().min(cat.median()) / 1e9)
 }
 
 /// Time `op` through the tensor layer on group `g` (device-resident or
@@ -247,7 +267,16 @@ pub fn run(
                 message,
             })?;
             for (kind, m) in ["device", "tensor", "collective"].iter().zip(&m) {
-                rows.push(Row::from_measurement(kind, m));
+                let row = Row::from_measurement(kind, m);
+                // On one shared device, `DeviceGroup::broadcast` hands every
+                // rank the root's tensor: nothing is copied, so the row has
+                // no bandwidth to report.
+                let shared_handle = *kind == "device" && op == BenchOp::Broadcast && cfg.ranks > 1;
+                rows.push(if shared_handle {
+                    row.without_data_movement()
+                } else {
+                    row
+                });
             }
             progress.inc(1);
         }
@@ -282,7 +311,7 @@ pub fn print_table(
     writeln!(
         out,
         "# device: DeviceGroup (handles exchanged, the backend's own slice/cat/add); host-staged: HostCollective on the same device; \
-         local: the local transport on host slices. copy: the device's tensor-copy rate (y = x + 0 on {} threads at once); \
+         local: the local transport on host slices. copy: the device's tensor-copy rate (the faster of y = x + 0 and a concatenation, on {} threads at once); \
          roof: the op's least traffic at that rate over the device p50",
         cfg.ranks
     )?;
@@ -321,12 +350,16 @@ pub fn print_table(
             d.op,
             f(Some(d.time_us), 2),
             f(Some(d.p99_us), 2),
-            f(Some(d.busbw), 3),
+            if d.moves_data {
+                f(d.busbw, 3)
+            } else {
+                "no copy".to_string()
+            },
             f(d.roofline_pct, 0),
             f(Some(h.time_us), 2),
-            f(Some(h.busbw), 3),
+            f(h.busbw, 3),
             f(Some(h.time_us / d.time_us), 2),
-            f(Some(l.busbw), 3),
+            f(l.busbw, 3),
             f(Some(l.time_us / d.time_us), 2),
             f(d.stream_gbps, 1),
             d.wrong + h.wrong + l.wrong
@@ -335,7 +368,7 @@ pub fn print_table(
     let wrong: usize = rows.iter().map(|r| r.wrong).sum();
     writeln!(
         out,
-        "# dev/host, dev/local: time ratios (above 1: the device path is faster); out of bounds values: {wrong} {}",
+        "# dev/host, dev/local: time ratios (above 1: the device path is faster); no copy: the device broadcast hands every rank the root's tensor on one shared device (no bytes move, no bandwidth); out of bounds values: {wrong} {}",
         if wrong == 0 { "OK" } else { "FAILED" }
     )
 }

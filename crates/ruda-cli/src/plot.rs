@@ -28,7 +28,9 @@ pub fn plot(rows: &[Row], title: &str, path: &Path) -> Result<(), String> {
     let mut roofline: Vec<Series> = Vec::new();
     for r in rows {
         let x = (r.bytes as f64).log2();
-        push(&mut measured, r.op.clone(), (x, r.busbw));
+        if let Some(b) = r.busbw {
+            push(&mut measured, r.op.clone(), (x, b));
+        }
         if let Some(b) = r.roofline_busbw() {
             push(&mut roofline, format!("{} roofline", r.op), (x, b));
         }

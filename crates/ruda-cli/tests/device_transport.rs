@@ -120,7 +120,15 @@ fn bench_on_the_device_transport_reports_three_paths_per_row() {
             assert_eq!(r["wrong"], 0, "{r}");
             let t = r["time_us"].as_f64().unwrap();
             assert!(t > 0.0 && t.is_finite(), "{r}");
-            assert!(r["busbw"].as_f64().unwrap() > 0.0, "{r}");
+            // Issue 17 (5): the device broadcast on one shared device hands
+            // over the root's tensor; its row claims no bandwidth.
+            let no_copy = r["kind"] == "device" && r["op"] == "broadcast";
+            assert_eq!(r["moves_data"], !no_copy, "{r}");
+            if no_copy {
+                assert!(r["busbw"].is_null() && r["roofline_pct"].is_null(), "{r}");
+            } else {
+                assert!(r["busbw"].as_f64().unwrap() > 0.0, "{r}");
+            }
         }
         // The device row's roofline is the device's own copy rate.
         assert!(chunk[0]["stream_gbps"].as_f64().unwrap() > 0.0);

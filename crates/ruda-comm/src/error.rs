@@ -648,6 +648,9 @@ mod tests {
         assert_eq!(e.op(), OpKind::AllReduce);
         assert_eq!(e.context().caller(), Some("all_reduce"));
         assert_eq!(e.context().world_rank(1), Some(5));
-        assert!(e.to_string().starts_with("all_reduce on rank 0 (world 4)"), "{e}");
+        assert!(
+            e.to_string().starts_with("all_reduce on rank 0 (world 4)"),
+            "{e}"
+        );
     }
 }
