@@ -158,7 +158,12 @@ fn backward_result<T>(op: TensorOp, r: Result<T, Error>) -> T {
     match r {
         Ok(t) => t,
         Err(e) => {
-            let msg = alloc::format!("ruda: the backward pass of {op} failed: {e}");
+            // The error names the call already when it came from a
+            // communicator ("the backward pass of all_gather on rank 0: …").
+            let msg = match &e {
+                Error::Comm(_) => alloc::format!("ruda: {e}"),
+                _ => alloc::format!("ruda: the backward pass of {op} failed: {e}"),
+            };
             BACKWARD_ERROR.with(|slot| *slot.borrow_mut() = Some(e));
             panic!("{msg}")
         }

@@ -64,6 +64,9 @@ type Restore = Box<dyn FnOnce(Tensor<1>, &mut GradientsParams)>;
 struct Entry {
     numel: usize,
     dims_hash: i64,
+    /// The parameter's dtype (what the replicas must agree on).
+    param_dtype: DType,
+    /// The gradient's dtype, or the parameter's without one (the bucket).
     dtype: DType,
     device: Device,
     grad: Option<Tensor<1>>,
@@ -74,7 +77,7 @@ impl Entry {
     /// The words this parameter contributes to the structure exchange:
     /// dtype and whether this rank has a gradient, element count, shape.
     fn words(&self) -> [i64; 3] {
-        let code = crate::agreement::dtype_code(self.dtype);
+        let code = crate::agreement::dtype_code(self.param_dtype);
         [
             code * 2 + i64::from(self.grad.is_some()),
             self.numel as i64,
@@ -97,6 +100,7 @@ impl ModuleVisitor for Collect<'_> {
         let dims = value.dims();
         let numel = dims.iter().product::<usize>();
         let grad = self.grads.remove::<D>(id);
+        let param_dtype = value.dtype();
         let (dtype, device) = match &grad {
             Some(g) => (g.dtype(), g.device()),
             None => (value.dtype(), value.inner().device()),
@@ -105,6 +109,7 @@ impl ModuleVisitor for Collect<'_> {
         self.entries.push(Entry {
             numel,
             dims_hash: ruda_comm::conformance::mix(&dims_u64) as i64,
+            param_dtype,
             dtype,
             device,
             grad: grad.map(|g| crate::reshape(g, [numel])),
@@ -122,6 +127,18 @@ fn agree_structure<G: Group>(group: &G, entries: &[Entry]) -> Result<Vec<bool>, 
     let op = TensorOp::DdpGradients;
     let me = group.rank();
     let counts = group.exchange_words(&[MAGIC, entries.len() as i64])?;
+    for (r, w) in counts.chunks(2).enumerate() {
+        if w[0] != MAGIC {
+            // A peer in another call that also exchanges two words.
+            return Err(Error::Record {
+                op,
+                rank: me,
+                offender: r,
+                what: "record marker",
+                code: w[0],
+            });
+        }
+    }
     let expected = counts[1] as usize;
     for (r, w) in counts.chunks(2).enumerate() {
         if w[1] as usize != expected {

@@ -77,11 +77,15 @@ pub enum TensorOp {
     /// The broadcast of the primitives and tensor methods (the seed's
     /// contract entry point is [`TensorOp::BroadcastFloat`]).
     Broadcast,
+    /// The integer all-to-all of the tensor methods (zero-size trailing
+    /// axes move as empty rows; the seed's contract entry point is
+    /// [`TensorOp::AllToAllVInt`]).
+    AllToAllInt,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 30] = [
+    pub const ALL: [TensorOp; 31] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -112,6 +116,7 @@ impl TensorOp {
         TensorOp::AllToAll,
         TensorOp::AllReduce,
         TensorOp::Broadcast,
+        TensorOp::AllToAllInt,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -159,6 +164,7 @@ impl TensorOp {
             TensorOp::AllToAll => "all_to_all",
             TensorOp::AllReduce => "all_reduce",
             TensorOp::Broadcast => "broadcast",
+            TensorOp::AllToAllInt => "all_to_all_int",
         }
     }
 }

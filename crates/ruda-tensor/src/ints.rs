@@ -39,11 +39,14 @@ pub(crate) fn all_gather_int<B: Backend, G: Group>(
     let mut f = Facts::new(op, dtype, &shape);
     f.problem = problem;
     f.free_axis = (!equal).then_some(d);
-    let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
+    let named = |e: Error| e.in_call(role_of(op));
+    let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter")).map_err(named)?;
     if g.size() == 1 {
         return Ok(x);
     }
-    let out = g.gather_rows_int::<B>(op, front_int::<B>(x, d), &agreed.sizes)?;
+    let out = g
+        .gather_rows_int::<B>(op, front_int::<B>(x, d), &agreed.sizes)
+        .map_err(named)?;
     Ok(front_int::<B>(out, d))
 }
 
@@ -73,10 +76,13 @@ pub(crate) fn all_to_all_int<B: Backend, G: Group>(
         None,
         op == TensorOp::AllToAllVInt,
         d.err(),
-    )?;
+    )
+    .map_err(|e| e.in_call(role_of(op)))?;
     if g.size() == 1 {
         return Ok((front_int::<B>(xt, dd), plan.recv));
     }
-    let out = g.exchange_rows_int::<B>(op, xt, &plan.send, &plan.recv)?;
+    let out = g
+        .exchange_rows_int::<B>(op, xt, &plan.send, &plan.recv)
+        .map_err(|e| e.in_call(role_of(op)))?;
     Ok((front_int::<B>(out, dd), plan.recv))
 }

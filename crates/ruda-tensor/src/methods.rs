@@ -314,7 +314,7 @@ impl<const D: usize> IntTensorExt for Tensor<D, Int> {
         let mut received = Vec::new();
         let out = routed!(self, D, Int, |B, t| crate::ints::all_to_all_int::<B, G>(
             group,
-            TensorOp::AllToAllVInt,
+            TensorOp::AllToAllInt,
             t,
             dim,
             counts

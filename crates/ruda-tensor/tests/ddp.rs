@@ -231,6 +231,33 @@ mod unused_parameters {
             .collect()
     }
 
+    /// A peer in another two-word exchange is not read as a module.
+    #[test]
+    fn a_peer_in_another_exchange_is_a_record_error() {
+        let out = LocalWorld::new(2).run_each(|c| {
+            let world = HostCollective::new(c);
+            let me = ruda_tensor::Group::rank(&world);
+            let device = Device::flex().autodiff();
+            let m = two(&device, 3);
+            let loss = m.a.forward(input(me, &device)).sum();
+            let g = GradientsParams::from_grads(loss.backward(), &m);
+            if me == 1 {
+                ruda_tensor::Group::exchange_words(&world, &[5, 4]).map(|_| ())
+            } else {
+                all_reduce_gradients(&world, &m, g, GradientReduction::Sum).map(|_| ())
+            }
+        });
+        match &out[0] {
+            Err(RankError::Failed(Error::Record {
+                offender: 1,
+                what: "record marker",
+                code: 5,
+                ..
+            })) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn replicas_with_another_parameter_count_are_an_error_on_every_rank() {
         for (r, e) in mismatch_errors(|_| 3, true).into_iter().enumerate() {

@@ -119,6 +119,8 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         finalized: AtomicBool,
+        /// Set when the abort asks for the rank: it holds the end lock then.
+        entered: AtomicBool,
         events: Mutex<Vec<String>>,
     }
 
@@ -127,6 +129,7 @@ mod tests {
             self.finalized.load(Ordering::SeqCst)
         }
         fn world_rank(&self) -> c_int {
+            self.entered.store(true, Ordering::SeqCst);
             3
         }
         fn abort(&self, code: c_int) {
@@ -156,8 +159,11 @@ mod tests {
         let start = Instant::now();
         std::thread::scope(|s| {
             s.spawn(|| abort_under(&lock, &fake, Duration::from_millis(50), 70));
-            std::thread::sleep(Duration::from_millis(30));
-            // Rank 3 sleeps 150 ms; this comes 30 ms in.
+            // Once the abort has passed its check (it holds the lock and
+            // sleeps rank 3's 150 ms), finalise: no timing assumption.
+            while !fake.entered.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
             finalize_with(&lock, || fake.finalize());
         });
         assert!(start.elapsed() >= Duration::from_millis(150));

@@ -35,12 +35,14 @@ use crate::{
 /// [`CommError::Timeout`] naming it, and ranks in different collectives or
 /// with counts that do not fit get the same error on every rank, as with
 /// the local transport, before any data moves. The data phase that follows
-/// has the same deadline: a peer whose own record exchange timed out just
+/// has a deadline of its own (the same timeout, from the moment every
+/// record is in, so that a late peer leaves a large transfer its full
+/// time): a peer whose own record exchange timed out just
 /// before the last record reached it never joins, and the ranks that did
 /// get past the exchange end with a [`CommError::Timeout`] (no rank named:
 /// MPI does not say who is missing from a collective) instead of waiting
 /// for the job to be aborted. So every rank of a call ends with the right
-/// result or a `Timeout` within the deadline plus a poll interval. For
+/// result or a `Timeout` within twice the timeout plus a poll interval. For
 /// this, with checks on, MPI works on copies of the caller's buffers (one
 /// copy in, one out): a collective cannot be cancelled, so after a timeout
 /// the copies are leaked, never the caller's memory. `split` has no
@@ -311,7 +313,11 @@ impl MpiCommunicator {
     ) -> Result<R, CommError> {
         let elements = send_len.max(recv_len);
         self.call(fp, elements, None, |fp| {
-            // One deadline for the record exchange and the data phase.
+            // A deadline for the record exchange (every rank arrives), then
+            // a fresh one for the data phase (the data moves): a peer that
+            // arrives late but within its deadline must not leave too little
+            // time for a large transfer. A call ends within twice the
+            // timeout.
             let mut deadline = None;
             if self.session.checked {
                 let call = Call {
@@ -321,9 +327,12 @@ impl MpiCommunicator {
                     counts: counts.0,
                     counts2: counts.1,
                 };
-                let d = Instant::now() + self.session.timeout;
-                agree::agree(&self.channel(), &call, d)?;
-                deadline = Some(d);
+                agree::agree(
+                    &self.channel(),
+                    &call,
+                    Instant::now() + self.session.timeout,
+                )?;
+                deadline = Some(Instant::now() + self.session.timeout);
             } else {
                 self.admit_unchecked(local)?;
             }

@@ -216,8 +216,13 @@ fn direct(
             break;
         }
     }
-    // No deadline (the unchecked contract says every rank arrives): wait
-    // in rounds until every posted request is complete.
+    // No deadline (the unchecked contract says every rank arrives). At
+    // MPI_THREAD_MULTIPLE block in MPI, which progresses the collective
+    // best; under the MPI lock, poll in rounds so that other threads' calls
+    // go on.
+    if outcome.is_ok() && fl.pending() && session.multiple() {
+        outcome = fl.wait_all_blocking(op, rank);
+    }
     while outcome.is_ok() && fl.pending() {
         if let Err(e) = fl.wait(
             op,

@@ -61,6 +61,12 @@ impl Session {
         Ok(g)
     }
 
+    /// Whether MPI runs at `MPI_THREAD_MULTIPLE` (no process-wide lock:
+    /// a thread may block in MPI while others call it).
+    pub(crate) fn multiple(&self) -> bool {
+        self.serial.is_none()
+    }
+
     /// Run one MPI call, serialised process-wide when MPI requires it.
     pub(crate) fn mpi<R>(&self, f: impl FnOnce() -> R) -> R {
         let _g: Option<MutexGuard<'_, ()>> = self

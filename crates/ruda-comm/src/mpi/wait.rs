@@ -9,7 +9,7 @@ use mpi::ffi;
 
 use super::raw::check;
 use super::session::Session;
-use crate::{CommError, OpKind};
+use crate::{CommError, ErrorContext, OpKind};
 
 /// The null request handle.
 pub(crate) fn null_request() -> ffi::MPI_Request {
@@ -199,6 +199,34 @@ impl<'a, B> Inflight<'a, B> {
         let start = range.start;
         let pending = wait_until(self.session, op, rank, &mut self.reqs[range], deadline)?;
         Ok(pending.into_iter().map(|i| i + start).collect())
+    }
+
+    /// Wait for every posted request in one blocking `MPI_Waitall`, with
+    /// no deadline: for calls without checks under `MPI_THREAD_MULTIPLE`,
+    /// where no lock is held and MPI progresses the collective inside the
+    /// wait (polling with `MPI_Test` leaves multi-round algorithms idle
+    /// between polls).
+    pub(crate) fn wait_all_blocking(&mut self, op: OpKind, rank: usize) -> Result<(), CommError> {
+        assert!(
+            self.session.multiple(),
+            "a blocking wait under the MPI lock would stop other threads' calls"
+        );
+        let n = c_int::try_from(self.reqs.len()).map_err(|_| CommError::InvalidArgument {
+            op,
+            rank,
+            reason: crate::InvalidArgument::TooLarge {
+                count: self.reqs.len(),
+                max: c_int::MAX as usize,
+            },
+            context: ErrorContext::none(),
+        })?;
+        // SAFETY: `reqs` holds `n` requests of this process, each active or
+        // null; MPI_Waitall completes the active ones and sets them to null
+        // (statuses ignored). Every buffer they use is owned by this value
+        // or outlives it (the caller's, for the unchecked mode). No lock is
+        // needed at MPI_THREAD_MULTIPLE (asserted above).
+        let rc = unsafe { ffi::MPI_Waitall(n, self.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
+        check(op, rank, rc)
     }
 
     /// Whether a posted request is still pending.

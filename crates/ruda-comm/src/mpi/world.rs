@@ -42,7 +42,9 @@ pub struct MpiWorldBuilder {
 
 impl MpiWorldBuilder {
     /// The deadline of every wait (default: `RUDA_TIMEOUT_SECS`, else
-    /// [`crate::DEFAULT_TIMEOUT`]).
+    /// [`crate::DEFAULT_TIMEOUT`]): for every rank to arrive at a call, and
+    /// again, from then on, for a collective's data to move (so a checked
+    /// collective ends within twice this).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self

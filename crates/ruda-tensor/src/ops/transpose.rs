@@ -163,7 +163,7 @@ impl LinearOp for Transpose {
             op,
             rank: me,
             offender,
-            what: "dims (as 64 × dims.0 + dims.1, resolved)",
+            what: "axes (as 64 × split_out + split_in, resolved)",
             expected,
             got,
         })?;
