@@ -98,6 +98,30 @@ fn conformance_without_the_per_call_checks() {
     }
 }
 
+/// Checked collectives on the caller's buffers (`staged(false)`) give the
+/// same results.
+#[test]
+fn conformance_with_the_data_phase_on_the_callers_buffers() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(
+            n,
+            &["conformance", "--unstaged"],
+            false,
+            Duration::from_secs(300),
+        ) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(
+            t.contains(&format!(
+                "mpi conformance on {n} ranks: 11 passed, 0 failed"
+            )),
+            "{t}"
+        );
+    }
+}
+
 #[test]
 fn mismatches_are_errors_on_every_rank() {
     for (n, passed) in [(1, 3), (2, 6), (3, 6)] {
@@ -209,6 +233,33 @@ fn a_straggler_that_completes_some_record_exchanges_ends_every_rank_in_time() {
     // and had to give up in the data phase.
     assert!(t.contains("a timeout in the data phase"), "{t}");
     assert!(!t.contains("FAILED"), "{t}");
+}
+
+/// The same straggler with the data phase on the caller's buffers
+/// (`staged(false)`): the ranks left in the data phase cannot return while
+/// MPI may still write their buffers, so they abort the job at their
+/// deadline, saying why; the job ends promptly (no rank waits for the one
+/// that timed out to abort it).
+#[test]
+fn an_unstaged_straggler_aborts_the_job_at_the_deadline() {
+    let Some((out, took)) = launch(
+        3,
+        &["straggler", "--unstaged"],
+        false,
+        Duration::from_secs(60),
+    ) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert!(!out.status.success(), "the job must be aborted:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    assert!(t.contains("data phase not staged"), "{t}");
+    // The rank that timed out in its record exchange still reports it.
+    assert!(
+        t.contains("rank 1: straggler ended within twice the timeout"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_comm::bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [SIZES]` prints, for
+//! ([`ruda_comm::bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--unstaged] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
 //! sides. SIZES defaults to `4K,1M,16M,64M`.
+//!
+//! `--unstaged` measures the checked collectives working on the caller's
+//! buffers instead of copies (`MpiWorldBuilder::staged(false)`).
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
@@ -32,6 +35,11 @@ fn main() {
         // operations in the same order, matching counts), and the caller
         // guarantees that every rank of the job gets the same arguments.
         builder = unsafe { builder.unchecked() };
+    }
+    if args.iter().any(|a| a == "--unstaged") {
+        // Checked collectives on the caller's buffers (a peer missing from
+        // a data phase aborts the job instead of returning a Timeout).
+        builder = builder.staged(false);
     }
     let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");

@@ -25,6 +25,9 @@
 //!   with the right result or a `Timeout` within twice its timeout (one for
 //!   every rank to arrive, one for the data phase) and a small margin, and
 //!   say so; the job is then aborted.
+//!   With `--unstaged` (`MpiWorldBuilder::staged(false)`: the data phase
+//!   on the caller's buffers) the ranks left in the data phase abort the
+//!   job at their deadline instead of returning.
 //! - `p2p-failures`: point-to-point length and type mismatches end in the
 //!   same error on both sides, a self-addressed half of a `send_recv` is
 //!   refused, and large rings complete.
@@ -358,6 +361,7 @@ fn threads(world: &MpiCommunicator) -> Result<usize, String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let unchecked = args.iter().any(|a| a == "--unchecked");
+    let unstaged = args.iter().any(|a| a == "--unstaged");
     let mode = args
         .iter()
         .find(|a| !a.starts_with("--"))
@@ -381,6 +385,9 @@ fn main() -> ExitCode {
         // MPI), and every rank runs it to the end; the caller of this binary
         // guarantees that every rank of the job runs it with this flag.
         builder = unsafe { builder.unchecked() };
+    }
+    if unstaged {
+        builder = builder.staged(false);
     }
     let mpi = match builder.init() {
         Ok(m) => m,

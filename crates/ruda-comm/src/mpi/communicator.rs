@@ -523,6 +523,29 @@ impl MpiCommunicator {
                 m as c_int,
             )
         };
+        if deadline.is_none() && self.session.multiple() {
+            // Without checks at MPI_THREAD_MULTIPLE: MPI's blocking
+            // all-reduce (no lock is held, no deadline to keep). Open MPI's
+            // tuned blocking algorithms beat its nonblocking one (measured
+            // on 2 ranks: 2.7 vs 7.0 ms at 16 MiB).
+            let copy = (!self.session.in_place).then(|| bytes.to_vec());
+            let recv = bytes.as_mut_ptr() as *mut c_void;
+            for i in 0..requests {
+                let (c, m) = chunk(recv, i);
+                let s = match &copy {
+                    Some(v) => chunk(v.as_ptr() as *mut c_void, i).0 as *const c_void,
+                    None => OPEN_MPI_IN_PLACE,
+                };
+                // SAFETY: `c` holds `m` elements of the caller's buffer and
+                // `s` either Open MPI's MPI_IN_PLACE or the same range of a
+                // copy that outlives the call; the call is blocking, so MPI
+                // holds neither pointer after it returns. No lock is needed
+                // at MPI_THREAD_MULTIPLE.
+                let rc = unsafe { ffi::MPI_Allreduce(s, c, m, dt, op, self.comm) };
+                check(kind, self.rank, rc)?;
+            }
+            return Ok(());
+        }
         if self.session.in_place {
             return self.data(
                 Phase {

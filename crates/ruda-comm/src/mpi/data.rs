@@ -104,9 +104,10 @@ fn recv_ptr(p: *mut u64, bytes: usize) -> *mut c_void {
     }
 }
 
-/// `bytes` in 8-byte words (so that every element type is aligned).
-fn words(bytes: &[u8], copy: bool) -> Vec<u64> {
-    let mut w = vec![0u64; bytes.len().div_ceil(8)];
+/// A staging buffer for `bytes` in 8-byte words (so that every element type
+/// is aligned), from the session's pool; with `copy`, holding `bytes`.
+fn words(session: &Session, bytes: &[u8], copy: bool) -> Vec<u64> {
+    let mut w = session.staging(bytes.len().div_ceil(8));
     if copy {
         bytemuck::cast_slice_mut::<u64, u8>(&mut w)[..bytes.len()].copy_from_slice(bytes);
     }
@@ -128,8 +129,8 @@ pub(crate) fn run(
     start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
 ) -> Result<(), CommError> {
     match phase.deadline {
-        Some(deadline) => staged(session, rank, phase, deadline, start),
-        None => direct(session, rank, phase, start),
+        Some(deadline) if session.staged => staged(session, rank, phase, deadline, start),
+        deadline => direct(session, rank, phase, deadline, start),
     }
 }
 
@@ -145,8 +146,8 @@ fn staged(
     let mut fl = Inflight::new(
         session,
         Staged {
-            send: words(phase.send, true),
-            recv: words(phase.recv, phase.recv_in),
+            send: words(session, phase.send, true),
+            recv: words(session, phase.recv, phase.recv_in),
             ints: phase.ints,
         },
     );
@@ -168,7 +169,7 @@ fn staged(
     }
     // On an error here `fl` is dropped with requests pending and leaks the
     // copies; the caller's buffers were never given to MPI.
-    let pending = fl.wait(op, rank, 0..fl.len(), deadline)?;
+    let pending = fl.wait_eagerly(op, rank, deadline)?;
     if !pending.is_empty() {
         drop(fl); // leaves the collective active and leaks its buffers
         return Err(CommError::Timeout {
@@ -179,18 +180,27 @@ fn staged(
             context: ErrorContext::none(),
         });
     }
-    // SAFETY: every request is complete: nothing but us touches the copies.
-    let s = unsafe { &*b };
+    // Every request is complete: the copies are ours again.
+    let s = fl
+        .finish()
+        .expect("no request is pending after the wait said so");
     phase
         .recv
         .copy_from_slice(&bytemuck::cast_slice::<u64, u8>(&s.recv)[..recv_bytes]);
+    session.keep_staging(s.send);
+    session.keep_staging(s.recv);
     Ok(())
 }
 
+/// The data phase on the caller's buffers: without checks (no deadline), or
+/// checked but not staged (`MpiWorldBuilder::staged(false)`), where a
+/// collective still pending at the deadline aborts the job, since MPI may
+/// still use the buffers the caller gets back.
 fn direct(
     session: &Session,
     rank: usize,
     phase: Phase<'_>,
+    deadline: Option<Instant>,
     start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
 ) -> Result<(), CommError> {
     let op = phase.op;
@@ -216,20 +226,39 @@ fn direct(
             break;
         }
     }
-    // No deadline (the unchecked contract says every rank arrives). At
-    // MPI_THREAD_MULTIPLE block in MPI, which progresses the collective
-    // best; under the MPI lock, poll in rounds so that other threads' calls
-    // go on.
-    if outcome.is_ok() && fl.pending() && session.multiple() {
+    if let Some(deadline) = deadline {
+        if outcome.is_ok() {
+            match fl.wait_eagerly(op, rank, deadline) {
+                Ok(pending) if !pending.is_empty() => {
+                    let e = CommError::Timeout {
+                        op,
+                        rank,
+                        missing: Vec::new(),
+                        waited: session.timeout,
+                        context: ErrorContext::none(),
+                    };
+                    eprintln!(
+                        "ruda: {e}; MPI may still use the caller's buffers (data phase not staged), so the MPI job is aborted"
+                    );
+                    session.mark_broken();
+                    super::abort::abort_job(75);
+                    // Returns only when MPI is finalised: nothing can touch
+                    // the buffers any more.
+                    return Err(e);
+                }
+                Ok(_) => {}
+                Err(e) => outcome = Err(e),
+            }
+        }
+    } else if outcome.is_ok() && fl.pending() && session.multiple() {
+        // No deadline (the unchecked contract says every rank arrives): at
+        // MPI_THREAD_MULTIPLE block in MPI, which progresses the collective
+        // best; under the MPI lock, poll in rounds (below) so that other
+        // threads' calls go on.
         outcome = fl.wait_all_blocking(op, rank);
     }
     while outcome.is_ok() && fl.pending() {
-        if let Err(e) = fl.wait(
-            op,
-            rank,
-            0..fl.len(),
-            Instant::now() + Duration::from_secs(60),
-        ) {
+        if let Err(e) = fl.wait_eagerly(op, rank, Instant::now() + Duration::from_secs(60)) {
             outcome = Err(e);
         }
     }

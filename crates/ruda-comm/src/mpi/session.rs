@@ -19,6 +19,9 @@ pub(crate) struct Session {
     /// Whether every collective first exchanges every rank's call record
     /// (the deadline, and cross-rank checks); see `MpiWorldBuilder::checked`.
     pub checked: bool,
+    /// Whether a checked collective's data phase works on copies (see
+    /// `MpiWorldBuilder::staged`).
+    pub staged: bool,
     /// The deadline of every wait.
     pub timeout: Duration,
     /// Held around every MPI call when MPI is at `MPI_THREAD_SERIALIZED`;
@@ -30,20 +33,34 @@ pub(crate) struct Session {
     finalized: RwLock<bool>,
     /// Set when a call timed out (see [`Session::mark_broken`]).
     broken: AtomicBool,
+    /// Staging buffers of checked collectives, kept between calls (see
+    /// [`Session::staging`]).
+    staging: Mutex<Vec<Vec<u64>>>,
 }
+
+/// Staging buffers kept for reuse, at most.
+const STAGING_KEPT: usize = 4;
 
 /// Keeps MPI from being finalised while a call runs.
 pub(crate) type Gate<'a> = RwLockReadGuard<'a, bool>;
 
 impl Session {
-    pub(crate) fn new(in_place: bool, checked: bool, timeout: Duration, multiple: bool) -> Self {
+    pub(crate) fn new(
+        in_place: bool,
+        checked: bool,
+        staged: bool,
+        timeout: Duration,
+        multiple: bool,
+    ) -> Self {
         Session {
             in_place,
             checked,
+            staged,
             timeout,
             serial: (!multiple).then(|| Mutex::new(())),
             finalized: RwLock::new(false),
             broken: AtomicBool::new(false),
+            staging: Mutex::new(Vec::new()),
         }
     }
 
@@ -59,6 +76,53 @@ impl Session {
             });
         }
         Ok(g)
+    }
+
+    /// A staging buffer of `words` 8-byte words for a checked collective,
+    /// reused from an earlier call when one is large enough: a fresh
+    /// allocation per call costs its page faults and, in Open MPI, the
+    /// registration of new memory for its single-copy transfers (measured:
+    /// a 16 MiB all-to-all on 2 ranks 13× slower than on reused buffers).
+    /// The contents are stale: the caller copies in what MPI must read.
+    pub(crate) fn staging(&self, words: usize) -> Vec<u64> {
+        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        // The smallest kept buffer that fits.
+        let fit = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= words)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        let mut v = match fit {
+            Some(i) => kept.swap_remove(i),
+            None => Vec::new(),
+        };
+        drop(kept);
+        if v.len() >= words {
+            v.truncate(words);
+        } else {
+            v.resize(words, 0);
+        }
+        v
+    }
+
+    /// Return a staging buffer (after its collective completed) for reuse;
+    /// beyond [`STAGING_KEPT`] the smallest is freed.
+    pub(crate) fn keep_staging(&self, v: Vec<u64>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push(v);
+        if kept.len() > STAGING_KEPT
+            && let Some(i) = kept
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, v)| v.capacity())
+                .map(|(i, _)| i)
+        {
+            kept.swap_remove(i);
+        }
     }
 
     /// Whether MPI runs at `MPI_THREAD_MULTIPLE` (no process-wide lock:

@@ -17,19 +17,33 @@ pub(crate) fn null_request() -> ffi::MPI_Request {
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
+/// How a wait polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Spin briefly, then yield, then sleep for growing intervals, so that
+    /// a long wait (for a peer that has not arrived) does not take a core
+    /// from the ranks it waits for.
+    Patient,
+    /// Test continuously, yielding now and then: for a collective's data
+    /// phase, where every peer has arrived and MPI's nonblocking
+    /// collectives progress only inside `MPI_Test` (a sleep between tests
+    /// stalls every round of the algorithm), as a blocking MPI call would
+    /// poll.
+    Eager,
+}
+
 /// Poll `reqs` until every one completes or `deadline` passes. Completed
 /// requests become the null request. Returns the indices still pending.
 ///
 /// The MPI lock (when MPI needs one) is held only for each test, so other
-/// threads' calls go on meanwhile. Polls spin briefly, then yield, then
-/// sleep for growing intervals, so that a long wait does not take a core
-/// from the ranks it waits for.
+/// threads' calls go on meanwhile; `poll` says how tests are spaced.
 pub(crate) fn wait_until(
     session: &Session,
     op: OpKind,
     rank: usize,
     reqs: &mut [ffi::MPI_Request],
     deadline: Instant,
+    poll: Poll,
 ) -> Result<Vec<usize>, CommError> {
     let null = null_request();
     let start = Instant::now();
@@ -61,7 +75,11 @@ pub(crate) fn wait_until(
                 .collect());
         }
         polls = polls.saturating_add(1);
-        back_off(polls, now - start);
+        match poll {
+            Poll::Patient => back_off(polls, now - start),
+            Poll::Eager if polls % 256 == 0 => std::thread::yield_now(),
+            Poll::Eager => std::hint::spin_loop(),
+        }
     }
 }
 
@@ -197,8 +215,33 @@ impl<'a, B> Inflight<'a, B> {
         deadline: Instant,
     ) -> Result<Vec<usize>, CommError> {
         let start = range.start;
-        let pending = wait_until(self.session, op, rank, &mut self.reqs[range], deadline)?;
+        let pending = wait_until(
+            self.session,
+            op,
+            rank,
+            &mut self.reqs[range],
+            deadline,
+            Poll::Patient,
+        )?;
         Ok(pending.into_iter().map(|i| i + start).collect())
+    }
+
+    /// [`Inflight::wait`] for every request, testing continuously
+    /// ([`Poll::Eager`]): a collective's data phase.
+    pub(crate) fn wait_eagerly(
+        &mut self,
+        op: OpKind,
+        rank: usize,
+        deadline: Instant,
+    ) -> Result<Vec<usize>, CommError> {
+        wait_until(
+            self.session,
+            op,
+            rank,
+            &mut self.reqs,
+            deadline,
+            Poll::Eager,
+        )
     }
 
     /// Wait for every posted request in one blocking `MPI_Waitall`, with
@@ -241,8 +284,26 @@ impl<'a, B> Inflight<'a, B> {
     }
 }
 
+impl<B> Inflight<'_, B> {
+    /// The buffers back, once every request is complete (`None` while one
+    /// is pending: then they stay with this value, to be abandoned).
+    pub(crate) fn finish(mut self) -> Option<B> {
+        if self.pending() {
+            return None;
+        }
+        let bufs = core::mem::replace(&mut self.bufs, core::ptr::null_mut());
+        // SAFETY: from `Box::into_raw` in `new`, taken out exactly once
+        // (the field is null now, which `drop` skips); no request is
+        // pending, so MPI holds no pointer into it.
+        Some(*unsafe { Box::from_raw(bufs) })
+    }
+}
+
 impl<B> Drop for Inflight<'_, B> {
     fn drop(&mut self) {
+        if self.bufs.is_null() {
+            return; // handed back by `finish`
+        }
         let null = null_request();
         let done = self.reqs.iter().all(|r| *r == null)
             || abandon(self.session, &mut self.reqs, &self.kinds);
