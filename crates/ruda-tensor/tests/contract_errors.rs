@@ -348,8 +348,9 @@ fn a_rank_that_skips_a_backward_fails_its_peers_not_hangs() {
     assert!(results[1].is_ok());
     match &results[0] {
         Err(RankError::Panicked(m)) => {
+            // The panic names the call and what happened to the peer.
             assert!(
-                m.contains("backward pass of all_gather_float failed"),
+                m.contains("the backward pass of all_gather_float on rank 0: rank 1"),
                 "{m}"
             );
         }
