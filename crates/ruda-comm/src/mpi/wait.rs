@@ -77,7 +77,7 @@ pub(crate) fn wait_until(
         polls = polls.saturating_add(1);
         match poll {
             Poll::Patient => back_off(polls, now - start),
-            Poll::Eager if polls % 256 == 0 => std::thread::yield_now(),
+            Poll::Eager if polls.is_multiple_of(256) => std::thread::yield_now(),
             Poll::Eager => std::hint::spin_loop(),
         }
     }
