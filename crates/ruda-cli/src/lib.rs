@@ -14,3 +14,9 @@ pub mod sht_bench;
 pub mod sizes;
 pub mod timed_comm;
 pub mod timed_group;
+
+/// Every Rust snippet of the README, compiled and run as a doc test so
+/// that it cannot rot (`cargo test -p ruda-cli --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeSnippets;
