@@ -379,11 +379,10 @@ fn main() -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
-        // SAFETY: the conformance suite makes the same collective calls with
-        // matching arguments on every rank (its calls depend only on the
-        // rank count and fixed seeds, and locally refused calls never reach
-        // MPI), and every rank runs it to the end; the caller of this binary
-        // guarantees that every rank of the job runs it with this flag.
+        // The suite's calls depend only on the rank count and fixed seeds
+        // (locally refused calls never reach MPI), every rank runs it to
+        // the end, and the caller gives every rank this flag.
+        // SAFETY: every rank makes the same collective calls with matching arguments.
         builder = unsafe { builder.unchecked() };
     }
     if unstaged {

@@ -62,11 +62,10 @@ impl Ending for Mpi {
 
     fn world_rank(&self) -> c_int {
         let mut rank: c_int = 0;
-        // SAFETY: called by `abort_under` only after `finalized()` said no,
-        // with `END` held (so nobody finalises MPI meanwhile), and ruda's
-        // callers run only after `MpiWorld::init`: MPI is initialised and
-        // not finalised. The world handle is valid; `rank` is a valid,
-        // unaliased int.
+        // Called by `abort_under` only after `finalized()` said no, with
+        // `END` held (nobody finalises MPI meanwhile), and only after
+        // `MpiWorld::init`: MPI is initialised and not finalised.
+        // SAFETY: the world handle is valid; `rank` is a valid, unaliased int MPI writes.
         unsafe { ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank) };
         rank
     }

@@ -536,11 +536,11 @@ impl MpiCommunicator {
                     Some(v) => chunk(v.as_ptr() as *mut c_void, i).0 as *const c_void,
                     None => OPEN_MPI_IN_PLACE,
                 };
-                // SAFETY: `c` holds `m` elements of the caller's buffer and
-                // `s` either Open MPI's MPI_IN_PLACE or the same range of a
-                // copy that outlives the call; the call is blocking, so MPI
-                // holds neither pointer after it returns. No lock is needed
-                // at MPI_THREAD_MULTIPLE.
+                // `s` is Open MPI's MPI_IN_PLACE or the same range of a copy
+                // that outlives the call; no lock is needed at
+                // MPI_THREAD_MULTIPLE.
+                // SAFETY: `c` (m elements of the caller's exclusively borrowed buffer) and `s` are
+                // valid for this blocking call; MPI keeps neither pointer after it returns.
                 let rc = unsafe { ffi::MPI_Allreduce(s, c, m, dt, op, self.comm) };
                 check(kind, self.rank, rc)?;
             }

@@ -263,12 +263,12 @@ impl<'a, B> Inflight<'a, B> {
             },
             context: ErrorContext::none(),
         })?;
-        // SAFETY: `reqs` holds `n` requests of this process, each active or
-        // null; MPI_Waitall completes the active ones and sets them to null
-        // (statuses ignored). Every buffer they use is owned by this value
-        // or outlives it (the caller's, for the unchecked mode). No lock is
-        // needed at MPI_THREAD_MULTIPLE (asserted above).
-        let rc = unsafe { ffi::MPI_Waitall(n, self.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
+        // Every buffer the requests use is owned by this value or outlives it
+        // (the caller's, in the unchecked mode); no lock is needed at
+        // MPI_THREAD_MULTIPLE (asserted above).
+        let reqs = self.reqs.as_mut_ptr();
+        // SAFETY: `reqs` points to `n` valid, unaliased requests (active or null) MPI completes.
+        let rc = unsafe { ffi::MPI_Waitall(n, reqs, ffi::RSMPI_STATUSES_IGNORE) };
         check(op, rank, rc)
     }
 

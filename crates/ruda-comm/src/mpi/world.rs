@@ -284,11 +284,10 @@ impl MpiWorld {
         // the wait, which under `MPI_THREAD_SERIALIZED` would keep their
         // calls (and the peers waiting on them) from progressing.
         let mut req = super::wait::null_request();
-        // SAFETY: a valid, initialised world communicator; `req` is a valid
-        // request handle MPI writes; no buffers.
-        let rc = self
-            .session
-            .mpi(|| unsafe { ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, &mut req) });
+        let rc = self.session.mpi(|| {
+            // SAFETY: MPI is initialised; `req` is a valid, unaliased handle it writes; no buffers.
+            unsafe { ffi::MPI_Ibarrier(ffi::RSMPI_COMM_WORLD, &mut req) }
+        });
         if rc != 0 {
             return;
         }
