@@ -231,6 +231,79 @@ mod unused_parameters {
             .collect()
     }
 
+    /// Every parameter as f64 zeros (same ids and shapes).
+    struct ZerosF64;
+
+    impl burn::module::ModuleMapper for ZerosF64 {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let id = param.id;
+            let t = param.val();
+            let zeros = Tensor::<D>::zeros(t.dims(), (&t.device(), DType::F64));
+            Param::initialized(id, zeros.detach().require_grad())
+        }
+    }
+
+    /// Replicas whose parameters have the same shapes but another dtype.
+    #[test]
+    fn replicas_with_another_parameter_dtype_are_an_error_on_every_rank() {
+        let errors: Vec<Error> = LocalWorld::new(2)
+            .run_each(|c| {
+                let world = HostCollective::new(c);
+                let me = ruda_tensor::Group::rank(&world);
+                let device = Device::flex().autodiff();
+                let m = if me == 1 {
+                    two(&device, 3).map(&mut ZerosF64)
+                } else {
+                    two(&device, 3)
+                };
+                all_reduce_gradients(&world, &m, GradientsParams::new(), GradientReduction::Sum)
+                    .map(|_| ())
+            })
+            .into_iter()
+            .map(|r| match r {
+                Err(RankError::Failed(e)) => e,
+                other => panic!("expected an error, got {other:?}"),
+            })
+            .collect();
+        for (r, e) in errors.into_iter().enumerate() {
+            match e {
+                Error::ModuleMismatch {
+                    rank,
+                    offender: 1,
+                    problem:
+                        ModuleProblem::Param {
+                            index: 0,
+                            expected: (6, Some(DType::F32)),
+                            got: (6, Some(DType::F64)),
+                        },
+                    ..
+                } => assert_eq!(rank, r),
+                other => panic!("rank {r}: {other}"),
+            }
+        }
+    }
+
+    /// A module without parameters (or no gradients at all) on 1 and 3
+    /// ranks: nothing to reduce, no error.
+    #[test]
+    fn a_module_without_parameters_reduces_nothing() {
+        for n in [1, 3] {
+            let out = LocalWorld::new(n)
+                .run(|c| {
+                    let world = HostCollective::new(c);
+                    let g = all_reduce_gradients(
+                        &world,
+                        &burn_nn::Relu::new(),
+                        GradientsParams::new(),
+                        GradientReduction::Mean,
+                    )?;
+                    Ok::<_, Error>(g.len())
+                })
+                .unwrap();
+            assert_eq!(out, vec![0; n]);
+        }
+    }
+
     /// A peer in another two-word exchange is not read as a module.
     #[test]
     fn a_peer_in_another_exchange_is_a_record_error() {
