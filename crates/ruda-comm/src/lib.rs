@@ -33,6 +33,7 @@ mod local;
 mod mpi;
 mod reduce_op;
 mod replica;
+mod validate;
 
 pub use communicator::Communicator;
 pub use element::{Accumulator, DType, Element};

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::sync::{GroupSync, WaitPolicy};
 use crate::flight::{FlightRecorder, RankHistory};
+use crate::validate::{CallArgs, CountList};
 use crate::{ErrorContext, Fingerprint, OpKind, PeerFailureCause};
 
 /// What one rank publishes for a collective: its fingerprint, buffers and
@@ -44,29 +45,60 @@ impl Slot {
         }
     }
 
+    /// The call this slot describes, for the rules of
+    /// [`crate::validate`]: its fingerprint, buffer lengths and count lists.
+    ///
+    /// # Safety
+    /// Only between the two barrier episodes of the call that published it:
+    /// the count lists are borrowed from their owner, who keeps them alive
+    /// until the completion episode.
+    pub(crate) unsafe fn args(&self) -> CallArgs<'_> {
+        // SAFETY: forwarded from the caller (the lists are live).
+        let (counts, counts2) = unsafe {
+            (
+                list(self.counts, self.counts_len),
+                list(self.counts2, self.counts2_len),
+            )
+        };
+        CallArgs {
+            fp: self.fp,
+            send_len: self.send_len,
+            recv_len: self.recv_len,
+            counts: CountList::whole(counts),
+            counts2: CountList::whole(counts2),
+        }
+    }
+
     /// The first count list.
     ///
     /// # Safety
-    /// Only between the two barrier episodes of the call that published it.
+    /// As [`Slot::args`].
     pub(crate) unsafe fn counts(&self) -> &[usize] {
-        if self.counts_len == 0 {
-            return &[];
-        }
-        // SAFETY: the owner keeps the list alive until the completion episode.
-        unsafe { core::slice::from_raw_parts(self.counts, self.counts_len) }
+        // SAFETY: forwarded from the caller.
+        unsafe { list(self.counts, self.counts_len) }
     }
 
     /// The second count list (receive counts of `all_to_all_v`).
     ///
     /// # Safety
-    /// As [`Slot::counts`].
+    /// As [`Slot::args`].
     pub(crate) unsafe fn counts2(&self) -> &[usize] {
-        if self.counts2_len == 0 {
-            return &[];
-        }
-        // SAFETY: as above.
-        unsafe { core::slice::from_raw_parts(self.counts2, self.counts2_len) }
+        // SAFETY: forwarded from the caller.
+        unsafe { list(self.counts2, self.counts2_len) }
     }
+}
+
+/// The list of `len` counts at `ptr` (empty when `len` is 0, whatever `ptr`).
+///
+/// # Safety
+/// A nonzero `len` needs `ptr` to point at `len` live counts, unchanged for
+/// the returned lifetime.
+unsafe fn list<'a>(ptr: *const usize, len: usize) -> &'a [usize] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { core::slice::from_raw_parts(ptr, len) }
 }
 
 struct SlotCell(UnsafeCell<Slot>);

@@ -2,11 +2,10 @@
 
 mod affinity;
 mod communicator;
-pub(crate) mod group;
+mod group;
 mod kernels;
 mod p2p;
 mod sync;
-pub(crate) mod validate;
 mod world;
 
 pub use affinity::PIN_ENV;

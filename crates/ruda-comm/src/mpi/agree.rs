@@ -1,9 +1,9 @@
 //! The record exchange that opens every checked MPI collective: each rank
 //! sends its call record (fingerprint, buffer lengths, count lists) to
 //! every peer and receives theirs, with the deadline. A record that never
-//! comes names a rank that did not arrive; records that disagree are
-//! checked as the local transport checks its slots, so every rank reports
-//! the same error before any data moves.
+//! comes names a rank that did not arrive; the records that came go
+//! through the rules every transport applies ([`crate::validate`]), so
+//! every rank reports the same error before any data moves.
 
 use std::ffi::{c_int, c_void};
 use std::time::Instant;
@@ -12,21 +12,11 @@ use mpi::ffi;
 
 use super::raw::count;
 use super::wait::{Inflight, ReqKind};
-use crate::local::group::Slot;
-use crate::local::validate;
-use crate::{CommError, DType, ErrorContext, Fingerprint, OpKind, ReduceOp};
+use crate::validate::{self, CallArgs, wire};
+use crate::{CommError, DType, ErrorContext};
 
 /// The tag of call records on a communicator's control channel.
 pub(crate) const TAG_RECORD: c_int = 10;
-
-/// What a call tells its peers about itself.
-pub(crate) struct Call<'a> {
-    pub fp: Fingerprint,
-    pub send_len: usize,
-    pub recv_len: usize,
-    pub counts: &'a [usize],
-    pub counts2: &'a [usize],
-}
 
 /// Where the exchange runs.
 pub(crate) struct Channel<'a> {
@@ -36,43 +26,20 @@ pub(crate) struct Channel<'a> {
     pub size: usize,
 }
 
-fn words(n: usize) -> usize {
-    10 + 2 * n
-}
-
-fn encode(call: &Call<'_>, n: usize) -> Vec<i64> {
-    let fp = call.fp;
-    let mut w = vec![0i64; words(n)];
-    w[0] = fp.seq as i64;
-    w[1] = fp.op.code() as i64;
-    w[2] = fp.dtype.map_or(0, |d| d.code() as i64 + 1);
-    w[3] = fp.count as i64;
-    w[4] = fp.reduce.map_or(0, |r| {
-        ReduceOp::ALL.iter().position(|&o| o == r).expect("listed") as i64 + 1
-    });
-    w[5] = fp.root.map_or(0, |r| r as i64 + 1);
-    w[6] = call.send_len as i64;
-    w[7] = call.recv_len as i64;
-    w[8] = call.counts.len() as i64;
-    w[9] = call.counts2.len() as i64;
-    for (x, &c) in w[10..10 + n].iter_mut().zip(call.counts) {
-        *x = c as i64;
-    }
-    for (x, &c) in w[10 + n..].iter_mut().zip(call.counts2) {
-        *x = c as i64;
-    }
-    w
-}
-
 /// Exchange records with every peer and check them all.
 ///
 /// # Errors
 /// [`CommError::Timeout`] naming the ranks whose record did not come by the
-/// deadline; the local transport's argument errors, the same on every rank;
+/// deadline; the argument errors of [`validate::verdict`], the same on
+/// every rank;
 /// [`CommError::Transport`] when MPI fails.
-pub(crate) fn agree(ch: &Channel<'_>, call: &Call<'_>, deadline: Instant) -> Result<(), CommError> {
+pub(crate) fn agree(
+    ch: &Channel<'_>,
+    call: &CallArgs<'_>,
+    deadline: Instant,
+) -> Result<(), CommError> {
     let (me, n, op) = (ch.rank, ch.size, call.fp.op);
-    let mine = encode(call, n);
+    let mine = wire::encode(call, n);
     let len = count(op, me, mine.len())?;
     let theirs = (0..n).map(|_| vec![0i64; mine.len()]).collect();
     let mut fl = Inflight::new(ch.session, Records { mine, theirs });
@@ -134,45 +101,10 @@ struct Records {
     theirs: Vec<Vec<i64>>,
 }
 
-/// Decode every rank's record into slots and run the local transport's
-/// checks on them.
+/// Decode every rank's record and pass the verdict on them.
 fn validate_records(records: &[Vec<i64>], me: usize) -> Result<(), CommError> {
     let n = records.len();
-    let lists: Vec<(Vec<usize>, Vec<usize>)> = records
-        .iter()
-        .map(|w| {
-            let a = w[10..10 + n].iter().map(|&x| x as usize).collect();
-            let b = w[10 + n..].iter().map(|&x| x as usize).collect();
-            (a, b)
-        })
-        .collect();
-    let slots: Vec<Slot> = records
-        .iter()
-        .zip(&lists)
-        .map(|(w, (a, b))| {
-            let op = OpKind::from_code(w[1] as u8).unwrap_or(OpKind::Init);
-            let mut f = Fingerprint::new(
-                w[0] as u64,
-                op,
-                (w[2] > 0)
-                    .then(|| DType::from_code(w[2] as u8 - 1))
-                    .flatten(),
-                w[3] as usize,
-            );
-            f.reduce = (w[4] > 0).then(|| ReduceOp::ALL[(w[4] as usize - 1).min(4)]);
-            f.root = (w[5] > 0).then(|| w[5] as usize - 1);
-            let mut s = Slot::new(f);
-            s.send_len = w[6] as usize;
-            s.recv_len = w[7] as usize;
-            // A list whose length is not `n` is reported by `count_lists`
-            // before any of its entries is read (`by_op` checks lengths
-            // first), so no entry past the `n` decoded here is ever read.
-            s.counts = a.as_ptr();
-            s.counts_len = w[8] as usize;
-            s.counts2 = b.as_ptr();
-            s.counts2_len = w[9] as usize;
-            s
-        })
-        .collect();
-    validate::by_op(&slots, me)
+    let decoded: Vec<wire::Decoded> = records.iter().map(|w| wire::decode(w, n)).collect();
+    let calls: Vec<CallArgs<'_>> = decoded.iter().map(wire::Decoded::args).collect();
+    validate::verdict(&calls, me)
 }

@@ -8,11 +8,13 @@ use std::time::{Instant, SystemTime};
 
 use mpi::ffi;
 
-use super::agree::{self, Call, Channel};
+use super::agree::{self, Channel};
 use super::data::{self, Phase, Ptrs};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
 use super::session::Session;
 use crate::flight::{self, FlightRecorder, RankHistory};
+use crate::validate::sizes::max_elements;
+use crate::validate::{CallArgs, CountList};
 use crate::{
     Accumulator, BufferRole, CommError, Communicator, DType, Element, ErrorContext, Fingerprint,
     InvalidArgument, OpKind, ReduceOp,
@@ -320,12 +322,12 @@ impl MpiCommunicator {
             // timeout.
             let mut deadline = None;
             if self.session.checked {
-                let call = Call {
+                let call = CallArgs {
                     fp,
                     send_len,
                     recv_len,
-                    counts: counts.0,
-                    counts2: counts.1,
+                    counts: CountList::whole(counts.0),
+                    counts2: CountList::whole(counts.1),
                 };
                 agree::agree(
                     &self.channel(),
@@ -403,9 +405,9 @@ impl MpiCommunicator {
         }
     }
 
-    /// The sum of a count list, checked (see `validate::total`).
+    /// The sum of a count list, checked (see `validate::sizes::total`).
     fn total<T: Element>(&self, op: OpKind, counts: &[usize]) -> Result<usize, CommError> {
-        crate::local::validate::total(op, self.rank, counts, isize::MAX as usize / size_of::<T>())
+        crate::validate::sizes::total(op, self.rank, counts, max_elements(size_of::<T>()))
     }
 
     fn invalid(&self, op: OpKind, reason: InvalidArgument) -> CommError {
@@ -784,15 +786,8 @@ impl Communicator for MpiCommunicator {
         let fp = Fingerprint::new(0, kind, Some(T::DTYPE), send.len());
         let (me, n) = (self.rank, self.size);
         let (send_len, recv_len) = (send.len(), recv.len());
-        let want = || {
-            crate::local::validate::product(
-                kind,
-                me,
-                n,
-                send_len,
-                isize::MAX as usize / size_of::<T>(),
-            )
-        };
+        let want =
+            || crate::validate::sizes::product(kind, me, n, send_len, max_elements(size_of::<T>()));
         self.collective(
             fp,
             send_len,
@@ -883,12 +878,12 @@ impl Communicator for MpiCommunicator {
             recv_len,
             (&[], &[]),
             || {
-                let want = crate::local::validate::product(
+                let want = crate::validate::sizes::product(
                     kind,
                     me,
                     n,
                     recv_len,
-                    isize::MAX as usize / size_of::<T>(),
+                    max_elements(size_of::<T>()),
                 )?;
                 self.length(kind, BufferRole::Send, want, send_len)
             },
