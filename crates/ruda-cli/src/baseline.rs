@@ -10,7 +10,7 @@ use std::process::Command;
 
 use thiserror::Error;
 
-use crate::bench_cmd::{BenchConfig, Report, Row};
+use crate::bench_report::{BenchConfig, Report, Row};
 
 /// Why the MPI baseline could not be measured.
 #[derive(Debug, Error)]
@@ -44,8 +44,9 @@ pub enum BaselineError {
 ///
 /// # Example
 /// ```
-/// use ruda_cli::{baseline, bench_cmd::BenchConfig};
-/// use ruda_comm::{DType, bench::BenchOp};
+/// use ruda_cli::{baseline, bench_report::BenchConfig};
+/// use ruda_bench::BenchOp;
+/// use ruda_comm::DType;
 /// let cfg = BenchConfig { ops: vec![BenchOp::AllGather], dtype: DType::F32,
 ///     sizes: vec![4096, 8192], ranks: 2, iters: None, warmup: None,
 ///     tensor: false, pin: true, raw_mpi: false };
@@ -133,8 +134,9 @@ pub fn run(cfg: &BenchConfig) -> Result<Vec<Row>, BaselineError> {
 ///
 /// # Example
 /// ```
-/// use ruda_cli::{baseline, bench_cmd::Row};
-/// use ruda_comm::{DType, bench::{BenchOp, Measurement}};
+/// use ruda_cli::{baseline, bench_report::Row};
+/// use ruda_bench::{BenchOp, Measurement};
+/// use ruda_comm::DType;
 /// let m = |t: f64| Measurement::from_times(BenchOp::AllGather, DType::F32, 2, 1024,
 ///     [t, t, t], 10, f64::NAN, 0);
 /// let mut ours = vec![Row::from_measurement("collective", &m(1e-6))];

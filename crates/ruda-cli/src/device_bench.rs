@@ -12,19 +12,20 @@
 //! Each timed call takes a fresh input tensor made (and synchronised)
 //! before the timer, and ends with `Device::sync`, so asynchronous
 //! backends are timed to completion; the slowest rank counts. Bandwidths
-//! follow nccl-tests ([`ruda_comm::bench`]).
+//! follow nccl-tests ([`ruda_bench`]).
 
 use std::io::Write;
 
 use burn_tensor::{DType as BurnDType, Device, Tensor, TensorData};
 use half::{bf16, f16};
 use indicatif::ProgressBar;
-use ruda_comm::bench::{self, BenchOp, Iterations, Measurement};
-use ruda_comm::conformance::Sample;
+use ruda_bench::Sample;
+use ruda_bench::{self as bench, BenchOp, Iterations, Measurement};
 use ruda_comm::{CommError, Communicator, DType, LocalCommunicator, ReduceOp};
 use ruda_tensor::{DeviceGroup, DeviceWorld, Group, HostCollective, TensorExt};
 
-use crate::bench_cmd::{BenchConfig, BenchError, Row};
+use crate::bench_cmd::BenchError;
+use crate::bench_report::{BenchConfig, Row};
 
 /// The device the ranks share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 
 pub mod baseline;
 pub mod bench_cmd;
+pub mod bench_report;
 pub mod demo;
 pub mod device_bench;
 pub mod plot;

@@ -9,11 +9,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ruda_cli::bench_cmd::{self, BenchConfig, Report};
+use ruda_bench::BenchOp;
+use ruda_cli::bench_cmd::{self, BenchError};
+use ruda_cli::bench_report::{BenchConfig, Report, Row};
 use ruda_cli::demo::{self, DemoConfig};
 use ruda_cli::{plot, sizes};
 use ruda_comm::DType;
-use ruda_comm::bench::BenchOp;
 
 /// Differentiable collective communication for Rust tensors.
 #[derive(Parser, Debug)]
@@ -351,13 +352,24 @@ fn run_demo(
     demo::run_on(cfg, transport, out)
 }
 
+/// Why `ruda bench` measured nothing.
+#[derive(Debug, thiserror::Error)]
+enum BenchFailure {
+    /// The sweep failed.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// The MPI baseline could not be measured.
+    #[error("--baseline mpi: {0}")]
+    Baseline(#[from] ruda_cli::baseline::BaselineError),
+}
+
 /// The bench rows, whether this process writes them, and the ranks.
 fn run_bench(
     cfg: &BenchConfig,
     mpi: bool,
     baseline: bool,
     bar: &indicatif::ProgressBar,
-) -> Result<(Vec<bench_cmd::Row>, bool, usize), bench_cmd::BenchError> {
+) -> Result<(Vec<Row>, bool, usize), BenchFailure> {
     #[cfg(feature = "mpi")]
     if mpi {
         use ruda_comm::Communicator;
@@ -519,9 +531,9 @@ fn main() -> ExitCode {
             }
             let bar = bench_cmd::progress((cfg.sizes.len() * cfg.ops.len()) as u64);
             let result = match on_device {
-                Some(which) => {
-                    ruda_cli::device_bench::run(&cfg, which, &bar).map(|r| (r, true, cfg.ranks))
-                }
+                Some(which) => ruda_cli::device_bench::run(&cfg, which, &bar)
+                    .map(|r| (r, true, cfg.ranks))
+                    .map_err(BenchFailure::from),
                 None => run_bench(&cfg, mpi, baseline, &bar),
             };
             let (rows, lead, ranks) = match result {
@@ -593,7 +605,7 @@ fn main() -> ExitCode {
                     cfg.dtype
                 );
                 // The device table's own rows (its references are in the table).
-                let plotted: Vec<bench_cmd::Row> = rows
+                let plotted: Vec<Row> = rows
                     .iter()
                     .filter(|r| on_device.is_none() || r.kind == "device")
                     .cloned()

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::bench_cmd::Row;
+use crate::bench_report::Row;
 
 /// One line of the plot: a name and its points (log₂ size, busbw).
 type Series = (String, Vec<(f64, f64)>);

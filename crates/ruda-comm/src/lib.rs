@@ -7,7 +7,6 @@
 //!   reduce-scatter(v), broadcast, all-to-all(v), send/recv, barrier, split).
 //! - [`LocalWorld`] / [`LocalCommunicator`]: ranks as threads of this process.
 //! - [`Element`]: the types that travel; [`CommError`]: what goes wrong.
-//! - [`bench`](mod@bench): bandwidth measurement in the conventions of nccl-tests.
 //!
 //! ```
 //! use ruda_comm::{Communicator, LocalWorld, ReduceOp};
@@ -21,9 +20,7 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
 mod communicator;
-pub mod conformance;
 mod element;
 mod error;
 mod fingerprint;

@@ -1,27 +1,17 @@
-//! Replica groups on the local transport: the conformance check on world
-//! sizes 1 to 8 and several layouts, the seed's own `[[0, 1]]`, the XLA
+//! Replica groups on the local transport (the conformance check on world
+//! sizes 1 to 8 and several layouts is in ruda-testkit's
+//! `local_conformance`): the seed's own `[[0, 1]]`, the XLA
 //! order `[[3, 1], [0, 2]]`, ranks in no group, and the refusals.
 
 use std::time::Duration;
 
 use ruda_comm::{
     CommError, Communicator, InvalidArgument, LocalWorld, ReduceOp, ReplicaGroups,
-    ReplicaGroupsError, conformance,
+    ReplicaGroupsError,
 };
 
 fn world(n: usize) -> LocalWorld {
     LocalWorld::new(n).timeout(Duration::from_secs(20))
-}
-
-#[test]
-fn conformance_world_sizes_1_to_8() {
-    for n in 1..=8 {
-        for seed in 0..4 {
-            world(n)
-                .run(|c| conformance::check_replica_groups(&c, seed))
-                .unwrap_or_else(|e| panic!("{n} ranks, seed {seed}: {e}"));
-        }
-    }
 }
 
 #[test]

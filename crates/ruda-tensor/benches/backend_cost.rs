@@ -8,7 +8,7 @@
 //! (set `XDG_RUNTIME_DIR` for wgpu where it is unset).
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_comm::bench::{Iterations, time_calls};
+use ruda_bench::{Iterations, time_calls};
 use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
 use ruda_tensor::{Error, HostCollective, TensorExt};
 

@@ -14,11 +14,11 @@
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{TensorData, read_sync};
 use burn_flex::{Flex, FlexDevice};
-use ruda_comm::bench::{Iterations, time_calls};
+use ruda_bench::{Iterations, time_calls};
 use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
 use ruda_tensor::{HostCollective, ReplicatedTensorCollective, TensorCollective};
 
-/// The shared harness ([`ruda_comm::bench::time_calls`]): median over
+/// The shared harness ([`ruda_bench::time_calls`]): median over
 /// `it.iters` of the slowest rank's time of `f`, run after `prep` (untimed).
 fn time<C: Communicator, S>(
     comm: &C,

@@ -221,7 +221,7 @@ fn hash_masked(shape: &[usize], free: Option<usize>) -> i64 {
         .enumerate()
         .map(|(i, &d)| if Some(i) == free { u64::MAX } else { d as u64 })
         .collect();
-    ruda_comm::conformance::mix(&dims) as i64
+    crate::shape_hash::mix(&dims) as i64
 }
 
 /// This rank's record of its call (`seq`: its position in the group's

@@ -23,7 +23,7 @@ use burn_backend::tensor::FloatTensor;
 
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
-use crate::ops::{LinearOp, apply};
+use crate::linear_op::{LinearOp, run_plain};
 
 /// A backend without autodiff on which ruda's operations run directly.
 ///
@@ -103,7 +103,7 @@ impl<B: PlainBackend, G: Group, A: LinearOp> Backward<B, 1> for AdjointStep<G, A
         } = ops;
         unary::<B, _>(parents, node, grads, |grad| {
             let result = match G::upgrade(&state.group) {
-                Some(g) => apply::<B, G, A>(&g, state.adjoint, grad),
+                Some(g) => run_plain::<B, G, A>(&g, state.adjoint, grad),
                 None => Err(Error::GroupDropped {
                     op: state.op,
                     rank: state.rank,

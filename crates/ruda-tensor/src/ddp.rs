@@ -105,10 +105,9 @@ impl ModuleVisitor for Collect<'_> {
             Some(g) => (g.dtype(), g.device()),
             None => (value.dtype(), value.inner().device()),
         };
-        let dims_u64: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
         self.entries.push(Entry {
             numel,
-            dims_hash: ruda_comm::conformance::mix(&dims_u64) as i64,
+            dims_hash: crate::shape_hash::sizes(&dims),
             param_dtype,
             dtype,
             device,

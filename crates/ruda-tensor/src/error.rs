@@ -603,7 +603,7 @@ impl Error {
     /// The same error, with a communicator failure shown as a failure of
     /// the tensor call `role` (whose agreement or data movement it was a
     /// step of) rather than of the internal communicator call.
-    pub(crate) fn in_call(self, role: crate::ops::Role) -> Self {
+    pub(crate) fn in_call(self, role: crate::linear_op::Role) -> Self {
         self.in_named_call(&role.label())
     }
 

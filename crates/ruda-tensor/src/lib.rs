@@ -57,6 +57,7 @@ mod group;
 mod host;
 mod ints;
 pub mod layout;
+mod linear_op;
 #[cfg(feature = "tensor-api")]
 mod methods;
 pub mod ops;
@@ -66,6 +67,7 @@ pub mod replica;
 mod reshape;
 #[cfg(feature = "tensor-api")]
 mod route;
+mod shape_hash;
 #[cfg(feature = "tensor-api")]
 pub mod tensor_api;
 

@@ -8,8 +8,8 @@ use burn_backend::tensor::FloatTensor;
 use burn_flex::Flex;
 use common::*;
 use half::{bf16, f16};
+use ruda_bench::Sample;
 use ruda_comm::Communicator;
-use ruda_comm::conformance::Sample;
 use ruda_tensor::{
     BroadcastTensorCollective, HostCollective, IntegerTensorCollective, NeighbourTensorExchange,
     ReplicatedTensorCollective, TensorCollective, TensorCollectiveError, VariableTensorCollective,

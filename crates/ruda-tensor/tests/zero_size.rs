@@ -637,7 +637,7 @@ proptest! {
         let (n, cols) = (d.n, d.cols[0]);
         let ints = |tag: u64, r: usize, rows: usize| -> (Vec<i64>, [usize; 2]) {
             let v = (0..rows * cols)
-                .map(|i| (ruda_comm::conformance::mix(&[d.seed, tag, r as u64, i as u64]) >> 1) as i64)
+                .map(|i| (ruda_bench::mix(&[d.seed, tag, r as u64, i as u64]) >> 1) as i64)
                 .collect();
             (v, [rows, cols])
         };

@@ -16,11 +16,7 @@ use crate::agreement::{self, Facts, Problem};
 use crate::error::{Error, ShapeProblem, TensorOp};
 use crate::group::Group;
 use crate::layout::{narrow, starts};
-
-fn hash(v: &[usize]) -> i64 {
-    // Never 0, which means "no declaration".
-    (ruda_comm::conformance::mix(&v.iter().map(|&x| x as u64).collect::<Vec<_>>()) | 1) as i64
-}
+use crate::shape_hash;
 
 /// What the backward pass of a gather does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,7 +126,7 @@ impl LinearOp for Gather {
         };
         let d = d.unwrap_or(0);
         let words = match &self.declared {
-            Some(v) => [hash(v), v.len() as i64],
+            Some(v) => [shape_hash::declared_sizes(v), v.len() as i64],
             None => [0, 0],
         };
         let mut f = Facts::new(op, dtype, shape);
@@ -141,7 +137,7 @@ impl LinearOp for Gather {
         f.words = &words;
         let agreed = agreement::agree(g, f, |_, _, _| unreachable!("no parameter"))?;
         let sizes = agreed.sizes;
-        let want = hash(&sizes);
+        let want = shape_hash::declared_sizes(&sizes);
         for (r, w) in agreed.words.iter().enumerate() {
             if w[0] != 0 && w[0] != want {
                 return Err(Error::DeclaredSizes {

@@ -11,6 +11,7 @@ use crate::agreement::{self, Facts, Problem};
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 use crate::layout::{narrow, starts};
+use crate::shape_hash;
 
 /// The two axes of a distributed transpose, named so that they cannot be
 /// swapped silently: the input is split over the ranks along `split_in`
@@ -108,10 +109,6 @@ pub struct TransposePlan {
     pub sizes1: Vec<usize>,
 }
 
-fn hash(v: &[usize]) -> i64 {
-    (ruda_comm::conformance::mix(&v.iter().map(|&x| x as u64).collect::<Vec<_>>()) | 1) as i64
-}
-
 impl LinearOp for Transpose {
     type Plan = TransposePlan;
     type Adjoint = Transpose;
@@ -149,7 +146,7 @@ impl LinearOp for Transpose {
             .or((!agreement::movable(dtype)).then_some(Problem::UnsupportedDType));
         let (d0, d1) = (d0.unwrap_or(0), d1.unwrap_or(0));
         let words = match &self.declared {
-            Some(v) => [hash(v), 0],
+            Some(v) => [shape_hash::declared_sizes(v), 0],
             None => [0, 0],
         };
         let mut f = Facts::new(op, dtype, shape);
@@ -168,7 +165,7 @@ impl LinearOp for Transpose {
             got,
         })?;
         let sizes1 = agreed.sizes;
-        let want = hash(&sizes1);
+        let want = shape_hash::declared_sizes(&sizes1);
         for (r, w) in agreed.words.iter().enumerate() {
             if w[0] != 0 && w[0] != want {
                 return Err(Error::DeclaredSizes {

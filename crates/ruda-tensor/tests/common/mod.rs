@@ -10,7 +10,7 @@ use burn_backend::ops::{FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{AutodiffBackend, Element as BurnElement, TensorData, read_sync};
 use burn_flex::{Flex, FlexDevice};
-use ruda_comm::conformance::{Sample, mix};
+use ruda_bench::{Sample, mix};
 use ruda_comm::{Communicator, LocalWorld};
 
 pub type Ad = Autodiff<Flex>;

@@ -3,9 +3,10 @@
 
 use half::{bf16, f16};
 
-use crate::{Element, ReduceOp};
+use ruda_comm::{Element, ReduceOp};
 
-/// An [`Element`] the conformance suite can generate and check.
+/// An [`Element`] the benchmarks and the conformance suite can generate
+/// and check.
 pub trait Sample: Element {
     /// A value from hash `h`; for products, one in `[0.5, 2)` (floats) so
     /// that eight-way products stay finite.
@@ -167,4 +168,26 @@ mod tests {
         assert!(u8::check_reduction(5, &[250, 10], ReduceOp::Sum).is_err());
         assert!(i64::check_reduction(i64::MIN, &[i64::MAX, 1], ReduceOp::Sum).is_ok());
     }
+}
+
+/// A deterministic 64-bit hash (SplitMix64 finaliser) of the parts: how
+/// test patterns turn a seed, a rank and an index into a value.
+///
+/// # Example
+/// ```
+/// assert_eq!(ruda_bench::mix(&[1, 2]), ruda_bench::mix(&[1, 2]));
+/// assert_ne!(ruda_bench::mix(&[1, 2]), ruda_bench::mix(&[2, 1]));
+/// ```
+pub fn mix(parts: &[u64]) -> u64 {
+    let mut h = 0x9E37_79B9_7F4A_7C15u64;
+    for &p in parts {
+        h ^= p
+            .wrapping_add(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(h << 6)
+            .wrapping_add(h >> 2);
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 31;
+    }
+    h
 }

@@ -1,10 +1,10 @@
 //! The replica-group check: membership, numbering and collectives on the
-//! sub-communicators of [`crate::Communicator::replica_group`], and its
+//! sub-communicators of [`ruda_comm::Communicator::replica_group`], and its
 //! refusals on every rank.
 
 use super::checks::{compare, wrong};
 use super::{ConformanceError, mix};
-use crate::{
+use ruda_comm::{
     CommError, Communicator, InvalidArgument, OpKind, ReduceOp, ReplicaGroups, ReplicaGroupsError,
 };
 
@@ -15,7 +15,7 @@ use crate::{
 ///
 /// # Example
 /// ```
-/// use ruda_comm::conformance::replica_layout;
+/// use ruda_testkit::conformance::replica_layout;
 /// let g = replica_layout(6, 1);
 /// assert_eq!(g.iter().map(Vec::len).sum::<usize>(), 5); // one rank left out
 /// ```
@@ -50,7 +50,8 @@ pub fn replica_layout(n: usize, seed: u64) -> Vec<Vec<usize>> {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{LocalWorld, conformance};
+/// use ruda_comm::LocalWorld;
+/// use ruda_testkit::conformance;
 /// LocalWorld::new(5).run(|c| conformance::check_replica_groups(&c, 3)).unwrap();
 /// ```
 pub fn check_replica_groups<C: Communicator>(comm: &C, seed: u64) -> Result<(), ConformanceError> {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ruda_comm::{Communicator, LocalWorld, ReduceOp, conformance};
+use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+use ruda_testkit::conformance;
 
 fn world(n: usize) -> LocalWorld {
     LocalWorld::new(n).timeout(Duration::from_secs(60))
@@ -92,5 +93,17 @@ proptest! {
     fn proptest_split(n in 1usize..=8, seed in any::<u64>()) {
         let r = world(n).run(|c| conformance::check_split(&c, seed));
         prop_assert!(r.is_ok(), "n={} seed={}: {}", n, seed, r.unwrap_err());
+    }
+}
+
+#[test]
+fn replica_groups_world_sizes_1_to_8() {
+    for n in 1..=8 {
+        for seed in 0..4 {
+            LocalWorld::new(n)
+                .timeout(Duration::from_secs(20))
+                .run(|c| conformance::check_replica_groups(&c, seed))
+                .unwrap_or_else(|e| panic!("{n} ranks, seed {seed}: {e}"));
+        }
     }
 }

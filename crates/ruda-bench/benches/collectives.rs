@@ -1,13 +1,13 @@
 //! Local-transport bandwidth table: every collective on f32 at n = 2 and 4,
 //! sizes 4 KiB to 64 MiB (doubling), each row with its STREAM roofline
 //! measured on the same threads just before it, p50/p99 and the
-//! back-to-back wall-clock time ([`ruda_comm::bench`]).
+//! back-to-back wall-clock time ([`ruda_bench`]).
 //!
-//! Run with `cargo bench -p ruda-comm --bench collectives`; `RUDA_PIN=0`
+//! Run with `cargo bench -p ruda-bench --bench collectives`; `RUDA_PIN=0`
 //! lets the rank threads float.
 
+use ruda_bench::{self as bench, BenchOp, Settings};
 use ruda_comm::LocalWorld;
-use ruda_comm::bench::{self, BenchOp, Settings};
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test` runs benches with no

@@ -43,8 +43,8 @@ use std::time::Duration;
 
 use ruda_comm::{
     CommError, Communicator, InvalidArgument, MpiCommunicator, MpiWorld, OpKind, ReduceOp,
-    conformance,
 };
+use ruda_testkit::conformance;
 
 fn conformance_suite(world: &MpiCommunicator) -> Result<usize, String> {
     let mut passed = 0;

@@ -1,5 +1,5 @@
 //! The conformance suite every transport must pass, generic over
-//! [`Communicator`](crate::Communicator).
+//! [`Communicator`](ruda_comm::Communicator).
 //!
 //! Every rank generates every rank's input from a seed, so each can compute
 //! the serial reference of a collective by itself and compare it with what
@@ -16,21 +16,21 @@
 //!
 //! # Example
 //! ```
-//! use ruda_comm::{LocalWorld, conformance};
+//! use ruda_comm::LocalWorld;
+//! use ruda_testkit::conformance;
 //! LocalWorld::new(3).run(|comm| conformance::check_all_dtypes(&comm, 17, 42)).unwrap();
 //! ```
 
 mod checks;
 mod replica;
-mod sample;
 
 pub use checks::{check_all_dtypes, check_dtype, check_split};
 pub use replica::{check_replica_groups, replica_layout};
-pub use sample::Sample;
+pub use ruda_bench::{Sample, mix};
 
 use thiserror::Error;
 
-use crate::{CommError, DType, OpKind};
+use ruda_comm::{CommError, DType, OpKind};
 
 /// What a conformance check found.
 #[derive(Debug, Error)]
@@ -75,19 +75,4 @@ pub enum ConformanceError {
         /// What happened.
         got: String,
     },
-}
-
-/// A deterministic 64-bit hash (SplitMix64 finaliser) of the parts.
-pub fn mix(parts: &[u64]) -> u64 {
-    let mut h = 0x9E37_79B9_7F4A_7C15u64;
-    for &p in parts {
-        h ^= p
-            .wrapping_add(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(h << 6)
-            .wrapping_add(h >> 2);
-        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        h ^= h >> 31;
-    }
-    h
 }

@@ -1,11 +1,11 @@
 //! What the flight recorder costs: 4 KiB all-reduce latency (f32, n = 2
 //! and 4) with every communicator's recorder on and off, alternated in one
 //! run so that both see the same machine. Prints the medians of
-//! [`ruda_comm::bench::time_calls`] and the difference.
+//! [`ruda_bench::time_calls`] and the difference.
 //!
-//! Run with `cargo bench -p ruda-comm --bench flight_recorder`.
+//! Run with `cargo bench -p ruda-bench --bench flight_recorder`.
 
-use ruda_comm::bench::time_calls;
+use ruda_bench::time_calls;
 use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 
 fn median_us(world: &LocalWorld, iters: usize) -> f64 {

@@ -8,8 +8,8 @@ use std::ffi::{c_char, c_int, c_void};
 use mpi::ffi;
 
 use super::{BenchOp, Measurement, Settings, measure_with};
-use crate::conformance::Sample;
-use crate::{CommError, Communicator, DType, ErrorContext, MpiCommunicator, OpKind};
+use crate::Sample;
+use ruda_comm::{CommError, Communicator, DType, ErrorContext, MpiCommunicator, OpKind};
 
 /// Whether the library is Open MPI, whose `MPI_IN_PLACE` is `(void *) 1`
 /// (a macro, absent from the bindings): only then is the raw all-reduce in
@@ -50,7 +50,7 @@ fn datatype(d: DType) -> Option<ffi::MPI_Datatype> {
 }
 
 /// Measure the raw MPI collective for `op` on the world that `world` spans
-/// (call from every rank after [`crate::MpiWorld::init`]), with ruda's
+/// (call from every rank after [`ruda_comm::MpiWorld::init`]), with ruda's
 /// harness, inputs and check. The all-reduce runs in place where the library
 /// is Open MPI ([`mpi_in_place`]), as ruda's does.
 ///

@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_comm::bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--unstaged] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--unstaged] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -15,7 +15,7 @@
 //! flag guarantees that every rank of the job runs this binary with the
 //! same flag and sizes.
 
-use ruda_comm::bench::{self, BenchOp, Settings};
+use ruda_bench::{self as bench, BenchOp, Settings};
 use ruda_comm::{Communicator, MpiWorld};
 
 fn parse(s: &str) -> usize {

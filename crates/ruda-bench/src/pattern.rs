@@ -9,7 +9,7 @@
 //! or doubled rank turns that element into 0 or twice the value.
 
 use super::BenchOp;
-use crate::conformance::Sample;
+use crate::Sample;
 
 /// The period of the pattern: a prime, so that no power-of-two block offset
 /// maps a block onto another with the same values.
@@ -33,7 +33,7 @@ fn at<T: Sample>(i: usize) -> T {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::bench::{BenchOp, expected, fill};
+/// use ruda_bench::{BenchOp, expected, fill};
 /// // Rank 1 of 2 owns the odd elements of an all-reduce's input.
 /// let mut x = [0u8; 4];
 /// fill(BenchOp::AllReduce, 1, 2, 4, &mut x);

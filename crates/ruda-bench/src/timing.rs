@@ -4,14 +4,14 @@
 
 use std::time::Instant;
 
-use crate::{CommError, Communicator, ReduceOp};
+use ruda_comm::{CommError, Communicator, ReduceOp};
 
 /// Per-iteration times in seconds, each the slowest rank's, in the order
 /// they were measured.
 ///
 /// # Example
 /// ```
-/// use ruda_comm::bench::Samples;
+/// use ruda_bench::Samples;
 /// let s = Samples::new(vec![3.0, 1.0, 2.0, 10.0]);
 /// assert_eq!(s.median(), 2.5);
 /// assert_eq!(s.quantile(0.99), 10.0);
@@ -78,7 +78,7 @@ impl Iterations {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::bench::Iterations;
+    /// use ruda_bench::Iterations;
     /// assert_eq!(Iterations::auto(4096).iters, 2000);
     /// assert_eq!(Iterations::auto(64 << 20).iters, 10);
     /// ```
@@ -102,7 +102,8 @@ impl Iterations {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{Communicator, LocalWorld, ReduceOp, bench};
+/// use ruda_bench as bench;
+/// use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 /// let s = LocalWorld::new(2).run(|c| {
 ///     let mut x = vec![1.0f32; 256];
 ///     bench::time_calls(&c, 1, 5, || (), |()| c.all_reduce(&mut x, ReduceOp::Sum))
@@ -148,7 +149,8 @@ where
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{Communicator, LocalWorld, bench};
+/// use ruda_bench as bench;
+/// use ruda_comm::{Communicator, LocalWorld};
 /// let t = LocalWorld::new(2).run(|c| bench::time_back_to_back(&c, 10, || c.barrier())).unwrap();
 /// assert!(t[0] > 0.0 && t[0] == t[1]);
 /// ```

@@ -1,6 +1,9 @@
-//! Bandwidth measurement in the conventions of nccl-tests, shared by the
-//! crate's benchmark, `ruda bench`, the tensor benchmark and
-//! `ruda-mpi-bench`.
+//! # ruda-bench
+//!
+//! Bandwidth measurement for ruda in the conventions of nccl-tests, shared
+//! by `ruda bench`, this crate's benchmarks (`cargo bench -p ruda-bench`),
+//! the tensor benchmarks and `ruda-mpi-bench`. It lives outside the library
+//! crates: a user of `ruda-comm` does not build it.
 //!
 //! `algbw = S / t`, where `S` is one rank's buffer for all-reduce and
 //! broadcast and the total gathered size for all-gather, reduce-scatter and
@@ -15,20 +18,23 @@
 //! ([`stream`]), measured just before it; and an independent wall-clock
 //! time of back-to-back calls ([`time_back_to_back`]).
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "mpi")]
 mod mpi_raw;
 mod pattern;
 mod roofline;
+mod sample;
 mod timing;
 
 #[cfg(feature = "mpi")]
 pub use mpi_raw::{measure_mpi_raw, mpi_in_place};
 pub use pattern::{PERIOD, count_wrong, expected, fill};
 pub use roofline::{StreamKernel, Traffic, stream};
+pub use sample::{Sample, mix};
 pub use timing::{Iterations, Samples, time_back_to_back, time_calls};
 
-use crate::conformance::Sample;
-use crate::{CommError, Communicator, DType, ReduceOp};
+use ruda_comm::{CommError, Communicator, DType, ReduceOp};
 /// A collective that can be benchmarked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BenchOp {
@@ -69,7 +75,7 @@ impl BenchOp {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::bench::BenchOp;
+    /// use ruda_bench::BenchOp;
     /// assert_eq!(BenchOp::AllReduce.bus_factor(4), 1.5);
     /// assert_eq!(BenchOp::AllGather.bus_factor(4), 0.75);
     /// assert_eq!(BenchOp::Broadcast.bus_factor(4), 1.0);
@@ -134,7 +140,8 @@ impl Measurement {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::{DType, bench::{BenchOp, Measurement}};
+    /// use ruda_bench::{BenchOp, Measurement};
+    /// use ruda_comm::DType;
     /// // 64 MiB all-reduce on 2 ranks in 6 ms, memory moving 44 GB/s.
     /// let m = Measurement::from_times(BenchOp::AllReduce, DType::F32, 2, 16 << 20,
     ///     [6e-3, 7e-3, 6.5e-3], 10, 44.0, 0);
@@ -190,7 +197,7 @@ impl Settings {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::bench::Settings;
+    /// use ruda_bench::Settings;
     /// let s = Settings::auto(64 << 20);
     /// assert!(s.roofline && s.wall && s.it.iters == 10);
     /// assert!(!Settings::quick(1, 3).roofline);
@@ -226,7 +233,7 @@ pub fn elements_for<T: Sample>(bytes: usize, ranks: usize) -> usize {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::bench::{BenchOp, buffer_lens};
+/// use ruda_bench::{BenchOp, buffer_lens};
 /// assert_eq!(buffer_lens(BenchOp::AllGather, 4, 16), (4, 16));
 /// assert_eq!(buffer_lens(BenchOp::AllReduce, 4, 16), (16, 0));
 /// ```
@@ -251,7 +258,8 @@ pub fn buffer_lens(op: BenchOp, n: usize, count: usize) -> (usize, usize) {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{LocalWorld, bench::{self, BenchOp, Settings}};
+/// use ruda_bench::{self as bench, BenchOp, Settings};
+/// use ruda_comm::LocalWorld;
 /// let rows = LocalWorld::new(2)
 ///     .run(|c| bench::measure::<_, f32>(&c, BenchOp::AllReduce, 4096, Settings::quick(1, 3)))
 ///     .unwrap();
@@ -283,7 +291,8 @@ pub fn measure<C: Communicator, T: Sample>(
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{Communicator, LocalWorld, CommError, bench::{self, BenchOp, Settings}};
+/// use ruda_bench::{self as bench, BenchOp, Settings};
+/// use ruda_comm::{Communicator, LocalWorld, CommError};
 /// let rows = LocalWorld::new(2).run(|c| {
 ///     bench::measure_with::<_, u8, CommError>(&c, BenchOp::AllGather, 64, Settings::quick(0, 2),
 ///         |send, recv| c.all_gather(send, recv))
@@ -353,7 +362,7 @@ where
 ///
 /// # Example
 /// ```
-/// let (us, gbps) = ruda_comm::bench::memcpy(1 << 20, 5);
+/// let (us, gbps) = ruda_bench::memcpy(1 << 20, 5);
 /// assert!(us > 0.0 && gbps > 0.0);
 /// ```
 pub fn memcpy(bytes: usize, iters: usize) -> (f64, f64) {
@@ -405,7 +414,8 @@ pub fn header() -> String {
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{DType, bench::{BenchOp, Measurement, format_row}};
+/// use ruda_bench::{BenchOp, Measurement, format_row};
+/// use ruda_comm::DType;
 /// let m = Measurement::from_times(BenchOp::AllGather, DType::F32, 2, 1024,
 ///     [2e-6, 3e-6, f64::NAN], 100, 40.0, 0);
 /// let row = format_row(&m);
@@ -439,7 +449,7 @@ pub fn format_row(m: &Measurement) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LocalWorld;
+    use ruda_comm::LocalWorld;
 
     #[test]
     fn bus_factors_follow_nccl_tests() {

@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use super::BenchOp;
 use super::timing::{Iterations, time_calls};
-use crate::{CommError, Communicator};
+use ruda_comm::{CommError, Communicator};
 
 /// The STREAM kernel whose access pattern stands for an operation's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,7 +82,7 @@ impl BenchOp {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::bench::BenchOp;
+    /// use ruda_bench::BenchOp;
     /// let t = BenchOp::AllReduce.traffic(2, 64 << 20);
     /// assert_eq!(t.total(), 4.0 * (64 << 20) as f64);
     /// ```
@@ -104,7 +104,7 @@ impl BenchOp {
     ///
     /// # Example
     /// ```
-    /// use ruda_comm::bench::BenchOp;
+    /// use ruda_bench::BenchOp;
     /// assert_eq!(BenchOp::AllGather.footprint(4, 4096), 4096 + 1024);
     /// ```
     pub fn footprint(self, n: usize, s: usize) -> usize {
@@ -140,7 +140,7 @@ impl BenchOp {
 /// # Example
 /// ```
 /// use ruda_comm::LocalWorld;
-/// use ruda_comm::bench::{Iterations, StreamKernel, stream};
+/// use ruda_bench::{Iterations, StreamKernel, stream};
 /// let it = Iterations { warmup: 1, iters: 5 };
 /// let r = LocalWorld::new(2).run(|c| stream(&c, StreamKernel::Add, 1 << 20, it)).unwrap();
 /// assert!(r[0] > 0.0);

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_comm::conformance::mix;
+use ruda_bench::mix;
 use ruda_comm::{CommError, Communicator, LocalWorld, PeerFailureCause, RankError, ReduceOp};
 use ruda_tensor::ops::{LinearOp, Role, apply};
 use ruda_tensor::{Error, Group, ProcessGrid, TensorExt, TensorOp, try_backward};

@@ -4,7 +4,7 @@
 use half::{bf16, f16};
 
 use super::{ConformanceError, Sample, mix};
-use crate::{CommError, Communicator, Element, InvalidArgument, OpKind, ReduceOp};
+use ruda_comm::{CommError, Communicator, Element, InvalidArgument, OpKind, ReduceOp};
 
 /// Every check of [`check_dtype`], for every element type.
 ///
@@ -39,7 +39,8 @@ pub fn check_all_dtypes<C: Communicator>(
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{LocalWorld, conformance};
+/// use ruda_comm::LocalWorld;
+/// use ruda_testkit::conformance;
 /// LocalWorld::new(2).run(|c| conformance::check_dtype::<_, f32>(&c, 5, 1)).unwrap();
 /// ```
 pub fn check_dtype<C: Communicator, T: Sample>(
@@ -73,7 +74,8 @@ pub fn check_dtype<C: Communicator, T: Sample>(
 ///
 /// # Example
 /// ```
-/// use ruda_comm::{LocalWorld, conformance};
+/// use ruda_comm::LocalWorld;
+/// use ruda_testkit::conformance;
 /// LocalWorld::new(5).run(|c| conformance::check_split(&c, 3)).unwrap();
 /// ```
 pub fn check_split<C: Communicator>(comm: &C, seed: u64) -> Result<(), ConformanceError> {
@@ -149,7 +151,7 @@ pub fn check_split<C: Communicator>(comm: &C, seed: u64) -> Result<(), Conforman
 pub(super) fn wrong(op: OpKind, rank: usize, expected: &str, got: &str) -> ConformanceError {
     ConformanceError::WrongOutcome {
         op,
-        dtype: crate::DType::U32,
+        dtype: ruda_comm::DType::U32,
         rank,
         expected: expected.to_string(),
         got: got.to_string(),
