@@ -37,8 +37,8 @@ mod transpose;
 
 use alloc::vec::Vec;
 
-use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
+use burn_backend::tensor::FloatTensor;
 
 pub use broadcast::{Broadcast, SumToRoot};
 pub(crate) use exchange::agree_exchange;
