@@ -54,7 +54,7 @@ impl Role {
 /// A linear operation over a group with a known adjoint: the unit the
 /// tensor layer is built from, and the way to add one of your own.
 ///
-/// [`apply`] runs it: [`LinearOp::plan`] reaches agreement with the other
+/// [`apply`](crate::ops::apply) runs it: [`LinearOp::plan`] reaches agreement with the other
 /// ranks (at most one small exchange, the same verdict on every rank), then
 /// the backend runs [`LinearOp::forward`]; on `Autodiff` the backward pass
 /// later applies [`LinearOp::adjoint`] (built from the plan, so sizes

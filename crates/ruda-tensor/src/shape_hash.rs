@@ -41,9 +41,13 @@ mod tests {
         assert_eq!(sizes(&[4, 2, 3]), sizes(&[4, 2, 3]));
         assert_ne!(sizes(&[4, 2, 3]), sizes(&[4, 3, 2]));
         assert_ne!(sizes(&[0]), sizes(&[]));
-        // The values records have carried since the hash was introduced:
-        // ranks built from different commits still agree.
+        // The values records have carried since the hash was introduced
+        // (computed independently from the published SplitMix64-based
+        // definition): ranks built from different commits still agree.
         assert_eq!(mix(&[]), 0x9E37_79B9_7F4A_7C15);
+        assert_eq!(sizes(&[4, 2, 3]), 0x0a80_a26b_3b8b_a2e3_u64 as i64);
+        assert_eq!(sizes(&[7, 0, 9]), 0x3e59_afa5_d0f5_eb34_u64 as i64);
+        assert_eq!(sizes(&[0]), 0xac21_48d9_c5bb_8f75_u64 as i64);
         assert_eq!(declared_sizes(&[]) & 1, 1);
         assert_eq!(declared_sizes(&[7, 0, 9]), sizes(&[7, 0, 9]) | 1);
     }

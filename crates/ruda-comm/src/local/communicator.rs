@@ -347,7 +347,8 @@ impl LocalCommunicator {
             slots
                 .iter()
                 .map(|s| {
-                    // `same_call` has checked, before this work runs,
+                    // `validate::verdict` has checked (first, for every
+                    // operation), before this work runs,
                     // that every rank's fingerprint names this rank's
                     // `TypeId`; each owner holds its `&T` for the whole
                     // call, which it leaves only after the completion

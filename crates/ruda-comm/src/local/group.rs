@@ -49,9 +49,11 @@ impl Slot {
     /// [`crate::validate`]: its fingerprint, buffer lengths and count lists.
     ///
     /// # Safety
-    /// Only between the two barrier episodes of the call that published it:
-    /// the count lists are borrowed from their owner, who keeps them alive
-    /// until the completion episode.
+    /// Only between the two barrier episodes of the call that published it,
+    /// and the returned arguments must be dropped before the completion
+    /// episode: the count lists are borrowed from their owner, who keeps
+    /// them alive only until then (the lifetime ties them to this copy of
+    /// the slot, not to the owner's lists).
     pub(crate) unsafe fn args(&self) -> CallArgs<'_> {
         // SAFETY: forwarded from the caller (the lists are live).
         let (counts, counts2) = unsafe {

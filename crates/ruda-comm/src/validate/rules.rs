@@ -11,6 +11,11 @@ use crate::{BufferRole, CommError, ErrorContext, InvalidArgument, OpKind, Reduce
 /// `calls[me]` names. Operations without arguments to check beyond their
 /// fingerprint (barrier, split, object gathers) pass once they agree.
 ///
+/// The fingerprint check runs first for every operation, whatever it is:
+/// the local transport's object gathers rely on it for soundness (a peer's
+/// value is read as this rank's type only after every fingerprint named
+/// the same type).
+///
 /// # Errors
 /// The first problem found, as reported by rank `me`.
 pub(crate) fn verdict(calls: &[CallArgs<'_>], me: usize) -> Result<(), CommError> {

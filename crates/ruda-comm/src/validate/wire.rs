@@ -4,10 +4,11 @@
 //! count lists.
 //!
 //! A count list longer than the group travels as its length and its first
-//! `n` entries (the rules report the length before reading any entry); an
-//! operation, element type or reduction code this build does not know
-//! decodes to a fingerprint no call of this build has, so the rules report a
-//! desync.
+//! `n` entries (the rules report the length before reading any entry). An
+//! operation code this build does not know decodes to `OpKind::Init`, which
+//! no collective call has, so the rules report a desync; an unknown element
+//! type decodes to none and an unknown reduction to the last one, which the
+//! fingerprint comparison reports unless the peers' calls match them.
 
 use super::args::{CallArgs, CountList};
 use crate::{DType, Fingerprint, OpKind, ReduceOp};
@@ -76,10 +77,14 @@ impl Decoded {
 /// words are `usize`s and codes sent as `i64`, converted back bit for bit).
 pub(crate) fn decode(w: &[i64], n: usize) -> Decoded {
     debug_assert_eq!(w.len(), words(n));
-    let op = OpKind::from_code(w[1] as u8).unwrap_or(OpKind::Init);
-    let dtype = (w[2] > 0)
-        .then(|| DType::from_code((w[2] - 1) as u8))
-        .flatten();
+    let code = |x: i64| u8::try_from(x).ok();
+    let op = code(w[1])
+        .and_then(OpKind::from_code)
+        .unwrap_or(OpKind::Init);
+    let dtype = w[2]
+        .checked_sub(1)
+        .and_then(code)
+        .and_then(DType::from_code);
     let mut fp = Fingerprint::new(w[0] as u64, op, dtype, w[3] as usize);
     fp.reduce = (w[4] > 0).then(|| ReduceOp::ALL[(w[4] as usize - 1).min(ReduceOp::ALL.len() - 1)]);
     fp.root = (w[5] > 0).then(|| w[5] as usize - 1);
@@ -140,6 +145,15 @@ mod tests {
         let mut w = encode(&call, 2);
         w[1] = 250;
         let d = decode(&w, 2);
+        assert_eq!(d.args().fp.op, OpKind::Init);
         assert!(!d.args().fp.same_call(&call.fp));
+        // An unknown element type is none, which an all-reduce never has.
+        let mut w = encode(&call, 2);
+        w[2] = 200;
+        assert!(!decode(&w, 2).args().fp.same_call(&call.fp));
+        // Codes past a byte do not wrap into known ones, nor panic.
+        let mut w = encode(&call, 2);
+        w[2] = 256 + DType::F32.code() as i64 + 1;
+        assert!(!decode(&w, 2).args().fp.same_call(&call.fp));
     }
 }
