@@ -81,11 +81,17 @@ pub enum TensorOp {
     /// axes move as empty rows; the seed's contract entry point is
     /// [`TensorOp::AllToAllVInt`]).
     AllToAllInt,
+    /// [`crate::ddp::broadcast_module`]: every parameter of one rank's
+    /// module to every replica.
+    DdpBroadcast,
+    /// [`crate::ddp::check_replicas`]: whether every replica's parameters
+    /// are bit for bit rank 0's.
+    DdpCheck,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 31] = [
+    pub const ALL: [TensorOp; 33] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -117,6 +123,8 @@ impl TensorOp {
         TensorOp::AllReduce,
         TensorOp::Broadcast,
         TensorOp::AllToAllInt,
+        TensorOp::DdpBroadcast,
+        TensorOp::DdpCheck,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -165,6 +173,8 @@ impl TensorOp {
             TensorOp::AllReduce => "all_reduce",
             TensorOp::Broadcast => "broadcast",
             TensorOp::AllToAllInt => "all_to_all_int",
+            TensorOp::DdpBroadcast => "ddp::broadcast_module",
+            TensorOp::DdpCheck => "ddp::check_replicas",
         }
     }
 }
@@ -535,6 +545,15 @@ pub enum Error {
     /// [`crate::Group::replica_group`], as [`Error::Comm`].)
     #[error(transparent)]
     ReplicaGroups(#[from] ruda_comm::ReplicaGroupsError),
+    /// A weighted mean of gradients over a step in which every rank's shard
+    /// was empty: there is no sample to average over.
+    #[error("{op} (reported by rank {rank}): every rank's shard was empty: a mean over 0 samples")]
+    EmptyBatch {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+    },
     /// A backward pass ran after every handle to its group was dropped.
     #[error(
         "the backward pass of {op} on rank {rank}: its group was dropped before the backward pass"
@@ -547,7 +566,8 @@ pub enum Error {
     },
 }
 
-/// How two replicas' modules differ ([`Error::ModuleMismatch`]).
+/// How two replicas' modules (or their calls on them) differ
+/// ([`Error::ModuleMismatch`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleProblem {
     /// Another number of float parameters.
@@ -566,6 +586,27 @@ pub enum ModuleProblem {
         expected: (usize, Option<DType>),
         /// The offender's (element count, dtype).
         got: (usize, Option<DType>),
+    },
+    /// Another kind of gradient reduction (`sum`, `mean`, `weighted mean`).
+    Reduction {
+        /// The reference rank's.
+        expected: &'static str,
+        /// The offender's.
+        got: &'static str,
+    },
+    /// The parameter at `index` holds other values (bit for bit) than the
+    /// reference's ([`crate::ddp::check_replicas`]).
+    Values {
+        /// The parameter's position in the module's order.
+        index: usize,
+    },
+    /// The module has parameters of a kind the call does not handle
+    /// (integer or boolean parameters in [`crate::ddp::broadcast_module`]).
+    Unsupported {
+        /// How many.
+        count: usize,
+        /// Which kind (`int` or `bool`).
+        kind: &'static str,
     },
 }
 
@@ -594,6 +635,18 @@ impl fmt::Display for ModuleProblem {
                 } else {
                     ""
                 }
+            ),
+            ModuleProblem::Reduction { expected, got } => write!(
+                f,
+                "it reduces gradients by {got} where the reference reduces by {expected}"
+            ),
+            ModuleProblem::Values { index } => write!(
+                f,
+                "parameter {index} holds other values than the reference's"
+            ),
+            ModuleProblem::Unsupported { count, kind } => write!(
+                f,
+                "it has {count} {kind} parameters, which this call does not handle"
             ),
         }
     }

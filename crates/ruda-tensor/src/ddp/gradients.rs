@@ -1,0 +1,228 @@
+//! [`all_reduce_gradients`]: every parameter's gradient reduced over the
+//! replicas, one collective per element type.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use burn_core::module::{Module, ModuleVisitor, Param};
+use burn_optim::GradientsParams;
+use burn_tensor::Tensor;
+
+use super::structure::{self, Entry, Header};
+use crate::error::{Error, ModuleProblem, TensorOp};
+use crate::group::Group;
+use crate::methods::TensorExt;
+
+/// How gradients combine across ranks. Every rank must pass the same kind
+/// (a rank that sums while another averages is
+/// [`Error::ModuleMismatch`] with [`ModuleProblem::Reduction`] on every
+/// rank, never a silently wrong step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradientReduction {
+    /// The mean over every sample of every rank, when each rank's loss is
+    /// the mean over its own shard of `samples` samples: rank r's gradient
+    /// counts with weight `samples_r / Σ samples`, so uneven shards (and
+    /// empty ones) give exactly the gradient of the mean loss over the
+    /// global batch, as one process would compute it. The sample counts
+    /// travel in the agreement that precedes the reduction (no extra
+    /// collective). A rank with `samples: 0` contributes nothing (its
+    /// gradient, even NaN from a mean over no samples, is not read).
+    WeightedMean {
+        /// This rank's number of samples in the step.
+        samples: usize,
+    },
+    /// The sum (each rank's loss is already its share of the global loss,
+    /// e.g. a sum over its shard divided by the global batch size).
+    Sum,
+    /// The plain mean over ranks: right only when every rank's loss is a
+    /// mean over a shard of the same size; with uneven shards use
+    /// [`GradientReduction::WeightedMean`].
+    Mean,
+}
+
+impl GradientReduction {
+    /// The words this rank's reduction contributes to the agreement.
+    fn words(self) -> [i64; 2] {
+        match self {
+            GradientReduction::Sum => [0, 0],
+            GradientReduction::Mean => [1, 0],
+            // Sample counts beyond i64::MAX cannot occur in a real batch.
+            GradientReduction::WeightedMean { samples } => [2, samples as i64],
+        }
+    }
+
+    /// The name of the kind a code stands for, for messages.
+    fn name_of(code: i64) -> &'static str {
+        match code {
+            0 => "sum",
+            1 => "mean",
+            2 => "weighted mean",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Takes every float parameter's gradient out of `grads`, in the module's
+/// order, and records the parameters without one.
+struct Collect<'a> {
+    grads: &'a mut GradientsParams,
+    entries: Vec<Entry>,
+}
+
+impl ModuleVisitor for Collect<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let id = param.id;
+        let grad = self.grads.remove::<D>(id);
+        let mut entry = Entry::new(id, &param.val(), grad);
+        let dims = param.val().dims();
+        entry.restore = Some(Box::new(
+            move |t: Tensor<1>, grads: &mut GradientsParams| {
+                grads.register::<D>(id, crate::reshape(t, dims));
+            },
+        ));
+        self.entries.push(entry);
+    }
+}
+
+/// Sum or average every float parameter's gradient of `module` over
+/// `group`, one collective per element type (all of a dtype's gradients
+/// packed into one buffer, in the module's parameter order), and return
+/// them ready for the optimizer; the result is the same bits on every rank.
+///
+/// Lead with [`GradientReduction::WeightedMean`] when each rank's loss is a
+/// mean over its shard: it is exact for uneven shards. A parameter without
+/// a gradient on some ranks (unused by their loss) counts as a zero
+/// gradient there, as in PyTorch's DDP; a parameter without a gradient on
+/// every rank stays without one. Before any data moves, the ranks check
+/// that their calls and modules match: the same kind of reduction, the same
+/// number of float parameters, each with the same dtype and shape, in the
+/// same order.
+///
+/// # Errors
+/// The group's errors; [`Error::ModuleMismatch`] on every rank when the
+/// replicas' modules (or reductions) differ, naming the first difference;
+/// [`Error::EmptyBatch`] on every rank for a weighted mean over no samples.
+///
+/// # Example
+/// ```
+/// use burn_core::module::Module;
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_optim::GradientsParams;
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Group, HostCollective};
+/// use ruda_tensor::ddp::{GradientReduction, Zeros, all_reduce_gradients};
+///
+/// let grads = LocalWorld::new(2).run(|comm| {
+///     let world = HostCollective::new(comm);
+///     let device = Device::flex().autodiff();
+///     let model: Linear = LinearConfig::new(2, 1).init(&device).map(&mut Zeros);
+///     // Uneven shards: rank 0 has 1 sample of ones, rank 1 has 3 of threes.
+///     let samples = 1 + 2 * world.rank();
+///     let x = Tensor::<2>::ones([samples, 2], &device).mul_scalar(samples as f64);
+///     let loss = model.forward(x).mean();
+///     let grads = GradientsParams::from_grads(loss.backward(), &model);
+///     let reduction = GradientReduction::WeightedMean { samples };
+///     let grads = all_reduce_gradients(&world, &model, grads, reduction)?;
+///     let w = grads.get::<2>(model.weight.id).unwrap();
+///     Ok::<_, ruda_tensor::Error>(w.into_data().try_to_vec::<f32>().unwrap())
+/// }).unwrap();
+/// // The mean input over all four samples [1, 3, 3, 3] (a plain mean of the
+/// // ranks' gradients would give 2).
+/// assert_eq!(grads[0], vec![2.5, 2.5]);
+/// assert_eq!(grads[1], grads[0]);
+/// ```
+pub fn all_reduce_gradients<M: Module, G: Group>(
+    group: &G,
+    module: &M,
+    grads: GradientsParams,
+    reduction: GradientReduction,
+) -> Result<GradientsParams, Error> {
+    reduce_gradients(group, module, grads, reduction)
+        .map_err(|e| e.in_named_call(TensorOp::DdpGradients.name()))
+}
+
+/// [`all_reduce_gradients`], with errors as its steps report them.
+fn reduce_gradients<M: Module, G: Group>(
+    group: &G,
+    module: &M,
+    mut grads: GradientsParams,
+    reduction: GradientReduction,
+) -> Result<GradientsParams, Error> {
+    let op = TensorOp::DdpGradients;
+    let me = group.rank();
+    let mut visitor = Collect {
+        grads: &mut grads,
+        entries: Vec::new(),
+    };
+    module.visit(&mut visitor);
+    let mut entries = visitor.entries;
+    let header = Header {
+        op,
+        words: reduction.words(),
+    };
+    let agreed = structure::agree(group, header, &entries)?;
+    let kind = agreed.headers[0][0];
+    if let Some((r, w)) = agreed
+        .headers
+        .iter()
+        .enumerate()
+        .find(|(_, w)| w[0] != kind)
+    {
+        return Err(Error::ModuleMismatch {
+            op,
+            rank: me,
+            offender: r,
+            reference: 0,
+            problem: ModuleProblem::Reduction {
+                expected: GradientReduction::name_of(kind),
+                got: GradientReduction::name_of(w[0]),
+            },
+        });
+    }
+    // The factor this rank's gradients carry into the sum, and the one the
+    // sum is divided by.
+    let (scale, divide) = match reduction {
+        GradientReduction::Sum => (None, None),
+        GradientReduction::Mean => (None, Some(group.size() as f64)),
+        GradientReduction::WeightedMean { samples } => {
+            let total = agreed
+                .headers
+                .iter()
+                .try_fold(0u64, |a, w| a.checked_add(w[1] as u64))
+                .unwrap_or(u64::MAX);
+            if total == 0 {
+                return Err(Error::EmptyBatch { op, rank: me });
+            }
+            if samples == 0 {
+                // Nothing of this rank's counts: not even a NaN.
+                for e in &mut entries {
+                    e.data = None;
+                }
+            }
+            (Some(samples as f64 / total as f64), None)
+        }
+    };
+    if let Some(s) = scale.filter(|&s| s != 1.0) {
+        for e in &mut entries {
+            e.data = e.data.take().map(|g| g.mul_scalar(s));
+        }
+    }
+    structure::per_bucket(
+        entries,
+        &agreed.used,
+        |bucket| {
+            let summed = bucket.all_reduce(group)?;
+            Ok(match divide {
+                Some(n) => summed.div_scalar(n),
+                None => summed,
+            })
+        },
+        |entry, reduced| {
+            if let Some(restore) = entry.restore {
+                restore(reduced, &mut grads);
+            }
+        },
+    )?;
+    Ok(grads)
+}

@@ -1,0 +1,56 @@
+//! Data-parallel training of a Burn [`Module`](burn_core::module::Module):
+//! every rank holds a replica of the model and computes gradients on its
+//! own shard of the batch.
+//!
+//! 1. [`broadcast_module`] once at the start: every replica takes one
+//!    rank's parameters (one collective per element type);
+//!    [`check_replicas`] confirms it (or, after loading a checkpoint on
+//!    every rank, that the ranks loaded the same one).
+//! 2. After each `backward()`, [`all_reduce_gradients`] with
+//!    [`GradientReduction::WeightedMean`] (each rank's loss a mean over its
+//!    shard, shards of any size) combines every parameter's gradient over
+//!    the group in one collective per element type, by packing all of them
+//!    into one flat buffer (a bucket), rather than one collective per
+//!    parameter. Then every rank's optimizer makes the same step.
+//!
+//! Every call first checks that the ranks agree (the same call, the same
+//! module structure, the same reduction or root) and otherwise returns a
+//! typed error on every rank.
+//!
+//! ```
+//! use burn_core::module::Module;
+//! use burn_nn::{Linear, LinearConfig};
+//! use burn_optim::{GradientsParams, SgdConfig};
+//! use burn_tensor::{Device, Tensor};
+//! use ruda_comm::LocalWorld;
+//! use ruda_tensor::{Group, HostCollective};
+//! use ruda_tensor::ddp::{GradientReduction, all_reduce_gradients, broadcast_module};
+//!
+//! let models = LocalWorld::new(2).run(|comm| {
+//!     let world = HostCollective::new(comm);
+//!     let device = Device::flex().autodiff();
+//!     let model: Linear = LinearConfig::new(3, 1).init(&device);
+//!     let mut model = broadcast_module(&world, model, 0)?; // replicas start equal
+//!     let mut optim = SgdConfig::new().init();
+//!     let samples = 2 + world.rank();                     // uneven shards: 2 and 3 rows
+//!     let x = Tensor::<2>::ones([samples, 3], &device);
+//!     let loss = model.forward(x).mean();
+//!     let grads = GradientsParams::from_grads(loss.backward(), &model);
+//!     let reduction = GradientReduction::WeightedMean { samples };
+//!     let grads = all_reduce_gradients(&world, &model, grads, reduction)?;
+//!     model = optim.step(0.1, model, grads);
+//!     Ok::<_, ruda_tensor::Error>(model.weight.val().into_data().try_to_vec::<f32>().unwrap())
+//! }).unwrap();
+//! assert_eq!(models[0], models[1]); // the replicas stay equal
+//! ```
+
+mod broadcast;
+mod gradients;
+mod replicas;
+mod structure;
+mod zeros;
+
+pub use broadcast::broadcast_module;
+pub use gradients::{GradientReduction, all_reduce_gradients};
+pub use replicas::check_replicas;
+pub use zeros::Zeros;

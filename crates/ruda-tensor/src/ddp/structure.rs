@@ -1,0 +1,229 @@
+//! What every data-parallel call agrees on before data moves: the call
+//! itself (its kind, reduction or root, sample count), then the module's
+//! float parameters (count, then each one's dtype, element count and
+//! shape, in the module's visiting order).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use burn_core::module::ParamId;
+use burn_optim::GradientsParams;
+use burn_tensor::{DType, Device, Tensor};
+
+use crate::error::{Error, ModuleProblem, TensorOp};
+use crate::group::Group;
+
+/// Marks a data-parallel structure record ("rudaDDP1").
+const MAGIC: i64 = 0x7275_6461_4444_5031;
+
+/// Puts a flattened gradient back under its parameter, in its shape.
+pub(super) type Restore = Box<dyn FnOnce(Tensor<1>, &mut GradientsParams)>;
+
+/// One float parameter of a module, in visiting order.
+pub(super) struct Entry {
+    /// The parameter's id.
+    pub id: ParamId,
+    pub numel: usize,
+    pub dims_hash: i64,
+    /// The parameter's dtype (what the replicas must agree on).
+    pub param_dtype: DType,
+    /// The dtype of `data` (a gradient may differ from its parameter), or
+    /// the parameter's without data.
+    pub dtype: DType,
+    pub device: Device,
+    /// What travels for this parameter on this rank, flattened (its
+    /// gradient, or its value), if anything.
+    pub data: Option<Tensor<1>>,
+    /// How to register a reduced gradient (gradient calls only).
+    pub restore: Option<Restore>,
+}
+
+impl Entry {
+    /// The entry of a parameter of shape `dims`, with `data` of its own
+    /// shape (flattened here).
+    pub(super) fn new<const D: usize>(
+        id: ParamId,
+        value: &Tensor<D>,
+        data: Option<Tensor<D>>,
+    ) -> Self {
+        let dims = value.dims();
+        let numel = dims.iter().product::<usize>();
+        let (dtype, device) = match &data {
+            Some(g) => (g.dtype(), g.device()),
+            None => (value.dtype(), value.device()),
+        };
+        Entry {
+            id,
+            numel,
+            dims_hash: crate::shape_hash::sizes(&dims),
+            param_dtype: value.dtype(),
+            dtype,
+            device,
+            data: data.map(|g| crate::reshape(g, [numel])),
+            restore: None,
+        }
+    }
+
+    /// The words this parameter contributes to the structure exchange:
+    /// dtype and whether this rank has data, element count, shape.
+    fn words(&self) -> [i64; 3] {
+        let code = crate::agreement::dtype_code(self.param_dtype);
+        [
+            code * 2 + i64::from(self.data.is_some()),
+            self.numel as i64,
+            self.dims_hash,
+        ]
+    }
+}
+
+/// What a rank says about its call in the first exchange: which call, and
+/// two words it must agree on with rank 0 (checked by the caller).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Header {
+    pub op: TensorOp,
+    pub words: [i64; 2],
+}
+
+/// The agreed structure: every rank's header words, and for each
+/// parameter whether some rank has data for it.
+pub(super) struct Agreed {
+    /// `headers[r]` is rank `r`'s two header words.
+    pub headers: Vec<[i64; 2]>,
+    pub used: Vec<bool>,
+}
+
+/// Check that every rank is in the same kind of call and that its module
+/// has the same float parameters as rank 0's (count, then each one's dtype,
+/// size and shape, in order).
+///
+/// # Errors
+/// [`Error::Record`] when a peer is in another call; [`Error::ModuleMismatch`]
+/// when the modules differ; the group's errors.
+pub(super) fn agree<G: Group>(
+    group: &G,
+    header: Header,
+    entries: &[Entry],
+) -> Result<Agreed, Error> {
+    let op = header.op;
+    let me = group.rank();
+    let first = [
+        MAGIC,
+        op.code(),
+        entries.len() as i64,
+        header.words[0],
+        header.words[1],
+    ];
+    let all = group.exchange_words(&first)?;
+    for (r, w) in all.chunks(first.len()).enumerate() {
+        let (what, code) = if w[0] != MAGIC {
+            // A peer in another call that also exchanges as many words.
+            ("record marker", w[0])
+        } else if w[1] != op.code() {
+            ("operation", w[1])
+        } else {
+            continue;
+        };
+        return Err(Error::Record {
+            op,
+            rank: me,
+            offender: r,
+            what,
+            code,
+        });
+    }
+    let expected = all[2] as usize;
+    for (r, w) in all.chunks(first.len()).enumerate() {
+        if w[2] as usize != expected {
+            return Err(Error::ModuleMismatch {
+                op,
+                rank: me,
+                offender: r,
+                reference: 0,
+                problem: ModuleProblem::ParamCount {
+                    expected,
+                    got: w[2] as usize,
+                },
+            });
+        }
+    }
+    let headers = all.chunks(first.len()).map(|w| [w[3], w[4]]).collect();
+    let words: Vec<i64> = entries.iter().flat_map(|e| e.words()).collect();
+    let all = group.exchange_words(&words)?;
+    let per_rank = words.len();
+    let reference = &all[..per_rank];
+    let mut used = alloc::vec![false; entries.len()];
+    for (r, theirs) in all.chunks(per_rank.max(1)).enumerate().take(group.size()) {
+        for (i, (w, w0)) in theirs.chunks(3).zip(reference.chunks(3)).enumerate() {
+            if w[0] / 2 != w0[0] / 2 || w[1] != w0[1] || w[2] != w0[2] {
+                let view = |w: &[i64]| (w[1] as usize, crate::agreement::dtype_of(w[0] / 2));
+                return Err(Error::ModuleMismatch {
+                    op,
+                    rank: me,
+                    offender: r,
+                    reference: 0,
+                    problem: ModuleProblem::Param {
+                        index: i,
+                        expected: view(w0),
+                        got: view(w),
+                    },
+                });
+            }
+            used[i] |= w[0] % 2 == 1;
+        }
+    }
+    Ok(Agreed { headers, used })
+}
+
+/// The dtypes of `entries` that some rank has data for, in order of first
+/// appearance (the same on every rank): one bucket, one collective each.
+pub(super) fn bucket_dtypes(entries: &[Entry], used: &[bool]) -> Vec<DType> {
+    let mut dtypes: Vec<DType> = Vec::new();
+    for (e, &u) in entries.iter().zip(used) {
+        if u && !dtypes.contains(&e.dtype) {
+            dtypes.push(e.dtype);
+        }
+    }
+    dtypes
+}
+
+/// Run `collective` once per dtype bucket on the concatenation of its
+/// entries' data (zeros where this rank has none), and hand each entry its
+/// piece of the result: `done(entry, piece)`, in the entries' order within
+/// each bucket. Entries no rank has data for are dropped.
+///
+/// # Errors
+/// The collective's errors.
+pub(super) fn per_bucket(
+    entries: Vec<Entry>,
+    used: &[bool],
+    mut collective: impl FnMut(Tensor<1>) -> Result<Tensor<1>, Error>,
+    mut done: impl FnMut(Entry, Tensor<1>),
+) -> Result<(), Error> {
+    let dtypes = bucket_dtypes(&entries, used);
+    let mut items: Vec<Entry> = entries
+        .into_iter()
+        .zip(used)
+        .filter_map(|(e, &u)| u.then_some(e))
+        .collect();
+    for dtype in dtypes {
+        let (mut bucket, rest): (Vec<Entry>, Vec<Entry>) =
+            items.into_iter().partition(|e| e.dtype == dtype);
+        items = rest;
+        let flats: Vec<Tensor<1>> = bucket
+            .iter_mut()
+            .map(|e| {
+                e.data
+                    .take()
+                    .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype)))
+            })
+            .collect();
+        let out = collective(Tensor::cat(flats, 0))?;
+        let mut start = 0;
+        for e in bucket {
+            let len = e.numel;
+            done(e, out.clone().narrow(0, start, len));
+            start += len;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! Starting replicas equal and keeping them honest: `broadcast_module`,
+//! `check_replicas`, the weighted mean of gradients over uneven (and empty)
+//! shards against the serial run, and the typed errors when ranks disagree
+//! about the call.
+
+use burn_core as burn;
+
+use burn::module::{Module, ModuleMapper, Param, ParamId};
+use burn_nn::{Linear, LinearConfig};
+use burn_optim::GradientsParams;
+use burn_tensor::{DType, Device, Int, Tensor, TensorData};
+use ruda_comm::{LocalWorld, RankError};
+use ruda_tensor::ddp::{GradientReduction, all_reduce_gradients, broadcast_module, check_replicas};
+use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, ModuleProblem, TensorOp};
+
+/// Every float parameter cast to f64 (ids kept), so that comparisons with
+/// the serial run are at f64 round-off.
+struct ToF64;
+
+impl ModuleMapper for ToF64 {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let id = param.id;
+        let t = param.val().cast(DType::F64);
+        Param::initialized(id, t.detach().require_grad())
+    }
+}
+
+/// A Linear layer with deterministic f64 weights and bias.
+fn layer(device: &Device) -> Linear {
+    let mut m: Linear = LinearConfig::new(3, 2).init(device).map(&mut ToF64);
+    let w: Vec<f64> = (0..6).map(|i| 0.1 * i as f64 - 0.2).collect();
+    let id = m.weight.id;
+    m.weight = Param::initialized(
+        id,
+        Tensor::<2>::from_data(TensorData::new(w, [3, 2]), (device, DType::F64)).require_grad(),
+    );
+    let bias = m.bias.take().expect("a bias");
+    m.bias = Some(Param::initialized(
+        bias.id,
+        Tensor::<1>::from_data(TensorData::new(vec![0.3, -0.1], [2]), (device, DType::F64))
+            .require_grad(),
+    ));
+    m
+}
+
+/// Sample `i` of the global batch: three features.
+fn sample(i: usize) -> [f64; 3] {
+    let x = i as f64;
+    [x.sin(), (0.5 * x).cos(), 0.1 * x - 0.3]
+}
+
+fn batch(range: std::ops::Range<usize>, device: &Device) -> Tensor<2> {
+    let rows = range.len();
+    let v: Vec<f64> = range.flat_map(sample).collect();
+    Tensor::from_data(TensorData::new(v, [rows, 3]), (device, DType::F64))
+}
+
+/// The mean over rows of a squared error; NaN over no rows, as a mean over
+/// an empty shard is.
+fn loss(m: &Linear, x: Tensor<2>) -> Tensor<1> {
+    let y = m.forward(x);
+    (y.clone() * y).sum_dim(1).mean()
+}
+
+fn values(t: Tensor<2>) -> Vec<f64> {
+    t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap()
+}
+
+fn failures<T: std::fmt::Debug>(out: Vec<Result<T, RankError<Error>>>) -> Vec<Error> {
+    out.into_iter()
+        .map(|r| match r {
+            Err(RankError::Failed(e)) => e,
+            other => panic!("expected an error, got {other:?}"),
+        })
+        .collect()
+}
+
+/// The weighted mean of the ranks' gradients (each rank's loss a mean over
+/// its own shard) is the gradient of the mean loss over the global batch,
+/// for uneven shards, empty ones (whose NaN gradient is not read) and 1 to
+/// 6 ranks; the plain mean is not, which the test also shows.
+#[test]
+fn the_weighted_mean_over_uneven_shards_equals_the_serial_gradient() {
+    let serial = |total: usize| {
+        let device = Device::flex().autodiff();
+        let m = layer(&device);
+        let g = GradientsParams::from_grads(loss(&m, batch(0..total, &device)).backward(), &m);
+        values(g.get::<2>(m.weight.id).unwrap())
+    };
+    for n in 1..=6usize {
+        let shards: Vec<usize> = (0..n).map(|r| (r * 5 + 2) % 6).collect();
+        let total: usize = shards.iter().sum();
+        assert!(total > 0);
+        let want = serial(total);
+        for reduction in ["weighted", "plain"] {
+            let out = LocalWorld::new(n)
+                .run(|c| {
+                    let world = HostCollective::new(c);
+                    let me = world.rank();
+                    let start: usize = shards[..me].iter().sum();
+                    let samples = shards[me];
+                    let device = Device::flex().autodiff();
+                    let m = layer(&device);
+                    let l = loss(&m, batch(start..start + samples, &device));
+                    let g = GradientsParams::from_grads(l.backward(), &m);
+                    let how = if reduction == "weighted" {
+                        GradientReduction::WeightedMean { samples }
+                    } else {
+                        GradientReduction::Mean
+                    };
+                    let g = all_reduce_gradients(&world, &m, g, how)?;
+                    Ok::<_, Error>(values(g.get::<2>(m.weight.id).unwrap()))
+                })
+                .unwrap();
+            for (r, got) in out.iter().enumerate() {
+                assert_eq!(got, &out[0], "{n} ranks, {reduction}: rank {r} differs");
+            }
+            let close = out[0]
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| (a - b).abs() <= 1e-13 * (1.0 + b.abs()));
+            if reduction == "weighted" {
+                assert!(
+                    close,
+                    "{n} ranks {shards:?}: {:?} vs serial {want:?}",
+                    out[0]
+                );
+            } else if shards.iter().any(|&s| s != shards[0]) {
+                // Uneven shards: the plain mean is another gradient (or NaN).
+                assert!(!close, "{n} ranks {shards:?}: the plain mean matched");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_weighted_mean_over_no_samples_is_an_error_on_every_rank() {
+    let out = LocalWorld::new(3).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m = layer(&Device::flex().autodiff());
+        let how = GradientReduction::WeightedMean { samples: 0 };
+        all_reduce_gradients(&world, &m, GradientsParams::new(), how).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::EmptyBatch {
+                op: TensorOp::DdpGradients,
+                rank,
+            } => assert_eq!(rank, r),
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+}
+
+/// A rank that averages while the others take a weighted mean would make
+/// a silently wrong step: it is an error on every rank instead.
+#[test]
+fn ranks_that_reduce_differently_are_an_error_on_every_rank() {
+    let out = LocalWorld::new(3).run_each(|c| {
+        let world = HostCollective::new(c);
+        let how = if world.rank() == 2 {
+            GradientReduction::Mean
+        } else {
+            GradientReduction::WeightedMean { samples: 4 }
+        };
+        let m = layer(&Device::flex().autodiff());
+        all_reduce_gradients(&world, &m, GradientsParams::new(), how).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::ModuleMismatch {
+                rank,
+                offender: 2,
+                problem:
+                    ModuleProblem::Reduction {
+                        expected: "weighted mean",
+                        got: "mean",
+                    },
+                ..
+            } => assert_eq!(rank, r),
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+}
+
+/// Independently initialised replicas become the root's, bit for bit, with
+/// their ids and gradient tracking kept: a backward pass and a check pass
+/// afterwards; on 1 to 5 ranks, every root, host-staged and device-resident.
+#[test]
+fn broadcast_module_makes_every_replica_the_roots() {
+    for n in 1..=5usize {
+        for root in 0..n {
+            let host = LocalWorld::new(n)
+                .run(|c| broadcast_and_train(&HostCollective::new(c), root))
+                .unwrap();
+            let device = DeviceWorld::shared(n, Device::flex())
+                .run(|g, _| broadcast_and_train(&g, root))
+                .unwrap();
+            for (what, out) in [("host", &host), ("device", &device)] {
+                let (before_root, _) = &out[root];
+                for (r, (before, after)) in out.iter().enumerate() {
+                    assert_eq!(after, before_root, "{what} {n} ranks root {root}: rank {r}");
+                    if n > 1 && r != root {
+                        // The replicas started different: the test is not vacuous.
+                        assert_ne!(before, before_root, "{what} rank {r} started equal");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One rank's part: a random layer, broadcast, then a training step's
+/// backward pass on the broadcast parameters and a replica check. Returns
+/// the weights before and after the broadcast.
+fn broadcast_and_train<G: Group>(world: &G, root: usize) -> Result<(Vec<f64>, Vec<f64>), Error> {
+    let device = Device::flex().autodiff();
+    let m: Linear = LinearConfig::new(3, 2).init(&device);
+    let before = values(m.weight.val());
+    let (id, bias_id) = (m.weight.id, m.bias.as_ref().unwrap().id);
+    let m = broadcast_module(world, m, root)?;
+    assert_eq!((m.weight.id, m.bias.as_ref().unwrap().id), (id, bias_id));
+    assert!(m.weight.val().is_require_grad());
+    let l = loss(&m, batch(0..4, &device).cast(DType::F32));
+    let g = GradientsParams::from_grads(l.backward(), &m);
+    assert!(
+        g.get::<2>(m.weight.id).is_some(),
+        "the broadcast weight is a trainable leaf"
+    );
+    check_replicas(world, &m)?;
+    Ok((before, values(m.weight.val())))
+}
+
+#[test]
+fn broadcast_module_with_another_root_or_one_outside_the_group_is_an_error_everywhere() {
+    for (roots, offender, root, expected) in [([0, 1, 0], 1, 1, 0), ([0, 0, 3], 2, 3, 0)] {
+        let out = LocalWorld::new(3).run_each(|c| {
+            let world = HostCollective::new(c);
+            let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+            broadcast_module(&world, m, roots[world.rank()]).map(|_| ())
+        });
+        for (r, e) in failures(out).into_iter().enumerate() {
+            match e {
+                Error::InvalidRoot {
+                    op: TensorOp::DdpBroadcast,
+                    rank,
+                    offender: o,
+                    root: got,
+                    expected: want,
+                    size: 3,
+                } => assert_eq!((rank, o, got, want), (r, offender, root, expected)),
+                other => panic!("roots {roots:?} rank {r}: {other}"),
+            }
+        }
+    }
+}
+
+/// A module with an integer parameter.
+#[derive(Module, Debug)]
+struct WithIds {
+    layer: Linear,
+    ids: Param<Tensor<1, Int>>,
+}
+
+fn with_ids(device: &Device, first: i64) -> WithIds {
+    WithIds {
+        layer: LinearConfig::new(2, 2).init(device).map(&mut ToF64),
+        ids: Param::initialized(
+            ParamId::new(),
+            Tensor::<1, Int>::from_data(TensorData::new(vec![first, 7, 9], [3]), device),
+        ),
+    }
+}
+
+/// `broadcast_module` does not broadcast integer parameters yet: it says
+/// so on every rank rather than leave them different.
+#[test]
+fn broadcast_module_refuses_integer_parameters_on_every_rank() {
+    let out = LocalWorld::new(2).run_each(|c| {
+        let world = HostCollective::new(c);
+        broadcast_module(&world, with_ids(&Device::flex().autodiff(), 1), 0).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::ModuleMismatch {
+                rank,
+                offender: 0,
+                problem: ModuleProblem::Unsupported { count: 1, .. },
+                ..
+            } => assert_eq!(rank, r),
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+}
+
+/// Replicas that differ in one float or integer parameter's values, or in
+/// structure, fail the check on every rank, naming the first difference;
+/// equal replicas pass.
+#[test]
+fn check_replicas_names_the_first_parameter_that_differs() {
+    // (which rank differs, how) → the expected problem.
+    let cases: [(usize, &str, ModuleProblem); 3] = [
+        (2, "bias", ModuleProblem::Values { index: 1 }),
+        (1, "ids", ModuleProblem::Values { index: 2 }),
+        (
+            1,
+            "shape",
+            ModuleProblem::Param {
+                index: 0,
+                expected: (4, Some(DType::F64)),
+                got: (6, Some(DType::F64)),
+            },
+        ),
+    ];
+    for (bad, how, problem) in cases {
+        let out = LocalWorld::new(3).run_each(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let me = world.rank();
+            let mut m = with_ids(&device, if me == bad && how == "ids" { 2 } else { 1 });
+            // Equal floats everywhere (the init is random): zeros.
+            m = m.map(&mut ruda_tensor::ddp::Zeros).map(&mut ToF64);
+            if me == bad && how == "bias" {
+                let b = m.layer.bias.take().unwrap();
+                let id = b.id;
+                m.layer.bias = Some(Param::initialized(id, b.val().add_scalar(1e-300)));
+            }
+            if me == bad && how == "shape" {
+                m.layer = LinearConfig::new(3, 2)
+                    .init(&device)
+                    .map(&mut ruda_tensor::ddp::Zeros)
+                    .map(&mut ToF64);
+            }
+            check_replicas(&world, &m)
+        });
+        for (r, e) in failures(out).into_iter().enumerate() {
+            match e {
+                Error::ModuleMismatch {
+                    op: TensorOp::DdpCheck,
+                    rank,
+                    offender,
+                    problem: p,
+                    ..
+                } => assert_eq!((rank, offender, p), (r, bad, problem), "{how}"),
+                other => panic!("{how} rank {r}: {other}"),
+            }
+        }
+    }
+    let ok = LocalWorld::new(3).run(|c| {
+        let world = HostCollective::new(c);
+        let m = with_ids(&Device::flex().autodiff(), 1).map(&mut ruda_tensor::ddp::Zeros);
+        check_replicas(&world, &m)
+    });
+    assert!(ok.is_ok(), "{ok:?}");
+}
