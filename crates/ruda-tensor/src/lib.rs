@@ -20,6 +20,9 @@
 //!   agreement and its adjoint side by side; [`ops::LinearOp`] is how to
 //!   add one of your own.
 //!
+//! `use ruda_tensor::prelude::*;` brings what code on a rank needs
+//! ([`prelude`]); [`ddp`] trains a Burn module data-parallel.
+//!
 //! Every call first reaches agreement in one small exchange (operation,
 //! position in the group's sequence of calls, shapes, dtype, counts,
 //! whether inputs are tracked), so a misuse anywhere is the same [`Error`]
@@ -61,6 +64,7 @@ mod linear_op;
 #[cfg(feature = "tensor-api")]
 mod methods;
 pub mod ops;
+pub mod prelude;
 pub mod primitives;
 pub mod replica;
 #[cfg(feature = "tensor-api")]
