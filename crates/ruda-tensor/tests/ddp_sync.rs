@@ -353,3 +353,93 @@ fn check_replicas_names_the_first_parameter_that_differs() {
     });
     assert!(ok.is_ok(), "{ok:?}");
 }
+
+/// A layer of 1 MiB of f32 weights (reduced and broadcast on its own, in
+/// place) beside small ones (packed into a bucket).
+#[derive(Module, Debug)]
+struct BigAndSmall {
+    big: Linear,
+    small: Linear,
+}
+
+fn big_and_small(device: &Device) -> BigAndSmall {
+    BigAndSmall {
+        big: LinearConfig::new(512, 512).init(device),
+        small: LinearConfig::new(3, 2).init(device),
+    }
+    .map(&mut ToF64)
+}
+
+/// Rank `r`'s input to the big layer.
+fn big_input(r: usize, device: &Device) -> Tensor<2> {
+    let v: Vec<f64> = (0..2 * 512)
+        .map(|i| ((i * 7 + r * 13) % 11) as f64 - 5.0)
+        .collect();
+    Tensor::from_data(TensorData::new(v, [2, 512]), (device, DType::F64))
+}
+
+/// Rank `r`'s loss: the big layer's output summed (rank 1 does not use the
+/// big layer: it has no gradient for it), plus the small layer's.
+fn big_and_small_loss(m: &BigAndSmall, r: usize, device: &Device) -> Tensor<1> {
+    let small = m.small.forward(batch(r..r + 2, device)).sum();
+    if r == 1 {
+        small
+    } else {
+        m.big.forward(big_input(r, device)).sum() + small
+    }
+}
+
+/// Parameters of 1 MiB and more take the in-place path, smaller ones the
+/// packed one; a rank without a gradient for a large parameter contributes
+/// zeros; broadcast takes both paths too.
+#[test]
+fn large_parameters_travel_alone_and_small_ones_in_buckets() {
+    let n = 3;
+    // Every rank's own gradients, computed in one process.
+    let own: Vec<(Option<Vec<f64>>, Vec<f64>)> = (0..n)
+        .map(|r| {
+            let device = Device::flex().autodiff();
+            let m = big_and_small(&device).map(&mut ruda_tensor::ddp::Zeros);
+            let g = GradientsParams::from_grads(big_and_small_loss(&m, r, &device).backward(), &m);
+            (
+                g.get::<2>(m.big.weight.id).map(values),
+                values(g.get::<2>(m.small.weight.id).unwrap()),
+            )
+        })
+        .collect();
+    assert!(own[1].0.is_none() && own[0].0.is_some());
+    let sum = |parts: Vec<&Vec<f64>>| -> Vec<f64> {
+        (0..parts[0].len())
+            .map(|i| parts.iter().map(|p| p[i]).sum())
+            .collect()
+    };
+    let want_big = sum(own.iter().filter_map(|o| o.0.as_ref()).collect());
+    let want_small = sum(own.iter().map(|o| &o.1).collect());
+    let out = LocalWorld::new(n)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let r = world.rank();
+            let device = Device::flex().autodiff();
+            // Random replicas, made equal (big layer included) by the broadcast.
+            let m = broadcast_module(&world, big_and_small(&device), 2)?;
+            check_replicas(&world, &m)?;
+            let m = m.map(&mut ruda_tensor::ddp::Zeros);
+            let g = GradientsParams::from_grads(big_and_small_loss(&m, r, &device).backward(), &m);
+            let g = all_reduce_gradients(&world, &m, g, GradientReduction::Sum)?;
+            Ok::<_, Error>((
+                values(g.get::<2>(m.big.weight.id).unwrap()),
+                values(g.get::<2>(m.small.weight.id).unwrap()),
+            ))
+        })
+        .unwrap();
+    let close = |a: &[f64], b: &[f64]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-12 * (1.0 + y.abs()))
+    };
+    for (r, (big, small)) in out.iter().enumerate() {
+        assert!(close(big, &want_big), "rank {r}: big layer");
+        assert!(close(small, &want_small), "rank {r}: small layer");
+    }
+}

@@ -57,9 +57,10 @@ impl ModuleMapper for Assign {
 }
 
 /// Make every replica equal to `root`'s: broadcast every float parameter of
-/// `module` from `root` over `group`, one collective per element type (all
-/// of a dtype's parameters packed into one buffer, as
-/// [`super::all_reduce_gradients`] packs gradients), and return the module
+/// `module` from `root` over `group` (parameters of 1 MiB or more each on
+/// their own, smaller ones packed into buckets of at most 25 MiB per
+/// element type, as [`super::all_reduce_gradients`] moves gradients), and
+/// return the module
 /// with the root's values, bit for bit. Each parameter keeps its id, device
 /// and whether it requires a gradient, so an optimizer's state keyed by
 /// parameter id stays valid. Call it once after building (or loading) the

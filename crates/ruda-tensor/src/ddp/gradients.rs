@@ -1,5 +1,6 @@
 //! [`all_reduce_gradients`]: every parameter's gradient reduced over the
-//! replicas, one collective per element type.
+//! replicas: parameters of 1 MiB or more each in place, smaller ones
+//! packed into buckets.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -85,9 +86,14 @@ impl ModuleVisitor for Collect<'_> {
 }
 
 /// Sum or average every float parameter's gradient of `module` over
-/// `group`, one collective per element type (all of a dtype's gradients
-/// packed into one buffer, in the module's parameter order), and return
+/// `group`, and return
 /// them ready for the optimizer; the result is the same bits on every rank.
+///
+/// How the gradients travel: each of 1 MiB or more on its own, reduced in
+/// place (no copy: packing a large gradient would cost more than the
+/// collective), the smaller ones of each element type concatenated, in the
+/// module's order, into buckets of at most 25 MiB (one collective each, so
+/// packing never holds a second copy of a large model's gradients).
 ///
 /// Lead with [`GradientReduction::WeightedMean`] when each rank's loss is a
 /// mean over its shard: it is exact for uneven shards. A parameter without

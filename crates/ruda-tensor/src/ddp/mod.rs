@@ -3,15 +3,16 @@
 //! own shard of the batch.
 //!
 //! 1. [`broadcast_module`] once at the start: every replica takes one
-//!    rank's parameters (one collective per element type);
+//!    rank's parameters;
 //!    [`check_replicas`] confirms it (or, after loading a checkpoint on
 //!    every rank, that the ranks loaded the same one).
 //! 2. After each `backward()`, [`all_reduce_gradients`] with
 //!    [`GradientReduction::WeightedMean`] (each rank's loss a mean over its
 //!    shard, shards of any size) combines every parameter's gradient over
-//!    the group in one collective per element type, by packing all of them
-//!    into one flat buffer (a bucket), rather than one collective per
-//!    parameter. Then every rank's optimizer makes the same step.
+//!    the group: each gradient of 1 MiB or more on its own, in place, the
+//!    smaller ones packed into buckets of at most 25 MiB (one collective
+//!    per bucket, not per parameter). Then every rank's optimizer makes
+//!    the same step.
 //!
 //! Every call first checks that the ranks agree (the same call, the same
 //! module structure, the same reduction or root) and otherwise returns a

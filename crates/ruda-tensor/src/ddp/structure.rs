@@ -186,10 +186,23 @@ pub(super) fn bucket_dtypes(entries: &[Entry], used: &[bool]) -> Vec<DType> {
     dtypes
 }
 
-/// Run `collective` once per dtype bucket on the concatenation of its
-/// entries' data (zeros where this rank has none), and hand each entry its
-/// piece of the result: `done(entry, piece)`, in the entries' order within
-/// each bucket. Entries no rank has data for are dropped.
+/// A parameter of at least this many bytes is reduced (or broadcast) on
+/// its own, in place: packing it would copy it twice (Burn's
+/// concatenation on Flex moves about 1.3 GB/s, several times slower than
+/// the collective itself).
+pub(super) const ALONE_BYTES: usize = 1 << 20;
+
+/// The most bytes of smaller parameters packed into one bucket, so that
+/// packing never needs a second copy of a whole large model.
+pub(super) const BUCKET_BYTES: usize = 25 << 20;
+
+/// Run `collective` on every entry some rank has data for (zeros where
+/// this rank has none), and hand each entry its result: `done(entry,
+/// result)`. The same sequence of collectives on every rank: per dtype (in
+/// order of first appearance), each parameter of [`ALONE_BYTES`] or more
+/// alone, then the smaller ones concatenated into buckets of at most
+/// [`BUCKET_BYTES`], in the module's order. Entries no rank has data for
+/// are dropped.
 ///
 /// # Errors
 /// The collective's errors.
@@ -206,24 +219,45 @@ pub(super) fn per_bucket(
         .filter_map(|(e, &u)| u.then_some(e))
         .collect();
     for dtype in dtypes {
-        let (mut bucket, rest): (Vec<Entry>, Vec<Entry>) =
+        let (of_dtype, rest): (Vec<Entry>, Vec<Entry>) =
             items.into_iter().partition(|e| e.dtype == dtype);
         items = rest;
-        let flats: Vec<Tensor<1>> = bucket
-            .iter_mut()
-            .map(|e| {
-                e.data
-                    .take()
-                    .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype)))
-            })
-            .collect();
-        let out = collective(Tensor::cat(flats, 0))?;
-        let mut start = 0;
-        for e in bucket {
-            let len = e.numel;
-            done(e, out.clone().narrow(0, start, len));
-            start += len;
+        let size = dtype.size();
+        let (alone, small): (Vec<Entry>, Vec<Entry>) = of_dtype
+            .into_iter()
+            .partition(|e| e.numel.saturating_mul(size) >= ALONE_BYTES);
+        for mut e in alone {
+            let out = collective(take_data(&mut e))?;
+            done(e, out);
+        }
+        let mut bucket: Vec<Entry> = Vec::new();
+        let mut bytes = 0usize;
+        let mut small = small.into_iter().peekable();
+        while let Some(e) = small.next() {
+            bytes += e.numel * size;
+            bucket.push(e);
+            let full = small
+                .peek()
+                .is_none_or(|next| bytes + next.numel * size > BUCKET_BYTES);
+            if full {
+                let flats: Vec<Tensor<1>> = bucket.iter_mut().map(take_data).collect();
+                let out = collective(Tensor::cat(flats, 0))?;
+                let mut start = 0;
+                for e in bucket.drain(..) {
+                    let len = e.numel;
+                    done(e, out.clone().narrow(0, start, len));
+                    start += len;
+                }
+                bytes = 0;
+            }
         }
     }
     Ok(())
+}
+
+/// The entry's data, or zeros of its size where this rank has none.
+fn take_data(e: &mut Entry) -> Tensor<1> {
+    e.data
+        .take()
+        .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype)))
 }
