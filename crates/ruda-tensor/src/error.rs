@@ -600,12 +600,20 @@ pub enum ModuleProblem {
         /// The parameter's position in the module's order.
         index: usize,
     },
+    /// Another number of integer and boolean parameters
+    /// ([`crate::ddp::check_replicas`]).
+    OtherParamCount {
+        /// The reference rank's count.
+        expected: usize,
+        /// The offender's count.
+        got: usize,
+    },
     /// The module has parameters of a kind the call does not handle
     /// (integer or boolean parameters in [`crate::ddp::broadcast_module`]).
     Unsupported {
         /// How many.
         count: usize,
-        /// Which kind (`int` or `bool`).
+        /// Which kind (`integer or boolean`).
         kind: &'static str,
     },
 }
@@ -639,6 +647,10 @@ impl fmt::Display for ModuleProblem {
             ModuleProblem::Reduction { expected, got } => write!(
                 f,
                 "it reduces gradients by {got} where the reference reduces by {expected}"
+            ),
+            ModuleProblem::OtherParamCount { expected, got } => write!(
+                f,
+                "{got} integer and boolean parameters where the reference has {expected}"
             ),
             ModuleProblem::Values { index } => write!(
                 f,

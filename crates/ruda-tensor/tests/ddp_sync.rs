@@ -426,10 +426,14 @@ fn large_parameters_travel_alone_and_small_ones_in_buckets() {
             let m = m.map(&mut ruda_tensor::ddp::Zeros);
             let g = GradientsParams::from_grads(big_and_small_loss(&m, r, &device).backward(), &m);
             let g = all_reduce_gradients(&world, &m, g, GradientReduction::Sum)?;
-            Ok::<_, Error>((
-                values(g.get::<2>(m.big.weight.id).unwrap()),
-                values(g.get::<2>(m.small.weight.id).unwrap()),
-            ))
+            let (big, small) = (
+                g.get::<2>(m.big.weight.id).unwrap(),
+                g.get::<2>(m.small.weight.id).unwrap(),
+            );
+            // Gradients come back as Burn's own do: without autodiff (rank 1's
+            // big one is zeros made here).
+            assert!(!big.is_autodiff() && !small.is_autodiff(), "rank {r}");
+            Ok::<_, Error>((values(big), values(small)))
         })
         .unwrap();
     let close = |a: &[f64], b: &[f64]| {
@@ -441,5 +445,98 @@ fn large_parameters_travel_alone_and_small_ones_in_buckets() {
     for (r, (big, small)) in out.iter().enumerate() {
         assert!(close(big, &want_big), "rank {r}: big layer");
         assert!(close(small, &want_small), "rank {r}: small layer");
+    }
+}
+
+/// A layer tied into two fields (one parameter id): the broadcast reaches
+/// both.
+#[derive(Module, Debug)]
+struct Tied {
+    a: Linear,
+    b: Linear,
+}
+
+#[test]
+fn broadcast_module_reaches_every_field_a_tied_parameter_is_in() {
+    let out = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let l: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+            let m = broadcast_module(&world, Tied { a: l.clone(), b: l }, 0)?;
+            Ok::<_, Error>((values(m.a.weight.val()), values(m.b.weight.val())))
+        })
+        .unwrap();
+    for (a, b) in &out {
+        assert_eq!(a, &out[0].0);
+        assert_eq!(b, &out[0].0);
+    }
+}
+
+/// A rank whose gradient has another dtype than its parameter (a bf16
+/// gradient of an f32 weight) while its peer has none: the reduction runs
+/// in the parameter's dtype on every rank (the same buckets everywhere),
+/// and each rank gets the result back in its own gradient's dtype.
+#[test]
+fn gradients_travel_in_their_parameters_dtype_and_come_back_in_their_own() {
+    let out = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex();
+            let m: Linear = LinearConfig::new(3, 2).init(&device);
+            let mut g = GradientsParams::new();
+            if world.rank() == 0 {
+                let w: Vec<f32> = vec![0.5, 1.5, -2.0, 4.0, 0.25, 8.0];
+                let t = Tensor::<2>::from_data(TensorData::new(w, [3, 2]), &device);
+                g.register::<2>(m.weight.id, t.cast(DType::BF16));
+            }
+            let b = Tensor::<1>::from_data(TensorData::new(vec![1.0f32, 2.0], [2]), &device);
+            g.register::<1>(m.bias.as_ref().unwrap().id, b);
+            let g = all_reduce_gradients(&world, &m, g, GradientReduction::Sum)?;
+            let w = g.get::<2>(m.weight.id).unwrap();
+            Ok::<_, Error>((w.dtype(), values(w)))
+        })
+        .unwrap();
+    assert_eq!(out[0].0, DType::BF16);
+    assert_eq!(out[1].0, DType::F32);
+    for (_, v) in &out {
+        assert_eq!(v, &vec![0.5, 1.5, -2.0, 4.0, 0.25, 8.0]);
+    }
+}
+
+/// A parameter only ranks with no samples have a gradient for stays
+/// without one under the weighted mean (their gradients count for
+/// nothing), and the others' are unaffected.
+#[test]
+fn a_gradient_only_empty_ranks_have_is_no_gradient() {
+    let out = LocalWorld::new(3)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let me = world.rank();
+            let device = Device::flex();
+            let m: Linear = LinearConfig::new(3, 2).init(&device);
+            let samples = if me == 1 { 0 } else { 2 };
+            let mut g = GradientsParams::new();
+            if me == 1 {
+                // A NaN gradient, as a mean over no samples gives.
+                g.register::<2>(m.weight.id, Tensor::full([3, 2], f32::NAN, &device));
+            }
+            let b = Tensor::<1>::from_data(TensorData::new(vec![me as f32, 1.0], [2]), &device);
+            g.register::<1>(m.bias.as_ref().unwrap().id, b);
+            let how = GradientReduction::WeightedMean { samples };
+            let g = all_reduce_gradients(&world, &m, g, how)?;
+            let bias = g.get::<1>(m.bias.as_ref().unwrap().id).unwrap();
+            Ok::<_, Error>((
+                g.get::<2>(m.weight.id).is_some(),
+                bias.into_data()
+                    .convert::<f64>()
+                    .try_to_vec::<f64>()
+                    .unwrap(),
+            ))
+        })
+        .unwrap();
+    for (has_weight, bias) in out {
+        assert!(!has_weight);
+        // Ranks 0 and 2 with 2 samples each: (0 + 2) / 2 and (1 + 1) / 2.
+        assert_eq!(bias, vec![1.0, 1.0]);
     }
 }

@@ -22,6 +22,10 @@ struct Values {
 
 impl ModuleVisitor for Values {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        // A parameter tied into several fields (one id) travels once.
+        if self.entries.iter().any(|e| e.id == param.id) {
+            return;
+        }
         let value = param.val();
         let data = value.clone().detach();
         self.entries.push(Entry::new(param.id, &value, Some(data)));
@@ -42,7 +46,8 @@ struct Assign(BTreeMap<u64, Tensor<1>>);
 
 impl ModuleMapper for Assign {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        match self.0.remove(&param.id.val()) {
+        // `get`, not `remove`: every field a tied parameter appears in.
+        match self.0.get(&param.id.val()).cloned() {
             Some(flat) => param.map(|old| {
                 let require_grad = old.is_require_grad();
                 // A fresh leaf: Burn refuses to track a tensor that is the
@@ -73,7 +78,7 @@ impl ModuleMapper for Assign {
 /// # Errors
 /// [`Error::InvalidRoot`] on every rank when `root` is outside the group or
 /// differs from rank 0's; [`Error::ModuleMismatch`] when the modules
-/// differ, or ([`ModuleProblem::Unsupported`]) when rank 0's module has
+/// differ, or ([`ModuleProblem::Unsupported`]) when a rank's module has
 /// integer or boolean parameters, which this call does not broadcast yet;
 /// the group's errors.
 ///

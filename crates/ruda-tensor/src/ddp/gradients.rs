@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 
 use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_optim::GradientsParams;
-use burn_tensor::Tensor;
+use burn_tensor::{DType, Tensor};
 
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
@@ -23,8 +23,9 @@ pub enum GradientReduction {
     /// The mean over every sample of every rank, when each rank's loss is
     /// the mean over its own shard of `samples` samples: rank r's gradient
     /// counts with weight `samples_r / Σ samples`, so uneven shards (and
-    /// empty ones) give exactly the gradient of the mean loss over the
-    /// global batch, as one process would compute it. The sample counts
+    /// empty ones) give the gradient of the mean loss over the global batch,
+    /// as one process would compute it (up to floating-point rounding: the
+    /// tests hold it to 1e-13 relative in f64). The sample counts
     /// travel in the agreement that precedes the reduction (no extra
     /// collective). A rank with `samples: 0` contributes nothing (its
     /// gradient, even NaN from a mean over no samples, is not read).
@@ -163,6 +164,14 @@ fn reduce_gradients<M: Module, G: Group>(
     };
     module.visit(&mut visitor);
     let mut entries = visitor.entries;
+    if let GradientReduction::WeightedMean { samples: 0 } = reduction {
+        // Nothing of this rank's counts, not even a NaN from a mean over no
+        // samples; and a parameter only empty ranks have a gradient for
+        // stays without one.
+        for e in &mut entries {
+            e.data = None;
+        }
+    }
     let header = Header {
         op,
         words: reduction.words(),
@@ -200,18 +209,12 @@ fn reduce_gradients<M: Module, G: Group>(
             if total == 0 {
                 return Err(Error::EmptyBatch { op, rank: me });
             }
-            if samples == 0 {
-                // Nothing of this rank's counts: not even a NaN.
-                for e in &mut entries {
-                    e.data = None;
-                }
-            }
             (Some(samples as f64 / total as f64), None)
         }
     };
     if let Some(s) = scale.filter(|&s| s != 1.0) {
         for e in &mut entries {
-            e.data = e.data.take().map(|g| g.mul_scalar(s));
+            e.data = e.data.take().map(|g| scaled(g, s));
         }
     }
     structure::per_bucket(
@@ -226,9 +229,28 @@ fn reduce_gradients<M: Module, G: Group>(
         },
         |entry, reduced| {
             if let Some(restore) = entry.restore {
+                // Back in the dtype this rank's gradient had.
+                let reduced = if reduced.dtype() == entry.own_dtype {
+                    reduced
+                } else {
+                    reduced.cast(entry.own_dtype)
+                };
                 restore(reduced, &mut grads);
             }
         },
     )?;
     Ok(grads)
+}
+
+/// `g × s`, computed in f32 for half-precision gradients (a weight such as
+/// 1/3 or 1/20000 held in f16 or bf16 would bias every step) and rounded
+/// once to the gradient's dtype.
+fn scaled(g: Tensor<1>, s: f64) -> Tensor<1> {
+    match g.dtype() {
+        DType::F16 | DType::BF16 => {
+            let dtype = g.dtype();
+            g.cast(DType::F32).mul_scalar(s).cast(dtype)
+        }
+        _ => g.mul_scalar(s),
+    }
 }

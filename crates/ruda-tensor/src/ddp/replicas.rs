@@ -3,22 +3,30 @@
 use alloc::vec::Vec;
 
 use burn_core::module::{Module, ModuleVisitor, Param};
-use burn_tensor::{Bool, Int, Tensor, TensorData};
+use burn_tensor::{Bool, DType, Int, Tensor, TensorData};
 
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
 
-/// A hash of a tensor's bytes (its dtype's bit patterns, in order).
-fn fingerprint(data: &TensorData) -> i64 {
-    let words: Vec<u64> = data
-        .as_bytes()
-        .chunks(8)
-        .map(|c| {
+/// A hash of a tensor: its dtype, shape and byte length, then its bytes
+/// (its dtype's bit patterns, in order; the last word zero-padded, which
+/// the byte length disambiguates).
+fn fingerprint(dtype: DType, dims: &[usize], data: &TensorData) -> i64 {
+    let bytes = data.as_bytes();
+    let head = [
+        crate::agreement::dtype_code(dtype) as u64,
+        dims.len() as u64,
+        bytes.len() as u64,
+    ];
+    let words: Vec<u64> = head
+        .into_iter()
+        .chain(dims.iter().map(|&d| d as u64))
+        .chain(bytes.chunks(8).map(|c| {
             let mut w = [0u8; 8];
             w[..c.len()].copy_from_slice(c);
             u64::from_le_bytes(w)
-        })
+        }))
         .collect();
     crate::shape_hash::mix(&words) as i64
 }
@@ -34,16 +42,26 @@ struct Fingerprints {
 impl ModuleVisitor for Fingerprints {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let value = param.val();
-        self.hashes.push(fingerprint(&value.to_data()));
+        let (dtype, dims) = (value.dtype(), value.dims());
+        self.hashes
+            .push(fingerprint(dtype, &dims, &value.to_data()));
         self.entries.push(Entry::new::<D>(param.id, &value, None));
     }
 
     fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
-        self.hashes.push(fingerprint(&param.val().into_data()));
+        let value = param.val();
+        let (dtype, dims) = (value.dtype(), value.dims());
+        self.hashes
+            .push(fingerprint(dtype, &dims, &value.into_data()));
     }
 
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
-        self.hashes.push(fingerprint(&param.val().into_data()));
+        // Booleans as 0/1 bytes: the storage a backend picks for them
+        // (native, u8, u32) does not make equal values differ.
+        let value = param.val().int().cast(DType::U8);
+        let (dtype, dims) = (value.dtype(), value.dims());
+        self.hashes
+            .push(fingerprint(dtype, &dims, &value.into_data()));
     }
 }
 
@@ -114,9 +132,9 @@ fn check<M: Module, G: Group>(group: &G, module: &M) -> Result<(), Error> {
             rank: me,
             offender: r,
             reference: 0,
-            problem: ModuleProblem::ParamCount {
-                expected,
-                got: w[0] as usize,
+            problem: ModuleProblem::OtherParamCount {
+                expected: expected - prints.entries.len(),
+                got: (w[0] as usize).saturating_sub(prints.entries.len()),
             },
         });
     }

@@ -25,15 +25,19 @@ pub(super) struct Entry {
     pub id: ParamId,
     pub numel: usize,
     pub dims_hash: i64,
-    /// The parameter's dtype (what the replicas must agree on).
-    pub param_dtype: DType,
-    /// The dtype of `data` (a gradient may differ from its parameter), or
-    /// the parameter's without data.
+    /// The parameter's dtype: what the replicas agree on, and the dtype
+    /// the data travels in (the same buckets on every rank, whatever dtype
+    /// a rank's gradient has).
     pub dtype: DType,
+    /// Where zeros for missing data go (the parameter's device, without
+    /// autodiff: gradients carry none).
     pub device: Device,
-    /// What travels for this parameter on this rank, flattened (its
-    /// gradient, or its value), if anything.
+    /// What travels for this parameter on this rank, flattened and in the
+    /// parameter's dtype (its gradient, or its value), if anything.
     pub data: Option<Tensor<1>>,
+    /// The dtype this rank's data had before it was cast to the
+    /// parameter's (what a gradient comes back in).
+    pub own_dtype: DType,
     /// How to register a reduced gradient (gradient calls only).
     pub restore: Option<Restore>,
 }
@@ -48,18 +52,24 @@ impl Entry {
     ) -> Self {
         let dims = value.dims();
         let numel = dims.iter().product::<usize>();
-        let (dtype, device) = match &data {
-            Some(g) => (g.dtype(), g.device()),
-            None => (value.dtype(), value.device()),
-        };
+        let dtype = value.dtype();
+        let own_dtype = data.as_ref().map_or(dtype, |g| g.dtype());
+        let data = data.map(|g| {
+            let flat = crate::reshape(g, [numel]);
+            if flat.dtype() == dtype {
+                flat
+            } else {
+                flat.cast(dtype)
+            }
+        });
         Entry {
             id,
             numel,
             dims_hash: crate::shape_hash::sizes(&dims),
-            param_dtype: value.dtype(),
             dtype,
-            device,
-            data: data.map(|g| crate::reshape(g, [numel])),
+            device: value.clone().inner().device(),
+            data,
+            own_dtype,
             restore: None,
         }
     }
@@ -67,7 +77,7 @@ impl Entry {
     /// The words this parameter contributes to the structure exchange:
     /// dtype and whether this rank has data, element count, shape.
     fn words(&self) -> [i64; 3] {
-        let code = crate::agreement::dtype_code(self.param_dtype);
+        let code = crate::agreement::dtype_code(self.dtype);
         [
             code * 2 + i64::from(self.data.is_some()),
             self.numel as i64,
