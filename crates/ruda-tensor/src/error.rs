@@ -600,6 +600,14 @@ pub enum ModuleProblem {
         /// The parameter's position in the module's order.
         index: usize,
     },
+    /// Another grouping of gradients into collectives
+    /// ([`crate::ddp::Buckets`]).
+    Buckets {
+        /// The reference rank's (alone bytes, bucket bytes).
+        expected: (usize, usize),
+        /// The offender's.
+        got: (usize, usize),
+    },
     /// Another number of integer and boolean parameters
     /// ([`crate::ddp::check_replicas`]).
     OtherParamCount {
@@ -647,6 +655,11 @@ impl fmt::Display for ModuleProblem {
             ModuleProblem::Reduction { expected, got } => write!(
                 f,
                 "it reduces gradients by {got} where the reference reduces by {expected}"
+            ),
+            ModuleProblem::Buckets { expected, got } => write!(
+                f,
+                "it groups gradients as (alone from {} bytes, buckets of {} bytes) where the reference uses ({}, {})",
+                got.0, got.1, expected.0, expected.1
             ),
             ModuleProblem::OtherParamCount { expected, got } => write!(
                 f,

@@ -10,7 +10,10 @@ use burn_nn::{Linear, LinearConfig};
 use burn_optim::GradientsParams;
 use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use ruda_comm::{LocalWorld, RankError};
-use ruda_tensor::ddp::{GradientReduction, all_reduce_gradients, broadcast_module, check_replicas};
+use ruda_tensor::ddp::{
+    Buckets, GradientReduction, all_reduce_gradients, all_reduce_gradients_with, broadcast_module,
+    check_replicas,
+};
 use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, ModuleProblem, TensorOp};
 
 /// Every float parameter cast to f64 (ids kept), so that comparisons with
@@ -538,5 +541,127 @@ fn a_gradient_only_empty_ranks_have_is_no_gradient() {
         assert!(!has_weight);
         // Ranks 0 and 2 with 2 samples each: (0 + 2) / 2 and (1 + 1) / 2.
         assert_eq!(bias, vec![1.0, 1.0]);
+    }
+}
+
+/// One rank's gradients of [`big_and_small`] (zeroed) under `buckets`.
+fn grads_with(
+    world: &HostCollective<ruda_comm::LocalCommunicator>,
+    buckets: Buckets,
+) -> Result<(Vec<f64>, Vec<f64>), Error> {
+    let r = world.rank();
+    let device = Device::flex().autodiff();
+    let m = big_and_small(&device).map(&mut ruda_tensor::ddp::Zeros);
+    let g = GradientsParams::from_grads(big_and_small_loss(&m, r, &device).backward(), &m);
+    let g = all_reduce_gradients_with(world, &m, g, GradientReduction::Sum, buckets)?;
+    Ok((
+        values(g.get::<2>(m.big.weight.id).unwrap()),
+        values(g.get::<2>(m.small.weight.id).unwrap()),
+    ))
+}
+
+/// Every grouping gives the same gradients, bit for bit (sums in the same
+/// rank order): all alone, all in one bucket, one bucket per gradient; and
+/// ranks that group differently get a typed error on every rank.
+#[test]
+fn every_bucket_size_gives_the_same_gradients_and_ranks_must_agree_on_it() {
+    let groupings = [
+        Buckets::default(),
+        Buckets {
+            alone_bytes: 0,
+            bucket_bytes: 0,
+        },
+        Buckets {
+            alone_bytes: usize::MAX,
+            bucket_bytes: usize::MAX,
+        },
+        Buckets {
+            alone_bytes: usize::MAX,
+            bucket_bytes: 0,
+        },
+    ];
+    let runs: Vec<_> = groupings
+        .iter()
+        .map(|&b| {
+            LocalWorld::new(3)
+                .run(|c| grads_with(&HostCollective::new(c), b))
+                .unwrap()
+        })
+        .collect();
+    for (b, run) in groupings.iter().zip(&runs) {
+        assert_eq!(run, &runs[0], "{b:?}");
+    }
+    let out = LocalWorld::new(3).run_each(|c| {
+        let world = HostCollective::new(c);
+        let b = if world.rank() == 1 {
+            Buckets {
+                bucket_bytes: 1 << 10,
+                ..Buckets::default()
+            }
+        } else {
+            Buckets::default()
+        };
+        grads_with(&world, b).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::ModuleMismatch {
+                rank,
+                offender: 1,
+                problem: ModuleProblem::Buckets { expected, got },
+                ..
+            } => {
+                assert_eq!(rank, r);
+                assert_eq!((expected, got), ((1 << 20, 25 << 20), (1 << 20, 1 << 10)));
+            }
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+}
+
+/// Gradient accumulation over micro-batches without communicating, then
+/// one weighted-mean reduction: the serial gradient of the mean loss over
+/// the global batch, on uneven shards cut into uneven micro-batches.
+#[test]
+fn accumulating_micro_batches_then_reducing_once_equals_the_serial_gradient() {
+    let shards = [5usize, 2, 4];
+    let total: usize = shards.iter().sum();
+    let serial = {
+        let device = Device::flex().autodiff();
+        let m = layer(&device);
+        let g = GradientsParams::from_grads(loss(&m, batch(0..total, &device)).backward(), &m);
+        values(g.get::<2>(m.weight.id).unwrap())
+    };
+    let out = LocalWorld::new(3)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let me = world.rank();
+            let start: usize = shards[..me].iter().sum();
+            let n = shards[me];
+            let device = Device::flex().autodiff();
+            let m = layer(&device);
+            let mut acc = burn_optim::GradientsAccumulator::<Linear>::new();
+            // Micro-batches of at most 2 rows, each loss scaled to its share
+            // of the rank's mean.
+            let mut from = start;
+            while from < start + n {
+                let to = (from + 2).min(start + n);
+                let micro =
+                    loss(&m, batch(from..to, &device)).mul_scalar((to - from) as f64 / n as f64);
+                acc.accumulate(&m, GradientsParams::from_grads(micro.backward(), &m));
+                from = to;
+            }
+            let how = GradientReduction::WeightedMean { samples: n };
+            let g = all_reduce_gradients(&world, &m, acc.grads(), how)?;
+            Ok::<_, Error>(values(g.get::<2>(m.weight.id).unwrap()))
+        })
+        .unwrap();
+    for got in &out {
+        assert!(
+            got.iter()
+                .zip(&serial)
+                .all(|(a, b)| (a - b).abs() <= 1e-13 * (1.0 + b.abs())),
+            "{got:?} vs serial {serial:?}"
+        );
     }
 }

@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn_tensor::{Bool, Int, Tensor};
 
+use super::buckets::Buckets;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
@@ -120,6 +121,7 @@ fn broadcast<M: Module, G: Group>(group: &G, module: M, root: usize) -> Result<M
     let header = Header {
         op,
         words: [root as i64, others as i64],
+        buckets: Buckets::default(),
     };
     let agreed = structure::agree(group, header, &values.entries)?;
     let size = group.size();
@@ -155,6 +157,7 @@ fn broadcast<M: Module, G: Group>(group: &G, module: M, root: usize) -> Result<M
     structure::per_bucket(
         values.entries,
         &agreed.used,
+        Buckets::default(),
         |bucket| bucket.broadcast(group, root),
         |entry, value| {
             out.insert(entry.id.val(), value);

@@ -9,6 +9,7 @@ use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_optim::GradientsParams;
 use burn_tensor::{DType, Tensor};
 
+use super::buckets::Buckets;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
@@ -94,7 +95,8 @@ impl ModuleVisitor for Collect<'_> {
 /// place (no copy: packing a large gradient would cost more than the
 /// collective), the smaller ones of each element type concatenated, in the
 /// module's order, into buckets of at most 25 MiB (one collective each, so
-/// packing never holds a second copy of a large model's gradients).
+/// packing never holds a second copy of a large model's gradients): the
+/// default [`Buckets`]; [`all_reduce_gradients_with`] takes others.
 ///
 /// Lead with [`GradientReduction::WeightedMean`] when each rank's loss is a
 /// mean over its shard: it is exact for uneven shards. A parameter without
@@ -145,16 +147,57 @@ pub fn all_reduce_gradients<M: Module, G: Group>(
     grads: GradientsParams,
     reduction: GradientReduction,
 ) -> Result<GradientsParams, Error> {
-    reduce_gradients(group, module, grads, reduction)
+    all_reduce_gradients_with(group, module, grads, reduction, Buckets::default())
+}
+
+/// [`all_reduce_gradients`] with gradients grouped into collectives as
+/// `buckets` says.
+///
+/// # Errors
+/// As [`all_reduce_gradients`]; [`Error::ModuleMismatch`] with
+/// [`ModuleProblem::Buckets`] on every rank when the ranks' `buckets`
+/// differ.
+///
+/// # Example
+/// ```
+/// use burn_core::module::Module;
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_optim::GradientsParams;
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::HostCollective;
+/// use ruda_tensor::ddp::{Buckets, GradientReduction, Zeros, all_reduce_gradients_with};
+///
+/// LocalWorld::new(2).run(|comm| {
+///     let world = HostCollective::new(comm);
+///     let device = Device::flex().autodiff();
+///     let model: Linear = LinearConfig::new(2, 1).init(&device).map(&mut Zeros);
+///     let loss = model.forward(Tensor::<2>::ones([3, 2], &device)).mean();
+///     let grads = GradientsParams::from_grads(loss.backward(), &model);
+///     // Every gradient in a bucket of its own.
+///     let buckets = Buckets { alone_bytes: usize::MAX, bucket_bytes: 0 };
+///     let how = GradientReduction::WeightedMean { samples: 3 };
+///     all_reduce_gradients_with(&world, &model, grads, how, buckets).map(|_| ())
+/// }).unwrap();
+/// ```
+pub fn all_reduce_gradients_with<M: Module, G: Group>(
+    group: &G,
+    module: &M,
+    grads: GradientsParams,
+    reduction: GradientReduction,
+    buckets: Buckets,
+) -> Result<GradientsParams, Error> {
+    reduce_gradients(group, module, grads, reduction, buckets)
         .map_err(|e| e.in_named_call(TensorOp::DdpGradients.name()))
 }
 
-/// [`all_reduce_gradients`], with errors as its steps report them.
+/// [`all_reduce_gradients_with`], with errors as its steps report them.
 fn reduce_gradients<M: Module, G: Group>(
     group: &G,
     module: &M,
     mut grads: GradientsParams,
     reduction: GradientReduction,
+    buckets: Buckets,
 ) -> Result<GradientsParams, Error> {
     let op = TensorOp::DdpGradients;
     let me = group.rank();
@@ -175,6 +218,7 @@ fn reduce_gradients<M: Module, G: Group>(
     let header = Header {
         op,
         words: reduction.words(),
+        buckets,
     };
     let agreed = structure::agree(group, header, &entries)?;
     let kind = agreed.headers[0][0];
@@ -220,6 +264,7 @@ fn reduce_gradients<M: Module, G: Group>(
     structure::per_bucket(
         entries,
         &agreed.used,
+        buckets,
         |bucket| {
             let summed = bucket.all_reduce(group)?;
             Ok(match divide {

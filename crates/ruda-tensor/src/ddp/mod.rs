@@ -14,6 +14,13 @@
 //!    per bucket, not per parameter). Then every rank's optimizer makes
 //!    the same step.
 //!
+//! **Gradient accumulation** (PyTorch's `no_sync`): run several
+//! micro-batches' backward passes without communicating, sum their
+//! gradients locally (`burn_optim::GradientsAccumulator`), and reduce once;
+//! with each micro-batch's loss divided by the rank's whole shard size, the
+//! sum is the gradient of the mean over the shard, and
+//! `WeightedMean { samples: shard size }` makes it the global one.
+//!
 //! Every call first checks that the ranks agree (the same call, the same
 //! module structure, the same reduction or root) and otherwise returns a
 //! typed error on every rank.
@@ -46,12 +53,14 @@
 //! ```
 
 mod broadcast;
+mod buckets;
 mod gradients;
 mod replicas;
 mod structure;
 mod zeros;
 
 pub use broadcast::broadcast_module;
-pub use gradients::{GradientReduction, all_reduce_gradients};
+pub use buckets::Buckets;
+pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
 pub use zeros::Zeros;

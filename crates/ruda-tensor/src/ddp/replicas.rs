@@ -5,6 +5,7 @@ use alloc::vec::Vec;
 use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_tensor::{Bool, DType, Int, Tensor, TensorData};
 
+use super::buckets::Buckets;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
@@ -116,6 +117,7 @@ fn check<M: Module, G: Group>(group: &G, module: &M) -> Result<(), Error> {
     let header = Header {
         op,
         words: [prints.hashes.len() as i64, 0],
+        buckets: Buckets::default(),
     };
     let agreed = structure::agree(group, header, &prints.entries)?;
     let expected = agreed.headers[0][0] as usize;

@@ -10,6 +10,7 @@ use burn_core::module::ParamId;
 use burn_optim::GradientsParams;
 use burn_tensor::{DType, Device, Tensor};
 
+use super::buckets::Buckets;
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
 
@@ -86,12 +87,14 @@ impl Entry {
     }
 }
 
-/// What a rank says about its call in the first exchange: which call, and
-/// two words it must agree on with rank 0 (checked by the caller).
+/// What a rank says about its call in the first exchange: which call, two
+/// words the caller checks against rank 0's, and how it groups data into
+/// collectives (checked here).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Header {
     pub op: TensorOp,
     pub words: [i64; 2],
+    pub buckets: Buckets,
 }
 
 /// The agreed structure: every rank's header words, and for each
@@ -116,12 +119,15 @@ pub(super) fn agree<G: Group>(
 ) -> Result<Agreed, Error> {
     let op = header.op;
     let me = group.rank();
+    let [alone, bucket] = header.buckets.words();
     let first = [
         MAGIC,
         op.code(),
         entries.len() as i64,
         header.words[0],
         header.words[1],
+        alone,
+        bucket,
     ];
     let all = group.exchange_words(&first)?;
     for (r, w) in all.chunks(first.len()).enumerate() {
@@ -152,6 +158,22 @@ pub(super) fn agree<G: Group>(
                 problem: ModuleProblem::ParamCount {
                     expected,
                     got: w[2] as usize,
+                },
+            });
+        }
+    }
+    let reference = (all[5], all[6]);
+    for (r, w) in all.chunks(first.len()).enumerate() {
+        if (w[5], w[6]) != reference {
+            let bytes = |a: i64, b: i64| (a as usize, b as usize);
+            return Err(Error::ModuleMismatch {
+                op,
+                rank: me,
+                offender: r,
+                reference: 0,
+                problem: ModuleProblem::Buckets {
+                    expected: bytes(reference.0, reference.1),
+                    got: bytes(w[5], w[6]),
                 },
             });
         }
@@ -196,29 +218,22 @@ pub(super) fn bucket_dtypes(entries: &[Entry], used: &[bool]) -> Vec<DType> {
     dtypes
 }
 
-/// A parameter of at least this many bytes is reduced (or broadcast) on
-/// its own, in place: packing it would copy it twice (Burn's
-/// concatenation on Flex moves about 1.3 GB/s, several times slower than
-/// the collective itself).
-pub(super) const ALONE_BYTES: usize = 1 << 20;
-
-/// The most bytes of smaller parameters packed into one bucket, so that
-/// packing never needs a second copy of a whole large model.
-pub(super) const BUCKET_BYTES: usize = 25 << 20;
-
 /// Run `collective` on every entry some rank has data for (zeros where
 /// this rank has none), and hand each entry its result: `done(entry,
 /// result)`. The same sequence of collectives on every rank: per dtype (in
-/// order of first appearance), each parameter of [`ALONE_BYTES`] or more
-/// alone, then the smaller ones concatenated into buckets of at most
-/// [`BUCKET_BYTES`], in the module's order. Entries no rank has data for
-/// are dropped.
+/// order of first appearance), each parameter of `buckets.alone_bytes` or
+/// more alone (packing it would copy it twice: Burn's concatenation on
+/// Flex moves about 1.3 GB/s, several times slower than the collective
+/// itself), then the smaller ones concatenated into buckets of at most
+/// `buckets.bucket_bytes`, in the module's order. Entries no rank has data
+/// for are dropped.
 ///
 /// # Errors
 /// The collective's errors.
 pub(super) fn per_bucket(
     entries: Vec<Entry>,
     used: &[bool],
+    buckets: Buckets,
     mut collective: impl FnMut(Tensor<1>) -> Result<Tensor<1>, Error>,
     mut done: impl FnMut(Entry, Tensor<1>),
 ) -> Result<(), Error> {
@@ -235,7 +250,7 @@ pub(super) fn per_bucket(
         let size = dtype.size();
         let (alone, small): (Vec<Entry>, Vec<Entry>) = of_dtype
             .into_iter()
-            .partition(|e| e.numel.saturating_mul(size) >= ALONE_BYTES);
+            .partition(|e| e.numel.saturating_mul(size) >= buckets.alone_bytes);
         for mut e in alone {
             let out = collective(take_data(&mut e))?;
             done(e, out);
@@ -248,7 +263,7 @@ pub(super) fn per_bucket(
             bucket.push(e);
             let full = small
                 .peek()
-                .is_none_or(|next| bytes + next.numel * size > BUCKET_BYTES);
+                .is_none_or(|next| bytes.saturating_add(next.numel * size) > buckets.bucket_bytes);
             if full {
                 let flats: Vec<Tensor<1>> = bucket.iter_mut().map(take_data).collect();
                 let out = collective(Tensor::cat(flats, 0))?;
