@@ -87,11 +87,15 @@ pub enum TensorOp {
     /// [`crate::ddp::check_replicas`]: whether every replica's parameters
     /// are bit for bit rank 0's.
     DdpCheck,
+    /// [`crate::ddp::save_checkpoint`]: one rank writes the run's state.
+    DdpSave,
+    /// [`crate::ddp::load_checkpoint`]: every rank reads it.
+    DdpLoad,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 33] = [
+    pub const ALL: [TensorOp; 35] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -125,6 +129,8 @@ impl TensorOp {
         TensorOp::AllToAllInt,
         TensorOp::DdpBroadcast,
         TensorOp::DdpCheck,
+        TensorOp::DdpSave,
+        TensorOp::DdpLoad,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -175,6 +181,8 @@ impl TensorOp {
             TensorOp::AllToAllInt => "all_to_all_int",
             TensorOp::DdpBroadcast => "ddp::broadcast_module",
             TensorOp::DdpCheck => "ddp::check_replicas",
+            TensorOp::DdpSave => "ddp::save_checkpoint",
+            TensorOp::DdpLoad => "ddp::load_checkpoint",
         }
     }
 }
@@ -545,6 +553,21 @@ pub enum Error {
     /// [`crate::Group::replica_group`], as [`Error::Comm`].)
     #[error(transparent)]
     ReplicaGroups(#[from] ruda_comm::ReplicaGroupsError),
+    /// A checkpoint a rank could not write or read
+    /// ([`crate::ddp::save_checkpoint`], [`crate::ddp::load_checkpoint`]).
+    #[error("{op} (reported by rank {rank}): {path}: rank {offender}: {message}")]
+    Checkpoint {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The first rank that failed.
+        offender: usize,
+        /// The checkpoint's directory.
+        path: String,
+        /// What failed (the I/O error on the rank it happened on).
+        message: String,
+    },
     /// A weighted mean of gradients over a step in which every rank's shard
     /// was empty: there is no sample to average over.
     #[error("{op} (reported by rank {rank}): every rank's shard was empty: a mean over 0 samples")]

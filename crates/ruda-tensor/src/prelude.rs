@@ -27,7 +27,10 @@ pub use crate::{
 pub use crate::{IntTensorExt, TensorExt};
 
 #[cfg(feature = "train")]
-pub use crate::ddp::{GradientReduction, all_reduce_gradients, broadcast_module, check_replicas};
+pub use crate::ddp::{
+    GradientReduction, all_reduce_gradients, broadcast_module, check_replicas, load_checkpoint,
+    save_checkpoint,
+};
 
 #[cfg(feature = "mpi")]
 pub use ruda_comm::{MpiCommunicator, MpiWorld};

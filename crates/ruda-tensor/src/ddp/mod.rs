@@ -14,6 +14,11 @@
 //!    per bucket, not per parameter). Then every rank's optimizer makes
 //!    the same step.
 //!
+//! [`save_checkpoint`] writes the model and the optimizer state from one
+//! rank; [`load_checkpoint`] reads them on every rank into fresh replicas
+//! and checks them, so a run stopped after step k and resumed equals the
+//! uninterrupted run bit for bit.
+//!
 //! **Gradient accumulation** (PyTorch's `no_sync`): run several
 //! micro-batches' backward passes without communicating, sum their
 //! gradients locally (`burn_optim::GradientsAccumulator`), and reduce once;
@@ -54,6 +59,7 @@
 
 mod broadcast;
 mod buckets;
+mod checkpoint;
 mod gradients;
 mod replicas;
 mod structure;
@@ -61,6 +67,7 @@ mod zeros;
 
 pub use broadcast::broadcast_module;
 pub use buckets::Buckets;
+pub use checkpoint::{MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
 pub use zeros::Zeros;

@@ -1,0 +1,157 @@
+//! Checkpoints of a data-parallel run: saved by one rank, loaded by all
+//! into fresh replicas (other random weights, a new optimizer), the resumed
+//! run equals the uninterrupted one bit for bit; failures to write or read
+//! are typed errors on every rank.
+
+use std::path::PathBuf;
+
+use burn_nn::{Linear, LinearConfig};
+use burn_optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn_tensor::{Device, Tensor, TensorData};
+use ruda_comm::{LocalWorld, RankError};
+use ruda_tensor::ddp::{
+    GradientReduction, all_reduce_gradients, broadcast_module, load_checkpoint, save_checkpoint,
+};
+use ruda_tensor::{Error, Group, HostCollective, TensorOp};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ruda-ckpt-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Rank `r`'s shard at `step`: `rows` samples of three features.
+fn shard(r: usize, step: usize, rows: usize, device: &Device) -> Tensor<2> {
+    let v: Vec<f32> = (0..rows * 3)
+        .map(|i| (((i + 7 * r + 13 * step) % 17) as f32 - 8.0) / 4.0)
+        .collect();
+    Tensor::from_data(TensorData::new(v, [rows, 3]), device)
+}
+
+fn weights(m: &Linear) -> Vec<f32> {
+    let mut w = m.weight.val().into_data().try_to_vec::<f32>().unwrap();
+    w.extend(
+        m.bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+    );
+    w
+}
+
+/// Train `steps` steps from `model`/`optim` starting at step `from`; the
+/// weights after each step.
+fn train<G: Group>(
+    world: &G,
+    mut model: Linear,
+    mut optim: ModuleOptimizer,
+    from: usize,
+    steps: usize,
+) -> Result<(Linear, ModuleOptimizer, Vec<Vec<f32>>), Error> {
+    let device = Device::flex().autodiff();
+    let rows = 2 + world.rank(); // uneven shards
+    let mut seen = Vec::new();
+    for step in from..from + steps {
+        let y = model.forward(shard(world.rank(), step, rows, &device));
+        let loss = (y.clone() * y).mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let how = GradientReduction::WeightedMean { samples: rows };
+        let grads = all_reduce_gradients(world, &model, grads, how)?;
+        model = optim.step(0.05, model, grads);
+        seen.push(weights(&model));
+    }
+    Ok((model, optim, seen))
+}
+
+#[test]
+fn a_resumed_run_equals_the_uninterrupted_one_bit_for_bit() {
+    let (total, k) = (6, 2);
+    for n in [1, 2, 3] {
+        let dir = temp_dir(&format!("resume{n}"));
+        let out = LocalWorld::new(n)
+            .run(|c| {
+                let world = HostCollective::new(c);
+                let device = Device::flex().autodiff();
+                let start = broadcast_module(&world, LinearConfig::new(3, 2).init(&device), 0)?;
+                // Uninterrupted.
+                let (_, _, whole) =
+                    train(&world, start.clone(), AdamConfig::new().init(), 0, total)?;
+                // Stopped after k steps, saved by the last rank ...
+                let (m, o, first) = train(&world, start, AdamConfig::new().init(), 0, k)?;
+                save_checkpoint(&world, n - 1, &dir, &m, &o)?;
+                drop((m, o));
+                // ... and resumed into fresh replicas with other random weights.
+                let fresh: Linear = LinearConfig::new(3, 2).init(&device);
+                let (m, o) = load_checkpoint(&world, &dir, fresh, AdamConfig::new().init())?;
+                let (_, _, rest) = train(&world, m, o, k, total - k)?;
+                Ok::<_, Error>((whole, first.into_iter().chain(rest).collect::<Vec<_>>()))
+            })
+            .unwrap();
+        for (r, (whole, resumed)) in out.iter().enumerate() {
+            assert_eq!(resumed, whole, "{n} ranks, rank {r}");
+            assert_ne!(whole[0], whole[total - 1], "training moved the weights");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+fn failures(out: Vec<Result<(), RankError<Error>>>) -> Vec<Error> {
+    out.into_iter()
+        .map(|r| match r {
+            Err(RankError::Failed(e)) => e,
+            other => panic!("expected an error, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_read_or_written_is_an_error_on_every_rank() {
+    // Nothing to read.
+    let missing = temp_dir("missing");
+    let out = LocalWorld::new(2).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        load_checkpoint(&world, &missing, m, AdamConfig::new().init()).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::Checkpoint {
+                op: TensorOp::DdpLoad,
+                rank,
+                offender: 0,
+                ref message,
+                ..
+            } => {
+                assert_eq!(rank, r);
+                if r == 0 {
+                    assert!(message.contains("model.bpk"), "{message}");
+                }
+            }
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+    // A directory that cannot be created (under a regular file): the root
+    // (rank 1) fails, every rank says so.
+    let file = temp_dir("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let out = LocalWorld::new(3).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        save_checkpoint(&world, 1, file.join("ckpt"), &m, &AdamConfig::new().init())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::Checkpoint {
+                op: TensorOp::DdpSave,
+                rank,
+                offender: 1,
+                ..
+            } => assert_eq!(rank, r),
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+    std::fs::remove_file(&file).unwrap();
+}
