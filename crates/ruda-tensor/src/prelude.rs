@@ -28,8 +28,8 @@ pub use crate::{IntTensorExt, TensorExt};
 
 #[cfg(feature = "train")]
 pub use crate::ddp::{
-    GradientReduction, all_reduce_gradients, broadcast_module, check_replicas, load_checkpoint,
-    save_checkpoint,
+    Buckets, GradientReduction, all_reduce_gradients, all_reduce_gradients_with, broadcast_module,
+    check_replicas, load_checkpoint, save_checkpoint,
 };
 
 #[cfg(feature = "mpi")]

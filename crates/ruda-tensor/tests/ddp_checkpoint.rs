@@ -10,7 +10,8 @@ use burn_optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn_tensor::{Device, Tensor, TensorData};
 use ruda_comm::{LocalWorld, RankError};
 use ruda_tensor::ddp::{
-    GradientReduction, all_reduce_gradients, broadcast_module, load_checkpoint, save_checkpoint,
+    CHECKPOINT_FILE, GradientReduction, all_reduce_gradients, broadcast_module, load_checkpoint,
+    save_checkpoint,
 };
 use ruda_tensor::{Error, Group, HostCollective, TensorOp};
 
@@ -86,6 +87,13 @@ fn a_resumed_run_equals_the_uninterrupted_one_bit_for_bit() {
                 // ... and resumed into fresh replicas with other random weights.
                 let fresh: Linear = LinearConfig::new(3, 2).init(&device);
                 let (m, o) = load_checkpoint(&world, &dir, fresh, AdamConfig::new().init())?;
+                // Nothing stays tied to the file: overwriting it (as the next
+                // save would) does not change the resumed run.
+                world.exchange_words(&[0])?;
+                if world.rank() == 0 {
+                    std::fs::write(dir.join(CHECKPOINT_FILE), b"overwritten").unwrap();
+                }
+                world.exchange_words(&[0])?;
                 let (_, _, rest) = train(&world, m, o, k, total - k)?;
                 Ok::<_, Error>((whole, first.into_iter().chain(rest).collect::<Vec<_>>()))
             })
@@ -127,7 +135,7 @@ fn a_checkpoint_that_cannot_be_read_or_written_is_an_error_on_every_rank() {
             } => {
                 assert_eq!(rank, r);
                 if r == 0 {
-                    assert!(message.contains("model.bpk"), "{message}");
+                    assert!(message.contains(CHECKPOINT_FILE), "{message}");
                 }
             }
             other => panic!("rank {r}: {other}"),
@@ -154,4 +162,101 @@ fn a_checkpoint_that_cannot_be_read_or_written_is_an_error_on_every_rank() {
         }
     }
     std::fs::remove_file(&file).unwrap();
+}
+
+/// One rank that cannot read (its directory differs), a file that is not a
+/// checkpoint, roots that differ, and a rank saving while its peer loads:
+/// each a typed error on every rank.
+#[test]
+fn partial_read_failures_corrupt_files_roots_and_mixed_calls_are_errors_everywhere() {
+    let dir = temp_dir("good");
+    LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+            let m = broadcast_module(&world, m, 0)?;
+            save_checkpoint(&world, 0, &dir, &m, &AdamConfig::new().init())
+        })
+        .unwrap();
+    let elsewhere = temp_dir("elsewhere");
+    let out = LocalWorld::new(3).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        let d = if world.rank() == 1 { &elsewhere } else { &dir };
+        load_checkpoint(&world, d, m, AdamConfig::new().init()).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::Checkpoint {
+                rank, offender: 1, ..
+            } => assert_eq!(rank, r),
+            other => panic!("one rank elsewhere, rank {r}: {other}"),
+        }
+    }
+    let corrupt = temp_dir("corrupt");
+    std::fs::create_dir_all(&corrupt).unwrap();
+    std::fs::write(corrupt.join(CHECKPOINT_FILE), b"RUDACKP1 but nothing after").unwrap();
+    let out = LocalWorld::new(2).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        load_checkpoint(&world, &corrupt, m, AdamConfig::new().init()).map(|_| ())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::Checkpoint {
+                rank,
+                offender: 0,
+                ref message,
+                ..
+            } => {
+                assert_eq!(rank, r);
+                if r == 0 {
+                    assert!(message.contains("not a ruda checkpoint"), "{message}");
+                }
+            }
+            other => panic!("corrupt, rank {r}: {other}"),
+        }
+    }
+    let out = LocalWorld::new(2).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        save_checkpoint(&world, world.rank(), &dir, &m, &AdamConfig::new().init())
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::InvalidRoot {
+                op: TensorOp::DdpSave,
+                rank,
+                offender: 1,
+                root: 1,
+                expected: 0,
+                ..
+            } => {
+                assert_eq!(rank, r)
+            }
+            other => panic!("roots, rank {r}: {other}"),
+        }
+    }
+    let out = LocalWorld::new(2).run_each(|c| {
+        let world = HostCollective::new(c);
+        let m: Linear = LinearConfig::new(3, 2).init(&Device::flex().autodiff());
+        if world.rank() == 0 {
+            save_checkpoint(&world, 0, &dir, &m, &AdamConfig::new().init())
+        } else {
+            load_checkpoint(&world, &dir, m, AdamConfig::new().init()).map(|_| ())
+        }
+    });
+    for (r, e) in failures(out).into_iter().enumerate() {
+        match e {
+            Error::Record {
+                rank,
+                what: "operation",
+                ..
+            } => assert_eq!(rank, r),
+            other => panic!("save vs load, rank {r}: {other}"),
+        }
+    }
+    for d in [&dir, &corrupt] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

@@ -544,19 +544,23 @@ fn a_gradient_only_empty_ranks_have_is_no_gradient() {
     }
 }
 
-/// One rank's gradients of [`big_and_small`] (zeroed) under `buckets`.
+/// One rank's gradients of [`big_and_small`] (zeroed) under `buckets`,
+/// and how many collectives the reduction made.
 fn grads_with(
     world: &HostCollective<ruda_comm::LocalCommunicator>,
     buckets: Buckets,
-) -> Result<(Vec<f64>, Vec<f64>), Error> {
+) -> Result<(Vec<f64>, Vec<f64>, u64), Error> {
     let r = world.rank();
     let device = Device::flex().autodiff();
     let m = big_and_small(&device).map(&mut ruda_tensor::ddp::Zeros);
     let g = GradientsParams::from_grads(big_and_small_loss(&m, r, &device).backward(), &m);
+    let before = world.seq();
     let g = all_reduce_gradients_with(world, &m, g, GradientReduction::Sum, buckets)?;
+    let calls = world.seq() - before;
     Ok((
         values(g.get::<2>(m.big.weight.id).unwrap()),
         values(g.get::<2>(m.small.weight.id).unwrap()),
+        calls,
     ))
 }
 
@@ -589,8 +593,19 @@ fn every_bucket_size_gives_the_same_gradients_and_ranks_must_agree_on_it() {
         })
         .collect();
     for (b, run) in groupings.iter().zip(&runs) {
-        assert_eq!(run, &runs[0], "{b:?}");
+        for (rank, (big, small, _)) in run.iter().enumerate() {
+            assert_eq!((big, small), (&runs[0][rank].0, &runs[0][rank].1), "{b:?}");
+        }
     }
+    // The groupings are applied: four gradients (a 2 MiB weight, three
+    // small ones) make 2, 4, 1 and 4 reductions, each the same number of
+    // collectives beside a fixed agreement.
+    let calls: Vec<i64> = runs.iter().map(|run| run[0].2 as i64).collect();
+    let (default, all_alone, one_bucket, one_each) = (calls[0], calls[1], calls[2], calls[3]);
+    assert_eq!(all_alone, one_each, "{calls:?}");
+    let per_reduction = default - one_bucket;
+    assert!(per_reduction > 0, "{calls:?}");
+    assert_eq!(all_alone - one_bucket, 3 * per_reduction, "{calls:?}");
     let out = LocalWorld::new(3).run_each(|c| {
         let world = HostCollective::new(c);
         let b = if world.rank() == 1 {

@@ -1,5 +1,4 @@
-//! [`Buckets`]: how gradients (and broadcast parameters) are grouped into
-//! collectives.
+//! [`Buckets`]: how gradients are grouped into collectives.
 
 /// How [`super::all_reduce_gradients_with`] groups gradients into
 /// collectives: each gradient of `alone_bytes` or more travels on its own,
@@ -10,7 +9,8 @@
 /// [`crate::Error::ModuleMismatch`] with [`crate::ModuleProblem::Buckets`]
 /// on every rank).
 ///
-/// The default (1 MiB, 25 MiB, as PyTorch's DDP buckets) suits most models:
+/// The default (1 MiB, 25 MiB; PyTorch's DDP buckets at 25 MiB too) suits
+/// most models ([`super::broadcast_module`] always uses it):
 /// a larger `bucket_bytes` means fewer collectives for many small
 /// gradients and a larger temporary copy; `alone_bytes` trades the cost of
 /// one more collective against copying a gradient into a bucket.

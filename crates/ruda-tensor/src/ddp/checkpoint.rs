@@ -3,45 +3,80 @@
 
 use alloc::format;
 use alloc::string::{String, ToString};
-use std::path::{Path, PathBuf};
+use alloc::vec::Vec;
+use std::path::Path;
 
 use burn_core::module::Module;
+use burn_core::store::ModuleRecord;
 use burn_optim::ModuleOptimizer;
+use burn_tensor::Bytes;
 
 use super::replicas::check_replicas;
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 
-/// Marks a checkpoint call's first record ("rudaCKP1").
+/// Marks a checkpoint call's records ("rudaCKP1").
 const MAGIC: i64 = 0x7275_6461_434b_5031;
 
-/// The model's file in a checkpoint directory (Burn's burnpack format).
-pub const MODEL_FILE: &str = "model.bpk";
-/// The optimizer state's file in a checkpoint directory.
-pub const OPTIMIZER_FILE: &str = "optimizer.bpk";
+/// The checkpoint's file in its directory: the model's burnpack record and
+/// the optimizer's, in one file, so that they are published together (one
+/// atomic rename) and can never be paired with another save's.
+pub const CHECKPOINT_FILE: &str = "checkpoint.ruda";
+
+/// The file's first bytes.
+const FILE_MAGIC: &[u8; 8] = b"RUDACKP1";
+
+/// Exchange `[MAGIC, op, phase, value]` and return every rank's `value`,
+/// after checking that every rank is in the same call and phase.
+fn exchange<G: Group>(group: &G, op: TensorOp, phase: i64, value: i64) -> Result<Vec<i64>, Error> {
+    let me = group.rank();
+    let all = group.exchange_words(&[MAGIC, op.code(), phase, value])?;
+    for (r, w) in all.chunks(4).enumerate() {
+        let (what, code) = if w[0] != MAGIC {
+            ("record marker", w[0])
+        } else if w[1] != op.code() {
+            ("operation", w[1])
+        } else if w[2] != phase {
+            ("checkpoint phase", w[2])
+        } else {
+            continue;
+        };
+        return Err(Error::Record {
+            op,
+            rank: me,
+            offender: r,
+            what,
+            code,
+        });
+    }
+    Ok(all.chunks(4).map(|w| w[3]).collect())
+}
+
+/// Run a rank's local step, a panic included, as `Err(text)`: every rank
+/// must reach the exchange that follows, whatever happens here.
+fn local<T>(step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)).unwrap_or_else(|p| {
+        let text = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(format!("panicked: {text}"))
+    })
+}
 
 /// Every rank's outcome of a local step (`Ok` or its error text), made
 /// known to all: the first rank that failed, as an error on every rank.
 fn agree_outcome<G: Group>(
     group: &G,
     op: TensorOp,
+    phase: i64,
     path: &Path,
     mine: Result<(), String>,
 ) -> Result<(), Error> {
-    let flags = group.exchange_words(&[MAGIC, i64::from(mine.is_err())])?;
     let me = group.rank();
-    for (r, w) in flags.chunks(2).enumerate() {
-        if w[0] != MAGIC {
-            return Err(Error::Record {
-                op,
-                rank: me,
-                offender: r,
-                what: "record marker",
-                code: w[0],
-            });
-        }
-    }
-    match flags.chunks(2).position(|w| w[1] != 0) {
+    let flags = exchange(group, op, phase, i64::from(mine.is_err()))?;
+    match flags.iter().position(|&f| f != 0) {
         None => Ok(()),
         Some(r) => Err(Error::Checkpoint {
             op,
@@ -58,16 +93,18 @@ fn agree_outcome<G: Group>(
 
 /// Write `module` and `optimizer` to the directory `dir` from rank `root`
 /// (collective: every rank calls it, with the same root; the others write
-/// nothing), as [`MODEL_FILE`] and [`OPTIMIZER_FILE`]. The call returns on
-/// every rank once the files are complete, so a rank may read them right
-/// after. Replicas are equal in data-parallel training, so one rank's copy
-/// is the run's.
+/// nothing), as one file, [`CHECKPOINT_FILE`], written under a temporary
+/// name, flushed to disk and renamed: a reader sees the previous checkpoint
+/// or this one, never half of one. The call returns on every rank once the
+/// file is complete, so a rank may read it right after. Replicas are equal
+/// in data-parallel training, so one rank's copy is the run's.
 ///
 /// # Errors
 /// [`Error::InvalidRoot`] on every rank when the roots differ or are
 /// outside the group; [`Error::Checkpoint`] on every rank when the root
-/// cannot write (the root's error names the I/O failure); the group's
-/// errors.
+/// cannot write (the root's error names the I/O failure, or the panic of
+/// a serializer); [`Error::Record`] when a peer is in another call; the
+/// group's errors.
 ///
 /// # Example
 /// ```
@@ -118,73 +155,95 @@ fn save<M: Module, G: Group>(
     let op = TensorOp::DdpSave;
     let me = group.rank();
     let size = group.size();
-    let roots = group.exchange_words(&[MAGIC, root as i64])?;
-    let root0 = roots[1] as usize;
-    for (r, w) in roots.chunks(2).enumerate() {
-        if w[0] != MAGIC {
-            return Err(Error::Record {
-                op,
-                rank: me,
-                offender: r,
-                what: "record marker",
-                code: w[0],
-            });
-        }
-        if w[1] as usize != root0 || root0 >= size {
+    let roots = exchange(group, op, 0, root as i64)?;
+    let root0 = roots[0] as usize;
+    for (r, &w) in roots.iter().enumerate() {
+        if w as usize != root0 || root0 >= size {
             return Err(Error::InvalidRoot {
                 op,
                 rank: me,
                 offender: r,
-                root: w[1] as usize,
+                root: w as usize,
                 expected: root0,
                 size,
             });
         }
     }
     let mine = if me == root {
-        write(dir, module, optimizer)
+        local(|| write(dir, module, optimizer))
     } else {
         Ok(())
     };
-    agree_outcome(group, op, dir, mine)
+    agree_outcome(group, op, 1, dir, mine)
 }
 
-/// Write both files, each under a temporary name first, so that a reader
-/// never sees half a checkpoint under the final names.
+/// Write the checkpoint file: a temporary file of a name no other writer
+/// uses, flushed, then renamed over [`CHECKPOINT_FILE`].
 fn write<M: Module>(dir: &Path, module: &M, optimizer: &ModuleOptimizer) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let files: [(PathBuf, PathBuf); 2] = [
-        (dir.join("model.bpk.partial"), dir.join(MODEL_FILE)),
-        (dir.join("optimizer.bpk.partial"), dir.join(OPTIMIZER_FILE)),
-    ];
-    module
+    use std::io::Write as _;
+    let model = module
         .clone()
-        .save_file(&files[0].0)
-        .map_err(|e| format!("writing {}: {e}", files[0].0.display()))?;
-    optimizer
-        .save(&files[1].0)
-        .map_err(|e| format!("writing {}: {e}", files[1].0.display()))?;
-    for (partial, done) in &files {
-        std::fs::rename(partial, done)
-            .map_err(|e| format!("renaming {} to {}: {e}", partial.display(), done.display()))?;
-    }
-    Ok(())
+        .into_record()
+        .into_bytes()
+        .map_err(|e| format!("serializing the model: {e}"))?;
+    let optim = optimizer
+        .into_bytes()
+        .map_err(|e| format!("serializing the optimizer: {e}"))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let partial = dir.join(format!(
+        ".{CHECKPOINT_FILE}.{}.{nanos}.partial",
+        std::process::id()
+    ));
+    let done = dir.join(CHECKPOINT_FILE);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&partial)?;
+        f.write_all(FILE_MAGIC)?;
+        for part in [&model[..], &optim[..]] {
+            f.write_all(&(part.len() as u64).to_le_bytes())?;
+            f.write_all(part)?;
+        }
+        f.sync_all()?;
+        std::fs::rename(&partial, &done)
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        format!("writing {}: {e}", done.display())
+    })
+}
+
+/// The model's and the optimizer's bytes in a checkpoint file.
+fn parts(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let rest = file.strip_prefix(FILE_MAGIC)?;
+    let take = |b: &[u8]| -> Option<(Vec<u8>, usize)> {
+        let len = usize::try_from(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)).ok()?;
+        let end = len.checked_add(8)?;
+        Some((b.get(8..end)?.to_vec(), end))
+    };
+    let (model, used) = take(rest)?;
+    let (optim, used2) = take(&rest[used..])?;
+    (used + used2 == rest.len()).then_some((model, optim))
 }
 
 /// Read a checkpoint written by [`save_checkpoint`] into `module` and
 /// `optimizer` on every rank (collective; every rank reads `dir`, which
 /// must be visible to all: the same machine, or a shared file system),
-/// then check that every replica holds the same parameters
-/// ([`check_replicas`]). The optimizer state is read from the same file on
-/// every rank; it is not compared across ranks (its serialized form is not
-/// canonical: the same state may be written in another order). `module` must have the checkpoint's structure; its
+/// then check that every rank read the same file and holds the same
+/// parameters ([`check_replicas`]). The file is read whole into memory:
+/// nothing stays tied to it, so it may be overwritten or deleted right
+/// after. The module takes the checkpoint's parameter ids (which the
+/// optimizer state is keyed by). `module` must have the checkpoint's structure; its
 /// values are replaced, including on ranks that built it with other
 /// random weights.
 ///
 /// # Errors
 /// [`Error::Checkpoint`] on every rank when a rank cannot read the files
-/// (naming the first such rank); [`Error::ModuleMismatch`] when the ranks
-/// read different checkpoints; the group's errors.
+/// (naming the first such rank: a missing, truncated or foreign file, or a
+/// record that does not fit `module`), or when ranks read different files;
+/// [`Error::ModuleMismatch`] when the parameters still differ; the group's
+/// errors.
 pub fn load_checkpoint<M: Module, G: Group>(
     group: &G,
     dir: impl AsRef<Path>,
@@ -202,23 +261,47 @@ fn load<M: Module, G: Group>(
     optimizer: ModuleOptimizer,
 ) -> Result<(M, ModuleOptimizer), Error> {
     let op = TensorOp::DdpLoad;
+    let file = dir.join(CHECKPOINT_FILE);
+    let mut hash = 0i64;
     let read = || -> Result<(M, ModuleOptimizer), String> {
-        let model_file = dir.join(MODEL_FILE);
+        let bytes = std::fs::read(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+        let words: Vec<u64> = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            })
+            .collect();
+        hash = crate::shape_hash::mix(&words) as i64 ^ bytes.len() as i64;
+        let (model, optim) =
+            parts(&bytes).ok_or_else(|| format!("{} is not a ruda checkpoint", file.display()))?;
+        let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(model))
+            .map_err(|e| format!("the model record in {}: {e}", file.display()))?;
         let m = module
-            .try_load_file(&model_file)
-            .map_err(|e| format!("reading {}: {e}", model_file.display()))?;
-        let optim_file = dir.join(OPTIMIZER_FILE);
+            .try_load_record(record)
+            .map_err(|e| format!("loading the model from {}: {e}", file.display()))?;
         let o = optimizer
-            .load(&optim_file)
-            .map_err(|e| format!("reading {}: {e}", optim_file.display()))?;
+            .from_bytes(Bytes::from_bytes_vec(optim))
+            .map_err(|e| format!("the optimizer state in {}: {e}", file.display()))?;
         Ok((m, o))
     };
-    let outcome = read();
+    let outcome = local(read);
     let (mine, loaded) = match outcome {
         Ok(x) => (Ok(()), Some(x)),
         Err(e) => (Err(e), None),
     };
-    agree_outcome(group, op, dir, mine)?;
+    agree_outcome(group, op, 0, dir, mine)?;
+    let hashes = exchange(group, op, 1, hash)?;
+    if let Some(r) = hashes.iter().position(|&h| h != hashes[0]) {
+        return Err(Error::Checkpoint {
+            op,
+            rank: group.rank(),
+            offender: r,
+            path: dir.display().to_string(),
+            message: format!("rank {r} read another checkpoint file than rank 0"),
+        });
+    }
     let (module, optimizer) = loaded.expect("every rank read the checkpoint");
     check_replicas(group, &module)?;
     Ok((module, optimizer))

@@ -21,10 +21,11 @@
 //!
 //! **Gradient accumulation** (PyTorch's `no_sync`): run several
 //! micro-batches' backward passes without communicating, sum their
-//! gradients locally (`burn_optim::GradientsAccumulator`), and reduce once;
-//! with each micro-batch's loss divided by the rank's whole shard size, the
-//! sum is the gradient of the mean over the shard, and
-//! `WeightedMean { samples: shard size }` makes it the global one.
+//! gradients locally (`burn_optim::GradientsAccumulator`), and reduce once:
+//! with each micro-batch's mean loss scaled by its share of the shard
+//! (`micro-batch size / shard size`), the sum is the gradient of the mean
+//! over the shard, and `WeightedMean { samples: shard size }` makes it the
+//! global one.
 //!
 //! Every call first checks that the ranks agree (the same call, the same
 //! module structure, the same reduction or root) and otherwise returns a
@@ -67,7 +68,7 @@ mod zeros;
 
 pub use broadcast::broadcast_module;
 pub use buckets::Buckets;
-pub use checkpoint::{MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint};
+pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
 pub use zeros::Zeros;
