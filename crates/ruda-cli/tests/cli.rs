@@ -443,11 +443,14 @@ fn bench_baseline_mpi_prints_the_ratio() {
 /// for timing noise on a shared machine (the row's own time and its
 /// roofline's are both medians of a few calls). Both transports, every op,
 /// at sizes past a core's L2 cache (where 3 runs here read at most 101 %;
-/// at 256 KiB–2 MiB, 10-µs calls, single readings reached 189 %).
+/// at 256 KiB–2 MiB, 10-µs calls, single readings reached 189 %). A row
+/// fails when it reads above the limit in two independent runs: a wrong
+/// byte count does every time, a busy moment of the machine does not.
 #[test]
 fn no_row_reads_above_its_physical_limit() {
     const ALLOWED_PCT: f64 = 150.0;
-    for transport in ["local", "device"] {
+    // The rows of one bench run above the limit: (op, bytes, reading).
+    let above = |transport: &str| -> Vec<(String, u64, String)> {
         let out = ruda(&[
             "bench",
             "--transport",
@@ -472,6 +475,7 @@ fn no_row_reads_above_its_physical_limit() {
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
         let rows = doc["rows"].as_array().unwrap();
         let mut bounded = 0;
+        let mut above = Vec::new();
         for r in rows {
             if r["moves_data"] == false {
                 assert!(r["busbw"].is_null(), "{r}");
@@ -479,17 +483,36 @@ fn no_row_reads_above_its_physical_limit() {
             }
             if let Some(pct) = r["roofline_pct"].as_f64() {
                 bounded += 1;
-                assert!(
-                    pct <= ALLOWED_PCT,
-                    "{transport}: {} {} B at {pct:.0} % of its physical limit: {r}",
-                    r["op"],
-                    r["bytes"]
-                );
+                if pct > ALLOWED_PCT {
+                    let op = r["op"].as_str().unwrap().to_string();
+                    above.push((op, r["bytes"].as_u64().unwrap(), format!("{pct:.0} %: {r}")));
+                }
             }
         }
         assert!(
             bounded >= 10,
             "{transport}: rows with a roofline: {bounded}"
         );
+        above
+    };
+    for transport in ["local", "device"] {
+        let first = above(transport);
+        if first.is_empty() {
+            continue;
+        }
+        // A roofline that miscounts bytes reads above its limit every time
+        // (the bugs this test caught read 189-1098 %, and 300x); a single
+        // reading can also be a busy moment of the machine during the
+        // row's few timed calls (one CI run read 182 % on a 4 MiB
+        // all-to-all whose p99 was 3x its p50). So a row fails when it is
+        // above the limit in two independent runs.
+        let second = above(transport);
+        for (op, bytes, reading) in &first {
+            if let Some((_, _, again)) = second.iter().find(|(o, b, _)| o == op && b == bytes) {
+                panic!(
+                    "{transport}: {op} {bytes} B above its physical limit in two runs: {reading}; then {again}"
+                );
+            }
+        }
     }
 }
