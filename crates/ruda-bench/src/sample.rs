@@ -146,28 +146,6 @@ int_sample!(u32);
 int_sample!(i32);
 int_sample!(i64);
 
-/// A deterministic 64-bit hash (SplitMix64 finaliser) of the parts: how
-/// test patterns turn a seed, a rank and an index into a value.
-///
-/// # Example
-/// ```
-/// assert_eq!(ruda_bench::mix(&[1, 2]), ruda_bench::mix(&[1, 2]));
-/// assert_ne!(ruda_bench::mix(&[1, 2]), ruda_bench::mix(&[2, 1]));
-/// ```
-pub fn mix(parts: &[u64]) -> u64 {
-    let mut h = 0x9E37_79B9_7F4A_7C15u64;
-    for &p in parts {
-        h ^= p
-            .wrapping_add(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(h << 6)
-            .wrapping_add(h >> 2);
-        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        h ^= h >> 31;
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -173,6 +173,36 @@ where
     Ok(slowest[0] / calls.max(1) as f64)
 }
 
+/// The median of [`time_calls`] over `it` for a call `f` that reports no
+/// errors of its own (a benchmark's closure, which panics on failure):
+/// seconds, the slowest rank's.
+///
+/// # Errors
+/// The harness's own barrier and maximum.
+///
+/// # Example
+/// ```
+/// use ruda_bench::{Iterations, median_seconds};
+/// use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+/// let it = Iterations { warmup: 1, iters: 3 };
+/// let t = LocalWorld::new(2).run(|c| {
+///     median_seconds(&c, it, || vec![1.0f32; 64], |mut x| c.all_reduce(&mut x, ReduceOp::Sum).unwrap())
+/// }).unwrap();
+/// assert!(t[0] > 0.0 && t[0] == t[1]);
+/// ```
+pub fn median_seconds<C: Communicator, S>(
+    comm: &C,
+    it: Iterations,
+    prep: impl FnMut() -> S,
+    mut f: impl FnMut(S),
+) -> Result<f64, CommError> {
+    time_calls(comm, it.warmup, it.iters, prep, |s| {
+        f(s);
+        Ok::<_, CommError>(())
+    })
+    .map(|s| s.median())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

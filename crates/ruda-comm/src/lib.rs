@@ -25,6 +25,7 @@ mod element;
 mod error;
 mod fingerprint;
 mod flight;
+mod hash;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -42,6 +43,7 @@ pub use fingerprint::{Fingerprint, ObjectType, OpKind};
 pub use flight::{
     CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
 };
+pub use hash::mix;
 pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, PIN_ENV, RankError, TIMEOUT_ENV, WorldError,
 };

@@ -18,8 +18,8 @@ use burn::module::Module;
 use burn_nn::{Linear, LinearConfig};
 use burn_optim::GradientsParams;
 use burn_tensor::{Device, Tensor};
-use ruda_bench::{Iterations, time_calls};
-use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
+use ruda_bench::{Iterations, median_seconds};
+use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 use ruda_tensor::ddp::{GradientReduction, all_reduce_gradients};
 use ruda_tensor::{HostCollective, TensorExt};
 
@@ -53,14 +53,9 @@ fn seconds<C: Communicator, S>(
     comm: &C,
     it: Iterations,
     prep: impl FnMut() -> S,
-    mut f: impl FnMut(S),
+    f: impl FnMut(S),
 ) -> f64 {
-    time_calls(comm, it.warmup, it.iters, prep, |s| {
-        f(s);
-        Ok::<_, CommError>(())
-    })
-    .expect("harness")
-    .median()
+    median_seconds(comm, it, prep, f).expect("harness")
 }
 
 fn main() {

@@ -14,24 +14,17 @@
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{TensorData, read_sync};
 use burn_flex::{Flex, FlexDevice};
-use ruda_bench::{Iterations, time_calls};
-use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
+use ruda_bench::{Iterations, median_seconds};
+use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 use ruda_tensor::{HostCollective, ReplicatedTensorCollective, TensorCollective};
 
-/// The shared harness ([`ruda_bench::time_calls`]): median over
-/// `it.iters` of the slowest rank's time of `f`, run after `prep` (untimed).
 fn time<C: Communicator, S>(
     comm: &C,
     it: Iterations,
     prep: impl FnMut() -> S,
-    mut f: impl FnMut(S),
+    f: impl FnMut(S),
 ) -> f64 {
-    time_calls(comm, it.warmup, it.iters, prep, |s| {
-        f(s);
-        Ok::<_, CommError>(())
-    })
-    .expect("harness")
-    .median()
+    median_seconds(comm, it, prep, f).expect("harness")
 }
 
 fn main() {

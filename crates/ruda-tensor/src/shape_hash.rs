@@ -4,27 +4,29 @@
 //!
 //! They only detect disagreement (equal lists always hash equal; a
 //! collision lets a mismatch through to the transport's own checks), so the
-//! function only has to be deterministic across ranks and builds: it is the
-//! SplitMix64 finaliser folded over the words.
+//! function only has to be deterministic across ranks and builds:
+//! [`ruda_comm::mix`].
 
-/// A deterministic 64-bit hash of `parts`.
-pub(crate) fn mix(parts: &[u64]) -> u64 {
-    let mut h = 0x9E37_79B9_7F4A_7C15u64;
-    for &p in parts {
-        h ^= p
-            .wrapping_add(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(h << 6)
-            .wrapping_add(h >> 2);
-        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        h ^= h >> 31;
-    }
-    h
-}
+use alloc::vec::Vec;
+
+pub(crate) use ruda_comm::mix;
 
 /// The hash of a list of sizes, as a record word.
 pub(crate) fn sizes(v: &[usize]) -> i64 {
     mix(&v.iter().map(|&x| x as u64).collect::<Vec<_>>()) as i64
+}
+
+/// The hash of a byte string (its length, then its bytes in 8-byte
+/// little-endian words, the last one zero-padded).
+pub(crate) fn bytes(b: &[u8]) -> u64 {
+    let words: Vec<u64> = core::iter::once(b.len() as u64)
+        .chain(b.chunks(8).map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        }))
+        .collect();
+    mix(&words)
 }
 
 /// [`sizes`], never 0 (which a record reads as "no declaration").
@@ -50,5 +52,9 @@ mod tests {
         assert_eq!(sizes(&[0]), 0xac21_48d9_c5bb_8f75_u64 as i64);
         assert_eq!(declared_sizes(&[]) & 1, 1);
         assert_eq!(declared_sizes(&[7, 0, 9]), sizes(&[7, 0, 9]) | 1);
+        // Byte strings: the length counts (a trailing zero byte differs).
+        assert_eq!(bytes(&[1, 2, 3]), bytes(&[1, 2, 3]));
+        assert_ne!(bytes(&[1, 2, 3]), bytes(&[1, 2, 3, 0]));
+        assert_ne!(bytes(&[]), bytes(&[0]));
     }
 }

@@ -53,6 +53,29 @@ fn same_call(calls: &[CallArgs<'_>], me: usize) -> Result<(), CommError> {
     Ok(())
 }
 
+/// Rank `offender`'s count for `peer` is what the peer says.
+fn count_match(
+    op: OpKind,
+    me: usize,
+    offender: usize,
+    peer: usize,
+    expected: usize,
+    got: usize,
+) -> Result<(), CommError> {
+    if expected == got {
+        return Ok(());
+    }
+    Err(CommError::CountMismatch {
+        op,
+        rank: me,
+        offender,
+        peer,
+        expected,
+        got,
+        context: ErrorContext::none(),
+    })
+}
+
 /// Every rank's fingerprint count equals rank 0's.
 fn equal_counts(calls: &[CallArgs<'_>], op: OpKind, me: usize) -> Result<(), CommError> {
     let c0 = calls[0].fp.count;
@@ -217,17 +240,7 @@ fn all_to_all_v(calls: &[CallArgs<'_>], me: usize) -> Result<(), CommError> {
     for r in 0..calls.len() {
         for p in 0..calls.len() {
             let (expected, got) = (recvs[r][p], sends[p][r]);
-            if expected != got {
-                return Err(CommError::CountMismatch {
-                    op: kind,
-                    rank: me,
-                    offender: r,
-                    peer: p,
-                    expected,
-                    got,
-                    context: ErrorContext::none(),
-                });
-            }
+            count_match(kind, me, r, p, expected, got)?;
         }
     }
     Ok(())
@@ -255,17 +268,7 @@ fn counts_against(
     for (r, s) in calls.iter().enumerate() {
         for (p, peer) in calls.iter().enumerate() {
             let (expected, got) = (lists[r][p], peer_len(peer));
-            if expected != got {
-                return Err(CommError::CountMismatch {
-                    op: kind,
-                    rank: me,
-                    offender: r,
-                    peer: p,
-                    expected,
-                    got,
-                    context: ErrorContext::none(),
-                });
-            }
+            count_match(kind, me, r, p, expected, got)?;
         }
         let sum = total(kind, me, lists[r], max_of(calls))?;
         length(kind, me, r, total_role, sum, own_len(s))?;

@@ -12,6 +12,7 @@ use burn_optim::ModuleOptimizer;
 use burn_tensor::Bytes;
 
 use super::replicas::check_replicas;
+use super::structure::check_records;
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 
@@ -29,26 +30,13 @@ const FILE_MAGIC: &[u8; 8] = b"RUDACKP1";
 /// Exchange `[MAGIC, op, phase, value]` and return every rank's `value`,
 /// after checking that every rank is in the same call and phase.
 fn exchange<G: Group>(group: &G, op: TensorOp, phase: i64, value: i64) -> Result<Vec<i64>, Error> {
-    let me = group.rank();
     let all = group.exchange_words(&[MAGIC, op.code(), phase, value])?;
-    for (r, w) in all.chunks(4).enumerate() {
-        let (what, code) = if w[0] != MAGIC {
-            ("record marker", w[0])
-        } else if w[1] != op.code() {
-            ("operation", w[1])
-        } else if w[2] != phase {
-            ("checkpoint phase", w[2])
-        } else {
-            continue;
-        };
-        return Err(Error::Record {
-            op,
-            rank: me,
-            offender: r,
-            what,
-            code,
-        });
-    }
+    let fields = [
+        ("record marker", MAGIC),
+        ("operation", op.code()),
+        ("checkpoint phase", phase),
+    ];
+    check_records(group, op, &all, 4, &fields)?;
     Ok(all.chunks(4).map(|w| w[3]).collect())
 }
 
@@ -265,15 +253,7 @@ fn load<M: Module, G: Group>(
     let mut hash = 0i64;
     let read = || -> Result<(M, ModuleOptimizer), String> {
         let bytes = std::fs::read(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-        let words: Vec<u64> = bytes
-            .chunks(8)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w[..c.len()].copy_from_slice(c);
-                u64::from_le_bytes(w)
-            })
-            .collect();
-        hash = crate::shape_hash::mix(&words) as i64 ^ bytes.len() as i64;
+        hash = crate::shape_hash::bytes(&bytes) as i64;
         let (model, optim) =
             parts(&bytes).ok_or_else(|| format!("{} is not a ruda checkpoint", file.display()))?;
         let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(model))

@@ -9,27 +9,18 @@ use super::buckets::Buckets;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
+use crate::shape_hash;
 
-/// A hash of a tensor: its dtype, shape and byte length, then its bytes
-/// (its dtype's bit patterns, in order; the last word zero-padded, which
-/// the byte length disambiguates).
+/// A hash of a tensor: its dtype and shape, then its bytes (its dtype's
+/// bit patterns, in order, with their length).
 fn fingerprint(dtype: DType, dims: &[usize], data: &TensorData) -> i64 {
-    let bytes = data.as_bytes();
-    let head = [
+    let mut head = alloc::vec![
         crate::agreement::dtype_code(dtype) as u64,
-        dims.len() as u64,
-        bytes.len() as u64,
+        dims.len() as u64
     ];
-    let words: Vec<u64> = head
-        .into_iter()
-        .chain(dims.iter().map(|&d| d as u64))
-        .chain(bytes.chunks(8).map(|c| {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            u64::from_le_bytes(w)
-        }))
-        .collect();
-    crate::shape_hash::mix(&words) as i64
+    head.extend(dims.iter().map(|&d| d as u64));
+    head.push(shape_hash::bytes(data.as_bytes()));
+    shape_hash::mix(&head) as i64
 }
 
 /// Every float parameter (for the structure check) and the fingerprint of

@@ -130,23 +130,8 @@ pub(super) fn agree<G: Group>(
         bucket,
     ];
     let all = group.exchange_words(&first)?;
-    for (r, w) in all.chunks(first.len()).enumerate() {
-        let (what, code) = if w[0] != MAGIC {
-            // A peer in another call that also exchanges as many words.
-            ("record marker", w[0])
-        } else if w[1] != op.code() {
-            ("operation", w[1])
-        } else {
-            continue;
-        };
-        return Err(Error::Record {
-            op,
-            rank: me,
-            offender: r,
-            what,
-            code,
-        });
-    }
+    let fields = [("record marker", MAGIC), ("operation", op.code())];
+    check_records(group, op, &all, first.len(), &fields)?;
     let expected = all[2] as usize;
     for (r, w) in all.chunks(first.len()).enumerate() {
         if w[2] as usize != expected {
@@ -204,6 +189,35 @@ pub(super) fn agree<G: Group>(
         }
     }
     Ok(Agreed { headers, used })
+}
+
+/// Check that every rank's record (`stride` words each in `all`) starts
+/// with `fields`' values: a peer in another call (one that also exchanges
+/// as many words) is [`Error::Record`] naming the first field that differs.
+///
+/// # Errors
+/// [`Error::Record`] for the first rank whose record differs.
+pub(super) fn check_records<G: Group>(
+    group: &G,
+    op: TensorOp,
+    all: &[i64],
+    stride: usize,
+    fields: &[(&'static str, i64)],
+) -> Result<(), Error> {
+    for (r, w) in all.chunks(stride).enumerate() {
+        if let Some((&(what, _), &code)) =
+            fields.iter().zip(w).find(|((_, want), got)| *got != want)
+        {
+            return Err(Error::Record {
+                op,
+                rank: group.rank(),
+                offender: r,
+                what,
+                code,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The dtypes of `entries` that some rank has data for, in order of first
