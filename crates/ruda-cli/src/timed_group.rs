@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use burn_backend::Backend;
-use burn_backend::tensor::{FloatTensor, IntTensor};
-use ruda_comm::ReplicaGroups;
+use burn_backend::tensor::{Device, FloatTensor, IntTensor};
+use burn_backend::{Backend, DType};
+use ruda_comm::{ReduceOp, ReplicaGroups};
 use ruda_tensor::{Error, Group, TensorOp};
 
 use crate::timed_comm::CommClock;
@@ -127,6 +127,47 @@ impl<G: Group> Group for TimedGroup<G> {
 
     fn sum<B: Backend>(&self, op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
         self.timed(|g| g.sum::<B>(op, x))
+    }
+
+    fn reduce<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        reduce: ReduceOp,
+    ) -> Result<FloatTensor<B>, Error> {
+        self.timed(|g| g.reduce::<B>(op, x, reduce))
+    }
+
+    fn barrier(&self) -> Result<(), Error> {
+        self.timed(|g| g.barrier())
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        self.timed(|g| g.send_words(words, dest))
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        self.timed(|g| g.recv_words(words, source))
+    }
+
+    fn send_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        dest: usize,
+    ) -> Result<(), Error> {
+        self.timed(|g| g.send_float::<B>(op, x, dest))
+    }
+
+    fn recv_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device<B>,
+        source: usize,
+    ) -> Result<FloatTensor<B>, Error> {
+        self.timed(|g| g.recv_float::<B>(op, shape, dtype, device, source))
     }
 
     fn broadcast<B: Backend>(

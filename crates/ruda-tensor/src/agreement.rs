@@ -41,11 +41,27 @@ pub(crate) enum Problem {
     Shape(ShapeProblem),
     Counts(CountProblem),
     UnsupportedDType,
-    Dim { dim: isize, ndim: usize },
-    EmptyChunk { size: usize, chunks: usize },
-    Root { root: usize },
-    HaloShape { rows: usize, expected: usize },
-    NumRanks { num_ranks: usize, size: usize },
+    Dim {
+        dim: isize,
+        ndim: usize,
+    },
+    EmptyChunk {
+        size: usize,
+        chunks: usize,
+    },
+    Root {
+        root: usize,
+    },
+    HaloShape {
+        rows: usize,
+        expected: usize,
+    },
+    NumRanks {
+        num_ranks: usize,
+        size: usize,
+    },
+    /// The input is tracked by autodiff and the reduction has no gradient.
+    NotDifferentiable,
 }
 
 impl Problem {
@@ -73,6 +89,7 @@ impl Problem {
             Problem::Root { root } => [13, u(root), 0, 0],
             Problem::HaloShape { rows, expected } => [14, u(rows), u(expected), 0],
             Problem::NumRanks { num_ranks, size } => [15, u(num_ranks), u(size), 0],
+            Problem::NotDifferentiable => [16, 0, 0, 0],
         }
     }
 
@@ -114,9 +131,28 @@ impl Problem {
                 num_ranks: a,
                 size: b,
             },
+            16 => Problem::NotDifferentiable,
             code => return Err(code),
         }))
     }
+}
+
+/// The word a reduction travels as in agreement records.
+pub(crate) fn reduce_op_code(r: ruda_comm::ReduceOp) -> i64 {
+    match r {
+        ruda_comm::ReduceOp::Sum => 1,
+        ruda_comm::ReduceOp::Prod => 2,
+        ruda_comm::ReduceOp::Min => 3,
+        ruda_comm::ReduceOp::Max => 4,
+        ruda_comm::ReduceOp::Avg => 5,
+    }
+}
+
+/// The reduction of a record word.
+pub(crate) fn reduce_op_of(code: i64) -> Option<ruda_comm::ReduceOp> {
+    ruda_comm::ReduceOp::ALL
+        .into_iter()
+        .find(|&r| reduce_op_code(r) == code)
 }
 
 /// The dtype code sent in records; 0 for dtypes no collective moves.
@@ -452,6 +488,12 @@ fn problem_error(
             num_ranks,
             size,
         },
+        Problem::NotDifferentiable => Error::NotDifferentiable {
+            op,
+            rank: me,
+            offender,
+            reduce: reduce_op_of(rec[PARAM]).unwrap_or(ruda_comm::ReduceOp::Prod),
+        },
         Problem::Root { root } => Error::InvalidRoot {
             op,
             rank: me,
@@ -474,6 +516,7 @@ mod tests {
             Problem::Shape(ShapeProblem::NoLeadingAxis),
             Problem::Shape(ShapeProblem::ZeroTrailingAxis),
             Problem::UnsupportedDType,
+            Problem::NotDifferentiable,
         ];
         for (a, b, c) in [(0, 0, 0), (1, 2, 3), (big, big - 1, 7)] {
             v.extend([
@@ -529,14 +572,14 @@ mod tests {
             codes.insert(w[0]);
             assert_eq!(Problem::decode(w), Ok(Some(p)), "{p:?} as {w:?}");
         }
-        // 15 codes: one per problem, the two kinds of unmatched block apart.
-        assert_eq!(codes.len(), 15);
+        // 16 codes: one per problem, the two kinds of unmatched block apart.
+        assert_eq!(codes.len(), 16);
         assert_eq!(Problem::decode([0; 4]), Ok(None));
     }
 
     #[test]
     fn an_unknown_problem_code_is_its_own_error() {
-        for code in [16, 99, -1, i64::MAX] {
+        for code in [17, 99, -1, i64::MAX] {
             assert_eq!(Problem::decode([code, 1, 2, 3]), Err(code));
         }
     }

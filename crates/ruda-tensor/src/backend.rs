@@ -59,11 +59,21 @@ pub trait DistBackend: Backend {
         plan: O::Plan,
         x: FloatTensor<Self>,
     ) -> Result<FloatTensor<Self>, Error>;
+
+    /// `value` (its own graph, if any, cut off), with the gradient of the
+    /// result passed unchanged to `carrier` (same shape): how an operation
+    /// whose value comes from outside autodiff (the extremum of
+    /// [`crate::TensorExt::all_reduce_with`]) gets its gradient path.
+    fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 impl<B: PlainBackend> DistBackend for B {
     fn is_tracked(_: &FloatTensor<Self>) -> bool {
         false
+    }
+
+    fn with_value(_: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        value
     }
 
     fn run<G: Group, O: LinearOp>(
@@ -114,9 +124,35 @@ impl<B: PlainBackend, G: Group, A: LinearOp> Backward<B, 1> for AdjointStep<G, A
     }
 }
 
+/// The backward step of [`DistBackend::with_value`]: the gradient passes
+/// to the carrier unchanged.
+#[derive(Debug)]
+struct PassGradient;
+
+impl<B: PlainBackend> Backward<B, 1> for PassGradient {
+    type State = ();
+
+    fn backward(self, ops: Ops<(), 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| grad);
+    }
+}
+
 impl<B: PlainBackend, CK: CheckpointStrategy> DistBackend for Autodiff<B, CK> {
     fn is_tracked(x: &FloatTensor<Self>) -> bool {
         x.is_tracked()
+    }
+
+    fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (_, guard) = carrier.into_parts();
+        let (out, _) = value.into_parts();
+        match PassGradient
+            .prepare::<CK>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
     }
 
     fn run<G: Group, O: LinearOp>(

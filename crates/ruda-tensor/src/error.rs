@@ -91,11 +91,21 @@ pub enum TensorOp {
     DdpSave,
     /// [`crate::ddp::load_checkpoint`]: every rank reads it.
     DdpLoad,
+    /// [`crate::TensorExt::all_reduce_with`]: a reduction other than the
+    /// sum ([`ruda_comm::ReduceOp`]), every rank getting the result.
+    AllReduceWith,
+    /// [`crate::TensorExt::reduce_scatter_with`]: a reduction other than the
+    /// sum, each rank keeping its chunk.
+    ReduceScatterWith,
+    /// [`crate::TensorExt::send`]: a tensor to one peer.
+    Send,
+    /// [`crate::recv`]: a tensor from one peer.
+    Recv,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 35] = [
+    pub const ALL: [TensorOp; 39] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -131,6 +141,10 @@ impl TensorOp {
         TensorOp::DdpCheck,
         TensorOp::DdpSave,
         TensorOp::DdpLoad,
+        TensorOp::AllReduceWith,
+        TensorOp::ReduceScatterWith,
+        TensorOp::Send,
+        TensorOp::Recv,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -183,6 +197,10 @@ impl TensorOp {
             TensorOp::DdpCheck => "ddp::check_replicas",
             TensorOp::DdpSave => "ddp::save_checkpoint",
             TensorOp::DdpLoad => "ddp::load_checkpoint",
+            TensorOp::AllReduceWith => "all_reduce_with",
+            TensorOp::ReduceScatterWith => "reduce_scatter_with",
+            TensorOp::Send => "send",
+            TensorOp::Recv => "recv",
         }
     }
 }
@@ -587,6 +605,119 @@ pub enum Error {
         /// The rank (in the group).
         rank: usize,
     },
+    /// Ranks passed different reduction operators to one call.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender} reduces with {got} where rank {reference} reduces with {expected}"
+    )]
+    ReduceOpMismatch {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The rank that differs from the reference.
+        offender: usize,
+        /// The rank it is compared with.
+        reference: usize,
+        /// The reference rank's operator.
+        expected: ruda_comm::ReduceOp,
+        /// The offender's operator.
+        got: ruda_comm::ReduceOp,
+    },
+    /// A reduction whose gradient ruda does not define (the product) was
+    /// called on a tensor that autodiff tracks.
+    #[error(
+        "{op} (reported by rank {rank}): rank {offender}'s input is tracked by autodiff, and {reduce} has no gradient here: detach the input"
+    )]
+    NotDifferentiable {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// A rank whose input is tracked.
+        offender: usize,
+        /// The reduction.
+        reduce: ruda_comm::ReduceOp,
+    },
+    /// The two ranks of a [`crate::TensorExt::send`] / [`crate::recv`] pair
+    /// disagree; reported on both of them.
+    #[error(
+        "{op} between ranks {sender} (sending) and {receiver} (receiving), reported by rank {rank}: {problem}"
+    )]
+    PointToPoint {
+        /// The operation of the reporting rank (its backward pass when
+        /// `backward`).
+        op: TensorOp,
+        /// Whether the pair is in a backward pass.
+        backward: bool,
+        /// The reporting rank.
+        rank: usize,
+        /// The sending rank.
+        sender: usize,
+        /// The receiving rank.
+        receiver: usize,
+        /// What differs.
+        problem: PairProblem,
+    },
+}
+
+/// How the two ranks of a send/receive pair disagree
+/// ([`Error::PointToPoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairProblem {
+    /// The peer's message is not a tensor layer send (another call, or a
+    /// message of another version): `code` is what it carried.
+    NotASend {
+        /// The word found where the send's marker belongs.
+        code: i64,
+    },
+    /// One rank is in a forward call, the other in a backward pass.
+    Phase {
+        /// Whether the sender is in a backward pass.
+        sender_backward: bool,
+    },
+    /// The receiver asked for a tensor of another number of dimensions.
+    Rank {
+        /// The sender's number of dimensions.
+        sent: usize,
+        /// The receiver's.
+        expected: usize,
+    },
+    /// The sender's tensor is tracked by autodiff, so its backward pass will
+    /// wait for a gradient, but the receiver's device has no autodiff.
+    Untracked,
+    /// The sender's tensor has a dtype the tensor layer does not move, or
+    /// more dimensions than a message carries (16).
+    Unsupported,
+}
+
+impl fmt::Display for PairProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PairProblem::NotASend { code } => write!(
+                f,
+                "the sender's message is not a tensor send (marker {code:#x}): the ranks are in different calls"
+            ),
+            PairProblem::Phase { sender_backward } => write!(
+                f,
+                "the sender is {} and the receiver is not",
+                if *sender_backward {
+                    "in a backward pass"
+                } else {
+                    "in a forward call"
+                }
+            ),
+            PairProblem::Rank { sent, expected } => write!(
+                f,
+                "the sender's tensor has {sent} dimensions, the receiver expects {expected}"
+            ),
+            PairProblem::Untracked => f.write_str(
+                "the sender's tensor is tracked by autodiff but the receiver's device has no autodiff, so no gradient could return",
+            ),
+            PairProblem::Unsupported => f.write_str(
+                "the sender's tensor has a dtype the tensor layer does not move or more than 16 dimensions",
+            ),
+        }
+    }
 }
 
 /// How two replicas' modules (or their calls on them) differ

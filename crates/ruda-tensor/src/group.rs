@@ -14,9 +14,9 @@
 use alloc::vec::Vec;
 use core::fmt::Debug;
 
-use burn_backend::Backend;
-use burn_backend::tensor::{FloatTensor, IntTensor};
-use ruda_comm::ReplicaGroups;
+use burn_backend::tensor::{Device, FloatTensor, IntTensor};
+use burn_backend::{Backend, DType};
+use ruda_comm::{ReduceOp, ReplicaGroups};
 
 use crate::error::{Error, TensorOp};
 
@@ -128,6 +128,75 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     /// # Errors
     /// As [`Group::gather_rows`].
     fn sum<B: Backend>(&self, op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error>;
+
+    /// Reduce every rank's tensor (same shape everywhere) elementwise with
+    /// `reduce`, every rank getting the result. Ranks are combined in rank
+    /// order, `f16`/`bf16` in `f32` and rounded once; `Min`/`Max` follow the
+    /// communicator (on the local transport IEEE `minNum`/`maxNum`: a NaN
+    /// loses to a number).
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn reduce<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        reduce: ReduceOp,
+    ) -> Result<FloatTensor<B>, Error>;
+
+    /// Wait until every rank of the group has called `barrier`.
+    ///
+    /// # Errors
+    /// The communicator's errors, as [`Error::Comm`] (a rank that stopped or
+    /// entered another call, the deadline).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective};
+    /// LocalWorld::new(3).run(|c| HostCollective::new(c).barrier()).unwrap();
+    /// ```
+    fn barrier(&self) -> Result<(), Error>;
+
+    /// Send `words` to rank `dest`; returns once `dest` received them (the
+    /// handshake of a tensor send, see [`crate::TensorExt::send`]).
+    ///
+    /// # Errors
+    /// The communicator's errors (a receiver expecting another length
+    /// fails on both ranks).
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error>;
+
+    /// Receive exactly `words.len()` words from rank `source`.
+    ///
+    /// # Errors
+    /// As [`Group::send_words`].
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error>;
+
+    /// Send a float tensor to rank `dest` (its shape and dtype agreed
+    /// beforehand).
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn send_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        dest: usize,
+    ) -> Result<(), Error>;
+
+    /// Receive a float tensor of `shape` and `dtype` from rank `source`,
+    /// onto `device`.
+    ///
+    /// # Errors
+    /// As [`Group::gather_rows`].
+    fn recv_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device<B>,
+        source: usize,
+    ) -> Result<FloatTensor<B>, Error>;
 
     /// Every rank gets `root`'s tensor (same shape everywhere).
     ///

@@ -179,6 +179,50 @@ fn read_int<B: Backend>(op: TensorOp, rank: usize, t: IntTensor<B>) -> Result<Te
     })
 }
 
+/// Send a float tensor to `dest` through host memory, as words of its
+/// dtype's size (shared by both groups: a point-to-point message has no
+/// device-resident path on the local transport).
+pub(crate) fn send_staged<C: Communicator, B: Backend>(
+    comm: &C,
+    op: TensorOp,
+    x: FloatTensor<B>,
+    dest: usize,
+) -> Result<(), Error> {
+    let data = read_float::<B>(op, comm.rank(), x)?;
+    with_word!(data.dtype().size(), W, {
+        comm.send(&view::<W>(data.as_bytes()), dest)?
+    });
+    Ok(())
+}
+
+/// Receive a float tensor of `shape` and `dtype` from `source` onto
+/// `device` (the counterpart of [`send_staged`]).
+pub(crate) fn recv_staged<C: Communicator, B: Backend>(
+    comm: &C,
+    op: TensorOp,
+    shape: &[usize],
+    dtype: DType,
+    device: &burn_backend::tensor::Device<B>,
+    source: usize,
+) -> Result<FloatTensor<B>, Error> {
+    let len = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::Backend {
+            op,
+            rank: comm.rank(),
+            message: alloc::format!(
+                "a tensor of shape {shape:?} has more elements than fit in memory"
+            ),
+        })?;
+    let data = with_word!(dtype.size(), W, {
+        let mut words = alloc::vec![W::zeroed(); len];
+        comm.recv(&mut words, source)?;
+        rebuild(words, shape.to_vec(), dtype)
+    });
+    Ok(B::float_from_data(data, device))
+}
+
 impl<C: Communicator> HostCollective<C> {
     /// Gather staged rows (any dtype, as words).
     fn gather_data(&self, data: TensorData, rows: &[usize]) -> Result<TensorData, Error> {
@@ -304,6 +348,56 @@ impl<C: Communicator + Debug + 'static> Group for HostCollective<C> {
             TensorData::from_bytes(bytes, shape, dtype),
             &device,
         ))
+    }
+
+    fn reduce<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        reduce: ReduceOp,
+    ) -> Result<FloatTensor<B>, Error> {
+        let device = x.device();
+        let data = read_float::<B>(op, self.rank(), x)?;
+        let (mut bytes, shape, dtype) = data.into_parts();
+        with_float!(dtype, T, {
+            in_place::<T, _>(&mut bytes, |s| self.comm.all_reduce(s, reduce))?
+        });
+        Ok(B::float_from_data(
+            TensorData::from_bytes(bytes, shape, dtype),
+            &device,
+        ))
+    }
+
+    fn barrier(&self) -> Result<(), Error> {
+        Ok(self.comm.barrier()?)
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        Ok(self.comm.send(words, dest)?)
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        Ok(self.comm.recv(words, source)?)
+    }
+
+    fn send_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        dest: usize,
+    ) -> Result<(), Error> {
+        send_staged::<C, B>(&self.comm, op, x, dest)
+    }
+
+    fn recv_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        shape: &[usize],
+        dtype: DType,
+        device: &burn_backend::tensor::Device<B>,
+        source: usize,
+    ) -> Result<FloatTensor<B>, Error> {
+        recv_staged::<C, B>(&self.comm, op, shape, dtype, device, source)
     }
 
     fn broadcast<B: Backend>(

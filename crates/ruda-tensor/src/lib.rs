@@ -64,10 +64,13 @@ mod linear_op;
 #[cfg(feature = "tensor-api")]
 mod methods;
 pub mod ops;
+#[cfg(feature = "tensor-api")]
+mod p2p;
 pub mod prelude;
 pub mod primitives;
-pub mod replica;
 #[cfg(feature = "tensor-api")]
+mod reduce_with;
+pub mod replica;
 mod reshape;
 #[cfg(feature = "tensor-api")]
 mod route;
@@ -83,8 +86,8 @@ pub use collective::{
 };
 pub use device::{DeviceGroup, DeviceWorld};
 pub use error::{
-    CallId, CountProblem, Error, LookupProblem, ModuleProblem, PrimitiveError, ShapeProblem,
-    TensorCollectiveError, TensorOp,
+    CallId, CountProblem, Error, LookupProblem, ModuleProblem, PairProblem, PrimitiveError,
+    ShapeProblem, TensorCollectiveError, TensorOp,
 };
 pub use grid::{Axis, ProcessGrid};
 pub use group::Group;
@@ -92,6 +95,8 @@ pub use host::HostCollective;
 #[cfg(feature = "tensor-api")]
 pub use methods::{IntTensorExt, TensorExt};
 pub use ops::TransposeAxes;
+#[cfg(feature = "tensor-api")]
+pub use p2p::recv;
 #[cfg(feature = "tensor-api")]
 pub use reshape::reshape;
 

@@ -25,6 +25,7 @@
 use alloc::vec::Vec;
 
 use burn_tensor::{Int, Tensor};
+use ruda_comm::ReduceOp;
 
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
@@ -42,6 +43,105 @@ pub trait TensorExt: Sized {
     /// As [`p::all_reduce`], and [`Error::UnsupportedTensor`] for a tensor
     /// on a backend ruda does not run on.
     fn all_reduce<G: Group>(self, group: &G) -> Result<Self, Error>;
+
+    /// Reduce over the group with `op` (sum, average, maximum, minimum,
+    /// product); every rank gets the result. Gradients (see the table in
+    /// the crate's README): `Avg` is its own adjoint divided by the group
+    /// size; `Max`/`Min` send the summed output gradient to the rank(s)
+    /// holding the extremum, a tie shared equally among them; `Prod` is
+    /// refused on a tracked input.
+    ///
+    /// # Errors
+    /// As [`TensorExt::all_reduce`]; ranks passing different operators get
+    /// [`Error::ReduceOpMismatch`], a tracked input to `Prod`
+    /// [`Error::NotDifferentiable`], on every rank.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_tensor::prelude::*;
+    ///
+    /// let grads = LocalWorld::new(3).run(|c| {
+    ///     let world = HostCollective::new(c);
+    ///     let v = [1.0, 5.0, 5.0][world.rank()]; // ranks 1 and 2 tie for the maximum
+    ///     let x = Tensor::<1>::from_floats([v], &Device::flex().autodiff()).require_grad();
+    ///     let m = x.clone().all_reduce_with(&world, ReduceOp::Max)?;
+    ///     assert_eq!(m.clone().into_scalar::<f32>() as f64, 5.0);
+    ///     let g = m.sum().backward();
+    ///     Ok::<_, Error>(x.grad(&g).unwrap().into_scalar::<f32>() as f64)
+    /// }).unwrap();
+    /// assert_eq!(grads, vec![0.0, 1.5, 1.5]); // three output gradients of 1, shared by the tie
+    /// ```
+    fn all_reduce_with<G: Group>(self, group: &G, op: ReduceOp) -> Result<Self, Error>;
+
+    /// Reduce over the group with `op` and keep this rank's balanced chunk
+    /// along `dim` (the first `len % n` ranks get one more). `Sum` is
+    /// [`TensorExt::reduce_scatter`]; the other operators reduce the whole
+    /// tensor (an all-reduce's traffic) and keep the chunk, with the
+    /// gradients of [`TensorExt::all_reduce_with`].
+    ///
+    /// # Errors
+    /// As [`TensorExt::all_reduce_with`], plus [`Error::Layout`] when `dim`
+    /// is out of range or shorter than the group, on every rank.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_tensor::prelude::*;
+    ///
+    /// let out = LocalWorld::new(2).run(|c| {
+    ///     let world = HostCollective::new(c);
+    ///     let r = world.rank() as f32;
+    ///     let x = Tensor::<1>::from_floats([r, 1.0 - r, 3.0], &Device::flex());
+    ///     let y = x.reduce_scatter_with(&world, 0, ReduceOp::Min)?; // min is [0, 0, 3]
+    ///     Ok::<_, Error>(y.into_data().try_to_vec::<f32>().unwrap())
+    /// }).unwrap();
+    /// assert_eq!(out, vec![vec![0.0, 0.0], vec![3.0]]);
+    /// ```
+    fn reduce_scatter_with<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        op: ReduceOp,
+    ) -> Result<Self, Error>;
+
+    /// Send this tensor to rank `dest` of the group, which calls
+    /// [`crate::recv`]; returns once `dest` has it. Returns an empty
+    /// *receipt* (leading axis 0): add `receipt.sum()` to the loss, and the
+    /// backward pass receives the gradient `dest`'s backward pass sends
+    /// back (the adjoint of a send is a receive). Without autodiff the
+    /// receipt can be dropped.
+    ///
+    /// # Errors
+    /// [`Error::PointToPoint`] on both ranks when the pair disagrees (the
+    /// receiver asked for another number of dimensions, a tracked tensor
+    /// sent to a device without autodiff, the peer in another call); the
+    /// communicator's errors (a bad or own rank, the deadline: a peer that
+    /// never receives ends in a timeout, not a hang).
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_tensor::prelude::*;
+    ///
+    /// let grads = LocalWorld::new(2).run(|c| {
+    ///     let world = HostCollective::new(c);
+    ///     let device = Device::flex().autodiff();
+    ///     if world.rank() == 0 {
+    ///         let x = Tensor::<1>::from_floats([1.0, 2.0], &device).require_grad();
+    ///         let receipt = x.clone().send(&world, 1)?;
+    ///         let g = receipt.sum().backward(); // receives rank 1's gradient
+    ///         Ok::<_, Error>(x.grad(&g).unwrap().into_data().try_to_vec::<f32>().unwrap())
+    ///     } else {
+    ///         let y: Tensor<1> = recv(&world, 0, &device)?;
+    ///         let g = (y.clone() * y).sum().backward(); // d(y·y)/dy = 2y, sent back to rank 0
+    ///         let _ = g;
+    ///         Ok(Vec::new())
+    ///     }
+    /// }).unwrap();
+    /// assert_eq!(grads[0], vec![2.0, 4.0]);
+    /// ```
+    fn send<G: Group>(self, group: &G, dest: usize) -> Result<Self, Error>;
 
     /// Concatenate every rank's tensor along `dim` in rank order (sizes
     /// discovered); the adjoint reduce-scatters.
@@ -149,6 +249,23 @@ pub trait TensorExt: Sized {
 }
 
 impl<const D: usize> TensorExt for Tensor<D> {
+    fn all_reduce_with<G: Group>(self, group: &G, op: ReduceOp) -> Result<Self, Error> {
+        crate::reduce_with::reduce_with(self, group, op, None)
+    }
+
+    fn reduce_scatter_with<G: Group>(
+        self,
+        group: &G,
+        dim: isize,
+        op: ReduceOp,
+    ) -> Result<Self, Error> {
+        crate::reduce_with::reduce_with(self, group, op, Some(dim))
+    }
+
+    fn send<G: Group>(self, group: &G, dest: usize) -> Result<Self, Error> {
+        crate::p2p::send(self, group, dest)
+    }
+
     fn all_reduce<G: Group>(self, group: &G) -> Result<Self, Error> {
         routed!(self, D, burn_tensor::Float, |B, t| p::all_reduce::<B>(
             group, t

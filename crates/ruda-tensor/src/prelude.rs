@@ -24,7 +24,7 @@ pub use crate::{
 };
 
 #[cfg(feature = "tensor-api")]
-pub use crate::{IntTensorExt, TensorExt};
+pub use crate::{IntTensorExt, TensorExt, recv};
 
 #[cfg(feature = "train")]
 pub use crate::ddp::{

@@ -9,10 +9,10 @@ use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
-use burn_backend::{Backend, TensorMetadata};
-use ruda_comm::{Communicator, LocalCommunicator, ReplicaGroups};
+use burn_backend::{Backend, DType, TensorMetadata};
+use ruda_comm::{Communicator, LocalCommunicator, ReduceOp, ReplicaGroups};
 
-use super::moves::{Floats, Ints, Kind, cat, sum_in_order, take_rows, to};
+use super::moves::{Floats, Ints, Kind, cat, reduce_in_order, sum_in_order, take_rows, to};
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
 use crate::layout::starts;
@@ -202,6 +202,51 @@ impl Group for DeviceGroup {
         // fresh memory) made it slower at 2 ranks — measured with
         // `ruda bench --transport device`.
         Ok(sum_in_order::<B>(self.peers::<B, Floats>(x)?))
+    }
+
+    fn reduce<B: Backend>(
+        &self,
+        _op: TensorOp,
+        x: FloatTensor<B>,
+        reduce: ReduceOp,
+    ) -> Result<FloatTensor<B>, Error> {
+        Ok(reduce_in_order::<B>(self.peers::<B, Floats>(x)?, reduce))
+    }
+
+    fn barrier(&self) -> Result<(), Error> {
+        Ok(self.comm.barrier()?)
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        Ok(self.comm.send(words, dest)?)
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        Ok(self.comm.recv(words, source)?)
+    }
+
+    /// Point-to-point messages stage through host memory: the local
+    /// transport moves tensor handles only in collectives.
+    fn send_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        x: FloatTensor<B>,
+        dest: usize,
+    ) -> Result<(), Error> {
+        crate::host::send_staged::<LocalCommunicator, B>(&self.comm, op, x, dest)
+    }
+
+    fn recv_float<B: Backend>(
+        &self,
+        op: TensorOp,
+        shape: &[usize],
+        dtype: DType,
+        device: &burn_backend::tensor::Device<B>,
+        source: usize,
+    ) -> Result<FloatTensor<B>, Error> {
+        crate::host::recv_staged::<LocalCommunicator, B>(
+            &self.comm, op, shape, dtype, device, source,
+        )
     }
 
     fn broadcast<B: Backend>(

@@ -149,3 +149,57 @@ pub(crate) fn sum_in_order<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTenso
         acc
     }
 }
+
+/// `parts` (at least one, same shape and dtype, on one device) reduced
+/// elementwise with `reduce` in the order given, as [`sum_in_order`] sums
+/// them: `f16`/`bf16` are combined in `f32` and rounded once; `Max`/`Min`
+/// are IEEE `maxNum`/`minNum` (a NaN loses to a number), as the local
+/// transport's host kernels; `Avg` is the sum divided by the part count.
+pub(crate) fn reduce_in_order<B: Backend>(
+    parts: Vec<FloatTensor<B>>,
+    reduce: ruda_comm::ReduceOp,
+) -> FloatTensor<B> {
+    use ruda_comm::ReduceOp;
+    let n = parts.len();
+    let dtype = parts[0].dtype();
+    if reduce == ReduceOp::Sum || parts[0].shape().num_elements() == 0 {
+        return sum_in_order::<B>(parts);
+    }
+    let promote = matches!(dtype, DType::F16 | DType::BF16);
+    let widen = |t: FloatTensor<B>| {
+        if promote {
+            B::float_cast(t, FloatDType::F32)
+        } else {
+            t
+        }
+    };
+    let device = parts[0].device();
+    let bools = burn_backend::get_device_settings::<B>(&device).bool_dtype;
+    let mut it = parts.into_iter().map(widen);
+    let mut acc = it.next().expect("at least one part");
+    for p in it {
+        acc = match reduce {
+            ReduceOp::Sum | ReduceOp::Avg => B::float_add(acc, p),
+            ReduceOp::Prod => B::float_mul(acc, p),
+            ReduceOp::Max | ReduceOp::Min => {
+                // Take the part where it wins or where the running value is
+                // NaN; a NaN part never wins a comparison.
+                let wins = if reduce == ReduceOp::Max {
+                    B::float_greater(p.clone(), acc.clone(), bools)
+                } else {
+                    B::float_lower(p.clone(), acc.clone(), bools)
+                };
+                let nan = B::float_not_equal(acc.clone(), acc.clone(), bools);
+                B::float_mask_where(acc, B::bool_or(wins, nan), p)
+            }
+        };
+    }
+    if reduce == ReduceOp::Avg {
+        acc = B::float_div_scalar(acc, burn_backend::Scalar::Float(n as f64));
+    }
+    if promote {
+        B::float_cast(acc, FloatDType::from(dtype))
+    } else {
+        acc
+    }
+}

@@ -23,7 +23,7 @@ use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_bench::mix;
 use ruda_comm::{CommError, Communicator, LocalWorld, PeerFailureCause, RankError, ReduceOp};
 use ruda_tensor::ops::{LinearOp, Role, apply};
-use ruda_tensor::{Error, Group, ProcessGrid, TensorExt, TensorOp, try_backward};
+use ruda_tensor::{Error, Group, ProcessGrid, TensorExt, TensorOp, recv, try_backward};
 
 /// A small deterministic generator.
 struct Rng(u64);
@@ -57,6 +57,10 @@ enum Step {
     CopyReduce(Axis),
     Tripwire,
     Backward,
+    /// `all_reduce_with(Max)`: gradients to the ranks holding the maximum.
+    Extremum(Axis),
+    /// Even world ranks send to the next odd one (`send` / `recv`).
+    Relay,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +107,35 @@ impl Fault {
             Fault::Late { .. } => "late",
         }
     }
+    /// The same fault after a step was inserted at `at`.
+    fn shifted(self, at: usize) -> Fault {
+        let bump = |s: usize| if s >= at { s + 1 } else { s };
+        match self {
+            Fault::None => Fault::None,
+            Fault::Panic { rank, step, when } => Fault::Panic {
+                rank,
+                step: bump(step),
+                when,
+            },
+            Fault::Skip { rank, step } => Fault::Skip {
+                rank,
+                step: bump(step),
+            },
+            Fault::WrongSize { rank, step } => Fault::WrongSize {
+                rank,
+                step: bump(step),
+            },
+            Fault::WrongOp { rank, step } => Fault::WrongOp {
+                rank,
+                step: bump(step),
+            },
+            Fault::Late { rank, step } => Fault::Late {
+                rank,
+                step: bump(step),
+            },
+        }
+    }
+
     fn at(&self, rank: usize, step: usize) -> Option<Fault> {
         let hit = match *self {
             Fault::None => false,
@@ -229,6 +262,19 @@ fn generate(seed: u64) -> Program {
         1 => Empty::Rank(g.below(n)),
         _ => Empty::None,
     };
+    // Then the operations of issue 18: one more step, inserted before the
+    // final backward pass (the fault moves with the step it was drawn for).
+    let added = match g.below(3) {
+        0 => None,
+        1 => Some(Step::Extremum(axis(&mut g))),
+        _ => Some(Step::Relay),
+    };
+    let mut fault = fault;
+    if let Some(step) = added {
+        let at = g.below(steps.len());
+        steps.insert(at, step);
+        fault = fault.shifted(at);
+    }
     Program {
         seed,
         polar,
@@ -251,6 +297,7 @@ fn sizeable(s: Step) -> bool {
             | Step::ReduceScatter(_)
             | Step::Transpose
             | Step::Halo
+            | Step::Extremum(_)
     )
 }
 
@@ -418,6 +465,26 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                 let w = tensor(vec![0.5, 1.5], [2], &dev).require_grad();
                 Some(w.copy_to(group(a))?.sum().reduce_from(group(a))?)
             }
+            Step::Extremum(a) => Some(
+                leaf(ramp(3 * (inner(4) + extra), me), [3, inner(4) + extra])
+                    .all_reduce_with(group(a), ReduceOp::Max)?
+                    .sum(),
+            ),
+            Step::Relay => {
+                let w = grid.world();
+                let (wr, n) = (w.rank(), w.size());
+                if wr % 2 == 0 && wr + 1 < n {
+                    let x = leaf(ramp(2 * inner(3), me), [2, inner(3)]);
+                    Some(x.send(w, wr + 1)?.sum())
+                } else if wr % 2 == 1 {
+                    let y: Tensor<2> = recv(w, wr - 1, &dev)?;
+                    Some((y.clone() * y).sum())
+                } else {
+                    // The odd rank out has nothing to relay, but takes part
+                    // in the loss like every rank.
+                    Some(leaf(vec![0.0], [1, 1]).sum())
+                }
+            }
             Step::Tripwire => {
                 let panic_on = match prog.fault {
                     Fault::Panic {
@@ -487,9 +554,11 @@ fn group_size(prog: &Program, step: Step) -> usize {
         Axis::Azimuth => prog.azimuth,
     };
     match step {
-        Step::AllReduce(a) | Step::AllGather(a) | Step::ReduceScatter(a) | Step::CopyReduce(a) => {
-            axis(a)
-        }
+        Step::AllReduce(a)
+        | Step::AllGather(a)
+        | Step::ReduceScatter(a)
+        | Step::CopyReduce(a)
+        | Step::Extremum(a) => axis(a),
         Step::Transpose => prog.azimuth,
         Step::Halo => prog.polar,
         _ => prog.polar * prog.azimuth,

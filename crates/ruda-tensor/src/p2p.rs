@@ -1,0 +1,332 @@
+//! Point-to-point tensors: [`crate::TensorExt::send`] and [`recv`], each
+//! the other's adjoint.
+//!
+//! A send is a handshake and a message. The sender's header (its call,
+//! forward or backward, dtype, tracking, shape) goes first; the receiver
+//! checks it and answers with its verdict, so a disagreement is the same
+//! [`Error::PointToPoint`] on both ranks before any data moves; then the
+//! tensor follows. Every wait is the communicator's, with its deadline.
+//!
+//! On autodiff the sender's result is an empty *receipt* whose backward
+//! pass receives the gradient, and the receiver's result is a tensor whose
+//! backward pass sends its gradient home: the two backward passes pair up
+//! as the forward calls did, in the other direction.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, DType, FloatDType, Shape, TensorMetadata};
+use burn_tensor::Tensor;
+
+use crate::agreement::{self, dtype_code, dtype_of};
+use crate::backend::DistBackend;
+use crate::error::{Error, PairProblem, TensorOp};
+use crate::group::Group;
+use crate::linear_op::{LinearOp, Role};
+use crate::ops::apply;
+use crate::route::{is_autodiff, routed};
+
+/// The first word of every handshake message ("RUDA-P2P").
+const MAGIC: i64 = 0x5255_4441_5032_5031;
+/// The most dimensions a header carries.
+const MAX_DIMS: usize = 16;
+/// Header words: marker, call, phase, dtype, tracked, rank, dimensions.
+const HEADER: usize = 6 + MAX_DIMS;
+/// Reply words: marker, problem code, two values.
+const REPLY: usize = 4;
+
+/// What the two ranks of a pair learn: the tensor's shape and dtype, and
+/// whether the sender's tensor is tracked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PairPlan {
+    shape: Vec<usize>,
+    dtype: DType,
+    tracked: bool,
+}
+
+fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
+    match p {
+        None => [MAGIC, 0, 0, 0],
+        Some(PairProblem::NotASend { code }) => [MAGIC, 1, code, 0],
+        Some(PairProblem::Phase { sender_backward }) => [MAGIC, 2, i64::from(sender_backward), 0],
+        Some(PairProblem::Rank { sent, expected }) => [MAGIC, 3, sent as i64, expected as i64],
+        Some(PairProblem::Untracked) => [MAGIC, 4, 0, 0],
+        Some(PairProblem::Unsupported) => [MAGIC, 5, 0, 0],
+    }
+}
+
+fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
+    Some(match (w[0], w[1]) {
+        (MAGIC, 0) => return None,
+        (MAGIC, 2) => PairProblem::Phase {
+            sender_backward: w[2] != 0,
+        },
+        (MAGIC, 3) => PairProblem::Rank {
+            sent: w[2].max(0) as usize,
+            expected: w[3].max(0) as usize,
+        },
+        (MAGIC, 4) => PairProblem::Untracked,
+        (MAGIC, 5) => PairProblem::Unsupported,
+        (MAGIC, 1) => PairProblem::NotASend { code: w[2] },
+        (code, _) => PairProblem::NotASend { code },
+    })
+}
+
+fn pair_error(
+    role: Role,
+    rank: usize,
+    sender: usize,
+    receiver: usize,
+    problem: PairProblem,
+) -> Error {
+    Error::PointToPoint {
+        op: role.op,
+        backward: role.backward,
+        rank,
+        sender,
+        receiver,
+        problem,
+    }
+}
+
+/// The sender's half of the handshake.
+fn handshake_send<G: Group>(
+    g: &G,
+    role: Role,
+    dest: usize,
+    shape: &[usize],
+    dtype: DType,
+    tracked: bool,
+) -> Result<PairPlan, Error> {
+    let mut header = [0i64; HEADER];
+    header[..6].copy_from_slice(&[
+        MAGIC,
+        TensorOp::Send.code(),
+        i64::from(role.backward),
+        dtype_code(dtype),
+        i64::from(tracked),
+        shape.len() as i64,
+    ]);
+    for (w, &d) in header[6..].iter_mut().zip(shape) {
+        *w = d as i64;
+    }
+    g.send_words(&header, dest)?;
+    let mut reply = [0i64; REPLY];
+    g.recv_words(&mut reply, dest)?;
+    match decode(&reply) {
+        Some(problem) => Err(pair_error(role, g.rank(), g.rank(), dest, problem)),
+        None => Ok(PairPlan {
+            shape: shape.to_vec(),
+            dtype,
+            tracked,
+        }),
+    }
+}
+
+/// The receiver's half: `ndim` dimensions expected; `autodiff`: whether a
+/// tracked tensor may arrive (its gradient will be sent back).
+fn handshake_recv<G: Group>(
+    g: &G,
+    role: Role,
+    source: usize,
+    ndim: usize,
+    autodiff: bool,
+) -> Result<PairPlan, Error> {
+    let mut h = [0i64; HEADER];
+    g.recv_words(&mut h, source)?;
+    let sent = h[5].max(0) as usize;
+    let dtype = dtype_of(h[3]).filter(|&d| agreement::summable(d));
+    let problem = if h[0] != MAGIC || h[1] != TensorOp::Send.code() {
+        Some(PairProblem::NotASend {
+            code: if h[0] != MAGIC { h[0] } else { h[1] },
+        })
+    } else if (h[2] != 0) != role.backward {
+        Some(PairProblem::Phase {
+            sender_backward: h[2] != 0,
+        })
+    } else if dtype.is_none() || sent > MAX_DIMS || h[6..].iter().any(|&d| d < 0) {
+        Some(PairProblem::Unsupported)
+    } else if sent != ndim {
+        Some(PairProblem::Rank {
+            sent,
+            expected: ndim,
+        })
+    } else if h[4] != 0 && !autodiff {
+        Some(PairProblem::Untracked)
+    } else {
+        None
+    };
+    g.send_words(&encode(problem), source)?;
+    match (problem, dtype) {
+        (Some(problem), _) => Err(pair_error(role, g.rank(), source, g.rank(), problem)),
+        (None, Some(dtype)) => Ok(PairPlan {
+            shape: h[6..6 + sent].iter().map(|&d| d as usize).collect(),
+            dtype,
+            tracked: h[4] != 0,
+        }),
+        (None, None) => unreachable!("an unknown dtype is a problem"),
+    }
+}
+
+/// This tensor to `dest`; the result is an empty receipt.
+#[derive(Clone, Copy, Debug)]
+struct SendTo {
+    role: Role,
+    dest: usize,
+}
+
+impl LinearOp for SendTo {
+    type Plan = PairPlan;
+    type Adjoint = RecvFrom;
+
+    fn role(&self) -> Role {
+        self.role
+    }
+
+    fn plan<G: Group>(
+        &self,
+        g: &G,
+        shape: &[usize],
+        dtype: DType,
+        tracked: bool,
+    ) -> Result<PairPlan, Error> {
+        handshake_send(g, self.role, self.dest, shape, dtype, tracked)
+    }
+
+    fn forward<B: Backend, G: Group>(
+        &self,
+        g: &G,
+        plan: &PairPlan,
+        x: FloatTensor<B>,
+    ) -> Result<FloatTensor<B>, Error> {
+        let device = x.device();
+        g.send_float::<B>(self.role.op, x, self.dest)?;
+        Ok(B::float_zeros(
+            Shape::from(receipt_shape(&plan.shape)),
+            &device,
+            FloatDType::from(plan.dtype),
+        ))
+    }
+
+    fn adjoint(&self, _: &PairPlan) -> RecvFrom {
+        RecvFrom {
+            role: self.role.adjoint(),
+            source: self.dest,
+        }
+    }
+}
+
+/// A tensor from `source`; the input is an empty placeholder.
+#[derive(Clone, Copy, Debug)]
+struct RecvFrom {
+    role: Role,
+    source: usize,
+}
+
+impl LinearOp for RecvFrom {
+    type Plan = PairPlan;
+    type Adjoint = SendTo;
+
+    fn role(&self) -> Role {
+        self.role
+    }
+
+    fn plan<G: Group>(&self, g: &G, shape: &[usize], _: DType, _: bool) -> Result<PairPlan, Error> {
+        // Only the backward pass plans here (a gradient arrives, untracked).
+        handshake_recv(g, self.role, self.source, shape.len(), false)
+    }
+
+    fn forward<B: Backend, G: Group>(
+        &self,
+        g: &G,
+        plan: &PairPlan,
+        placeholder: FloatTensor<B>,
+    ) -> Result<FloatTensor<B>, Error> {
+        let device = placeholder.device();
+        g.recv_float::<B>(self.role.op, &plan.shape, plan.dtype, &device, self.source)
+    }
+
+    fn adjoint(&self, _: &PairPlan) -> SendTo {
+        SendTo {
+            role: self.role.adjoint(),
+            dest: self.source,
+        }
+    }
+}
+
+/// A shape with its leading axis 0 (at least one axis).
+fn receipt_shape(shape: &[usize]) -> Vec<usize> {
+    let mut s = if shape.is_empty() {
+        vec![0]
+    } else {
+        shape.to_vec()
+    };
+    s[0] = 0;
+    s
+}
+
+/// [`crate::TensorExt::send`].
+pub(crate) fn send<const D: usize, G: Group>(
+    x: Tensor<D>,
+    g: &G,
+    dest: usize,
+) -> Result<Tensor<D>, Error> {
+    let op = SendTo {
+        role: Role::forward(TensorOp::Send),
+        dest,
+    };
+    routed!(x, D, burn_tensor::Float, |B, t| apply::<B, _, _>(g, op, t))
+}
+
+/// Receive a tensor of `D` dimensions from rank `source` of the group
+/// (which calls [`crate::TensorExt::send`]) onto `device`; its shape and
+/// dtype are the sender's. When the sender's tensor is tracked by
+/// autodiff, so is the result: its backward pass sends the gradient back
+/// to `source` (the adjoint of a receive is a send), so `device` must
+/// have autodiff.
+///
+/// # Errors
+/// [`Error::PointToPoint`] on both ranks when the pair disagrees (another
+/// number of dimensions, a tracked tensor for a device without autodiff,
+/// the sender in another call); the communicator's errors (a bad or own
+/// rank; a sender that never sends ends in a timeout, not a hang).
+///
+/// # Example
+/// ```
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_tensor::prelude::*;
+///
+/// let out = LocalWorld::new(2).run(|c| {
+///     let world = HostCollective::new(c);
+///     if world.rank() == 0 {
+///         Tensor::<2>::ones([2, 3], &Device::flex()).send(&world, 1)?;
+///         Ok::<_, Error>(Vec::new())
+///     } else {
+///         let y: Tensor<2> = recv(&world, 0, &Device::flex())?;
+///         Ok(y.dims().to_vec())
+///     }
+/// }).unwrap();
+/// assert_eq!(out[1], vec![2, 3]);
+/// ```
+pub fn recv<const D: usize, G: Group>(
+    group: &G,
+    source: usize,
+    device: &burn_tensor::Device,
+) -> Result<Tensor<D>, Error> {
+    let role = Role::forward(TensorOp::Recv);
+    let probe = Tensor::<D>::zeros(receipt_shape(&[1; D]), device);
+    let plan = handshake_recv(group, role, source, D, is_autodiff(&probe))?;
+    let mut placeholder = Tensor::<D>::zeros(receipt_shape(&plan.shape), (device, plan.dtype));
+    if plan.tracked {
+        placeholder = placeholder.require_grad();
+    }
+    let op = RecvFrom { role, source };
+    routed!(placeholder, D, burn_tensor::Float, |B, t| B::run(
+        group,
+        op,
+        plan.clone(),
+        t
+    )
+    .map_err(|e| e.in_call(role)))
+}
