@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use crate::bench_report::Row;
 
 /// One line of the plot: a name and its points (log₂ size, busbw).
-type Series = (String, Vec<(f64, f64)>);
+pub type Series = (String, Vec<(f64, f64)>);
 
 fn push(series: &mut Vec<Series>, name: String, point: (f64, f64)) {
     match series.iter_mut().find(|(n, _)| *n == name) {
@@ -83,6 +83,98 @@ pub fn plot(rows: &[Row], title: &str, path: &Path) -> Result<(), String> {
                 .label(label.as_str())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)], dashed)
+                });
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+/// Draw named lines of `(x, y)` points into an SVG file at `path` (a loss
+/// curve per run, say), each line in its own colour with a legend entry.
+///
+/// # Errors
+/// The drawing backend's error, as text; an empty or non-finite input is
+/// drawn as an empty chart.
+///
+/// # Example
+/// ```
+/// let path = std::env::temp_dir().join(format!("ruda-lines-{}.svg", std::process::id()));
+/// let loss = vec![(0.0, 1.0), (1.0, 0.5), (2.0, 0.3)];
+/// ruda_cli::plot::lines(&[("loss".into(), loss)], "training", "step", "loss", &path).unwrap();
+/// assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+pub fn lines(
+    series: &[Series],
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    path: &Path,
+) -> Result<(), String> {
+    let finite = || {
+        series
+            .iter()
+            .flat_map(|(_, p)| p.iter().copied())
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+    };
+    let (xmin, xmax) = finite().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| (a.min(x), b.max(x)));
+    let (ymin, ymax) = finite().fold((f64::MAX, f64::MIN), |(a, b), (_, y)| (a.min(y), b.max(y)));
+    let (xmin, xmax) = if xmin <= xmax {
+        (xmin, xmax)
+    } else {
+        (0.0, 1.0)
+    };
+    let (ymin, ymax) = if ymin <= ymax {
+        (ymin, ymax)
+    } else {
+        (0.0, 1.0)
+    };
+    let pad = (ymax - ymin).max(1e-12) * 0.05;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xmin..xmax.max(xmin + 1e-12), ymin - pad..ymax + pad)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        // Alternate solid and dashed, so that lines drawn on top of each
+        // other (a run and its reference) both stay visible.
+        let color = ShapeStyle::from(Palette99::pick(i).to_rgba()).stroke_width(2);
+        let pts: Vec<(f64, f64)> = pts
+            .iter()
+            .copied()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        if i % 2 == 0 {
+            chart
+                .draw_series(LineSeries::new(pts, color))
+                .map_err(|e| err(&e))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        } else {
+            chart
+                .draw_series(DashedLineSeries::new(pts, 6, 4, color))
+                .map_err(|e| err(&e))?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)], color)
                 });
         }
     }

@@ -6,6 +6,11 @@
 use std::process::{Command, Output, Stdio};
 
 fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
+    mpirun_program(n, std::path::Path::new(env!("CARGO_BIN_EXE_ruda")), args)
+}
+
+/// `program` under `mpirun -n n`, or `None` without `mpirun`.
+fn mpirun_program(n: usize, program: &std::path::Path, args: &[&str]) -> Option<Output> {
     if Command::new("mpirun")
         .arg("--version")
         .stdout(Stdio::null())
@@ -33,7 +38,7 @@ fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
             "-n",
             &n.to_string(),
         ])
-        .arg(env!("CARGO_BIN_EXE_ruda"))
+        .arg(program)
         .args(args)
         .output()
         .expect("start mpirun");
@@ -117,5 +122,40 @@ fn bench_over_mpi_writes_one_json_report() {
             .unwrap()
             .iter()
             .all(|r| r["wrong"] == 0)
+    );
+}
+
+/// The data-parallel example (issue 18) as the same program under mpirun:
+/// one rank per process, its checkpoint shared, equal to the serial run.
+#[test]
+fn the_ddp_example_runs_one_rank_per_process() {
+    let exe = std::env::current_exe().expect("the test's path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join("ddp_classifier");
+    let Some(out) = mpirun_program(3, &bin, &["--steps", "16", "--resume-at", "7", "--quiet"])
+    else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("without ruda's `mpi` feature"),
+        "{} was built without MPI: `cargo test --workspace --features mpi` builds it \
+         with (or `cargo build -p ruda-cli --features mpi --example ddp_classifier`)",
+        bin.display()
+    );
+    assert!(out.status.success(), "{text}{err}");
+    assert!(
+        text.contains("equal to the serial run: 3 (one MPI process per rank"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("equal to the serial run").count(),
+        1,
+        "only rank 0 reports: {text}"
     );
 }

@@ -26,6 +26,7 @@ mod error;
 mod fingerprint;
 mod flight;
 mod hash;
+mod launch;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -44,6 +45,9 @@ pub use flight::{
     CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
 };
 pub use hash::mix;
+pub use launch::{
+    AnyCommunicator, Launch, LaunchError, LaunchMode, MPI_LAUNCHER_ENV, WORLD_SIZE_ENV,
+};
 pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, PIN_ENV, RankError, TIMEOUT_ENV, WorldError,
 };

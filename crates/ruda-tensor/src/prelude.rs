@@ -16,7 +16,9 @@
 //! assert_eq!(sums[1], (1, vec![2.0; 3]));
 //! ```
 
-pub use ruda_comm::{CommError, Communicator, LocalWorld, ReduceOp};
+pub use ruda_comm::{
+    AnyCommunicator, CommError, Communicator, Launch, LaunchError, LaunchMode, LocalWorld, ReduceOp,
+};
 
 pub use crate::{
     DeviceGroup, DeviceWorld, Error, Group, HostCollective, ProcessGrid, TransposeAxes,

@@ -260,3 +260,76 @@ fn partial_read_failures_corrupt_files_roots_and_mixed_calls_are_errors_everywhe
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+/// An f64 model whose optimizer has state, in a process whose default float
+/// dtype is f32: burn-optim 0.22.1 would restore the state in f32 (and the
+/// next step would panic on the mixed dtypes), so loading is a typed error
+/// on every rank that says how to fix it. A model in the default dtype, or
+/// an optimizer without state, loads.
+#[test]
+fn optimizer_state_that_would_change_dtype_is_refused() {
+    use burn_core::module::{Module, ModuleMapper, Param};
+    struct ToF64;
+    impl ModuleMapper for ToF64 {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            p.map(|t| {
+                let tracked = t.is_require_grad();
+                let device = t.device();
+                let data = t.into_data().convert::<f64>();
+                Tensor::<D>::from_data(data, (&device, burn_tensor::DType::F64))
+                    .set_require_grad(tracked)
+            })
+        }
+    }
+    assert_eq!(
+        Device::default().settings().float_dtype,
+        burn_tensor::FloatDType::F32,
+        "this test needs the default f32"
+    );
+    for (f64_model, with_state) in [(true, true), (true, false), (false, true)] {
+        let dir = temp_dir(&format!("dtype-{f64_model}-{with_state}"));
+        let out = LocalWorld::new(2).run_each(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let new = || {
+                let m: Linear = LinearConfig::new(3, 2).init(&device);
+                if f64_model { m.map(&mut ToF64) } else { m }
+            };
+            let m = broadcast_module(&world, new(), 0)?;
+            let (m, o) = if with_state {
+                // One Adam step, in the model's dtype.
+                let x = shard(world.rank(), 0, 2, &device).cast(m.weight.val().dtype());
+                let y = m.forward(x);
+                let grads = GradientsParams::from_grads((y.clone() * y).mean().backward(), &m);
+                let how = GradientReduction::WeightedMean { samples: 2 };
+                let grads = all_reduce_gradients(&world, &m, grads, how)?;
+                let mut o = AdamConfig::new().init();
+                (o.step(0.05, m, grads), o)
+            } else {
+                (m, AdamConfig::new().init())
+            };
+            save_checkpoint(&world, 0, &dir, &m, &o)?;
+            load_checkpoint(&world, &dir, new(), AdamConfig::new().init()).map(|_| ())
+        });
+        if f64_model && with_state {
+            for (r, e) in failures(out).into_iter().enumerate() {
+                match e {
+                    Error::Checkpoint {
+                        op: TensorOp::DdpLoad,
+                        ref message,
+                        ..
+                    } => assert!(
+                        r != 0 || (message.contains("F64") && message.contains("configure")),
+                        "{message}"
+                    ),
+                    other => panic!("rank {r}: {other}"),
+                }
+            }
+        } else {
+            for o in out {
+                o.unwrap_or_else(|e| panic!("f64 {f64_model}, state {with_state}: {e:?}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

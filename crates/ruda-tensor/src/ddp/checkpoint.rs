@@ -215,6 +215,35 @@ fn parts(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     (used + used2 == rest.len()).then_some((model, optim))
 }
 
+/// Whether Burn can restore the optimizer state of `optim` (a serialized
+/// record) for `module` without changing its precision: burn-optim 0.22.1
+/// materializes state tensors in the float dtype of the default device, so
+/// an `f64` model's state (Adam's moments, say) would come back in `f32`
+/// (and fail at the next step). A record without tensors always fits.
+fn state_dtype_fits<M: Module>(module: &M, optim: &[u8]) -> Result<(), String> {
+    use burn_core::module::{ModuleVisitor, Param};
+    struct Dtypes(Vec<burn_tensor::DType>);
+    impl ModuleVisitor for Dtypes {
+        fn visit_float<const D: usize>(&mut self, p: &Param<burn_tensor::Tensor<D>>) {
+            self.0.push(p.val().dtype());
+        }
+    }
+    let record = burn_optim::OptimizerRecord::from_bytes(Bytes::from_bytes_vec(optim.to_vec()))
+        .map_err(|e| e.to_string())?;
+    if record.is_empty() {
+        return Ok(());
+    }
+    let default = burn_tensor::DType::from(burn_tensor::Device::default().settings().float_dtype);
+    let mut dtypes = Dtypes(Vec::new());
+    module.visit(&mut dtypes);
+    match dtypes.0.into_iter().find(|&d| d != default) {
+        None => Ok(()),
+        Some(d) => Err(format!(
+            "the model's parameters are {d:?}, but burn-optim restores optimizer state in the default device's float dtype, {default:?}; make {d:?} the default before creating any tensor (`Device::default().configure(FloatDType::{d:?})`)"
+        )),
+    }
+}
+
 /// Read a checkpoint written by [`save_checkpoint`] into `module` and
 /// `optimizer` on every rank (collective; every rank reads `dir`, which
 /// must be visible to all: the same machine, or a shared file system),
@@ -229,8 +258,11 @@ fn parts(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 /// # Errors
 /// [`Error::Checkpoint`] on every rank when a rank cannot read the files
 /// (naming the first such rank: a missing, truncated or foreign file, or a
-/// record that does not fit `module`), or when ranks read different files;
-/// [`Error::ModuleMismatch`] when the parameters still differ; the group's
+/// record that does not fit `module`, or optimizer state that
+/// burn-optim 0.22.1 would restore in another dtype than the parameters':
+/// it uses the default device's float dtype, so an `f64` model needs
+/// `Device::default().configure(FloatDType::F64)` before its first tensor),
+/// or when ranks read different files; [`Error::ModuleMismatch`] when the parameters still differ; the group's
 /// errors.
 pub fn load_checkpoint<M: Module, G: Group>(
     group: &G,
@@ -256,6 +288,8 @@ fn load<M: Module, G: Group>(
         hash = crate::shape_hash::bytes(&bytes) as i64;
         let (model, optim) =
             parts(&bytes).ok_or_else(|| format!("{} is not a ruda checkpoint", file.display()))?;
+        state_dtype_fits(&module, &optim)
+            .map_err(|e| format!("the optimizer state in {}: {e}", file.display()))?;
         let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(model))
             .map_err(|e| format!("the model record in {}: {e}", file.display()))?;
         let m = module
