@@ -2,7 +2,10 @@
 //! and gradient match the single-rank run, written with the tensor methods
 //! of `ruda_tensor::TensorExt` on Burn's `Tensor` (no type annotations).
 //!
-//! Run with `cargo run -p ruda-tensor --example sphere_patch_model`.
+//! Run with `cargo run -p ruda-tensor --example sphere_patch_model` (4 thread
+//! ranks, a 2 × 2 grid; `RUDA_WORLD_SIZE=6` gives 2 × 3), or built with
+//! feature `mpi` under `mpirun -n 4` (one rank per process): the same
+//! program, launched by `ruda_comm::Launch`.
 //!
 //! The field is `[channels, latitudes, longitudes]`, every rank holding a
 //! polar × azimuth patch of it. The model applies a three-point latitude
@@ -12,7 +15,7 @@
 //! grid, which is the serial model. Everything stays in f64.
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_comm::LocalWorld;
+use ruda_comm::{Communicator, Launch, LocalWorld};
 use ruda_tensor::TransposeAxes;
 use ruda_tensor::{Error, ProcessGrid, TensorExt};
 
@@ -54,46 +57,59 @@ fn model<G: ruda_tensor::Group>(
     Ok(all.sum())
 }
 
-/// Loss and weight gradient on a `polar × azimuth` grid of threads.
-fn run(polar: usize, azimuth: usize) -> (f64, Vec<f64>) {
+/// One rank's loss and weight gradient on a `polar × azimuth` grid.
+fn rank_run<C: Communicator + std::fmt::Debug + 'static>(
+    comm: C,
+    polar: usize,
+    azimuth: usize,
+) -> Result<(f64, Vec<f64>), Error> {
     let field: Vec<f64> = (0..CHANNELS * NLAT * NLON)
         .map(|i| ((i * 37) % 11) as f64 / 11.0 - 0.4)
         .collect();
     let weight = vec![0.5, -1.0, 2.0, 1.5];
-    let per_rank = LocalWorld::new(polar * azimuth)
+    let grid = ProcessGrid::new(comm, polar, azimuth)?;
+    // f64 stays f64: name the dtype (plain `from_data` would cast to the
+    // device's default float).
+    let device = Device::flex().autodiff();
+    let f64_on = (&device, DType::F64);
+    let w =
+        Tensor::<3>::from_data(TensorData::new(weight, [CHANNELS, 1, 1]), f64_on).require_grad();
+    let x = Tensor::<3>::from_data(TensorData::new(field, [CHANNELS, NLAT, NLON]), f64_on);
+    let loss = model(&grid, x, w.clone())?;
+    let value = loss.clone().into_data().try_to_vec::<f64>().unwrap()[0];
+    let grads = loss.backward();
+    let g = w.grad(&grads).expect("the weight has a gradient");
+    Ok((value, g.into_data().try_to_vec::<f64>().unwrap()))
+}
+
+fn main() {
+    // The serial model: one rank, in this process.
+    let (serial_loss, serial_grad) = LocalWorld::new(1)
+        .run(|comm| rank_run(comm, 1, 1))
+        .expect("the serial run")
+        .remove(0);
+    // The distributed one: threads, or one process per rank under mpirun.
+    let per_rank = Launch::new()
+        .threads(4)
         .run(|comm| {
-            let grid = ProcessGrid::new(comm, polar, azimuth)?;
-            // f64 stays f64: name the dtype (plain `from_data` would cast to
-            // the device's default float).
-            let device = Device::flex().autodiff();
-            let f64_on = (&device, DType::F64);
-            let w =
-                Tensor::<3>::from_data(TensorData::new(weight.clone(), [CHANNELS, 1, 1]), f64_on)
-                    .require_grad();
-            let x = Tensor::<3>::from_data(
-                TensorData::new(field.clone(), [CHANNELS, NLAT, NLON]),
-                f64_on,
-            );
-            let loss = model(&grid, x, w.clone())?;
-            let value = loss.clone().into_data().try_to_vec::<f64>().unwrap()[0];
-            let grads = loss.backward();
-            let g = w.grad(&grads).expect("the weight has a gradient");
-            Ok::<_, Error>((value, g.into_data().try_to_vec::<f64>().unwrap()))
+            let n = comm.size();
+            let polar = if n % 2 == 0 { 2 } else { 1 };
+            rank_run(comm, polar, n / polar).map(|r| (n, r))
         })
-        .unwrap_or_else(|e| panic!("{polar}x{azimuth} run failed: {e}"));
+        .unwrap_or_else(|e| panic!("the distributed run failed: {e}"));
     // The loss is replicated: every rank holds the same value and gradient.
     for r in &per_rank {
         assert_eq!(r, &per_rank[0]);
     }
-    per_rank[0].clone()
-}
-
-fn main() {
-    let (serial_loss, serial_grad) = run(1, 1);
-    let (loss, grad) = run(2, 2);
-    println!("loss      serial {serial_loss:.15}  2x2 {loss:.15}");
+    let (n, (loss, grad)) = per_rank[0].clone();
+    let shape = if n % 2 == 0 {
+        format!("2x{}", n / 2)
+    } else {
+        format!("1x{n}")
+    };
+    println!("loss      serial {serial_loss:.15}  {shape} {loss:.15}");
     for (c, (s, d)) in serial_grad.iter().zip(&grad).enumerate() {
-        println!("dL/dw[{c}]  serial {s:+.15}  2x2 {d:+.15}");
+        println!("dL/dw[{c}]  serial {s:+.15}  {shape} {d:+.15}");
     }
     let worst = serial_grad
         .iter()

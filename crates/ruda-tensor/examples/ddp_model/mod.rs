@@ -136,7 +136,7 @@ pub fn train_on_device(
 
 /// One rank's training on its shard of the batch (`shards`: every rank's
 /// rows), gradients summed over `world`.
-fn rank_steps<G: Group>(world: &G, shards: &[usize], steps: usize) -> Result<Vec<Step>, Error> {
+pub fn rank_steps<G: Group>(world: &G, shards: &[usize], steps: usize) -> Result<Vec<Step>, Error> {
     let batch_size: usize = shards.iter().sum();
     let (x, y) = batch(batch_size);
     let me = world.rank();
