@@ -151,7 +151,114 @@ fn run(world: MpiCommunicator) -> Result<usize, String> {
         return Err(format!("desync of tensor operations: {r:?}"));
     }
     passed += 2;
+    passed += issue_18_ops(&coll, &sums)?;
     Ok(passed)
+}
+
+/// Issue 18's operations on MPI: the mean (adjoint identity), the maximum
+/// with a tie (values and the shared gradient), mismatched operators (an
+/// error on every rank), and a send / recv pair with its gradient.
+fn issue_18_ops(
+    coll: &HostCollective<MpiCommunicator>,
+    sums: &MpiCommunicator,
+) -> Result<usize, String> {
+    use burn_tensor::{DType, Device, Tensor};
+    use ruda_tensor::{Group, TensorExt};
+    let (me, n) = (coll.rank(), coll.size());
+    let dev = Device::flex().autodiff();
+    let f64_on = (&dev, DType::F64);
+    // The mean is linear: ⟨A x, w⟩ = ⟨x, Aᵀ w⟩ over the ranks.
+    let x = input(me, 6);
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [2, 3]), f64_on).require_grad();
+    let y = xt
+        .clone()
+        .all_reduce_with(coll, ReduceOp::Avg)
+        .map_err(|e| e.to_string())?;
+    let yv = y
+        .clone()
+        .into_data()
+        .try_to_vec::<f64>()
+        .map_err(|e| format!("{e:?}"))?;
+    let w = input(me + 50, 6);
+    let wt = Tensor::<2>::from_data(TensorData::new(w.clone(), [2, 3]), f64_on);
+    let g = xt.grad(&(y * wt).sum().backward()).expect("a gradient");
+    let gv = g
+        .into_data()
+        .try_to_vec::<f64>()
+        .map_err(|e| format!("{e:?}"))?;
+    let (lhs, rhs) = (sum_all(sums, dot(&yv, &w)), sum_all(sums, dot(&x, &gv)));
+    if (lhs - rhs).abs() > 1e-10 * (1.0 + lhs.abs()) {
+        return Err(format!("avg adjoint identity: {lhs} vs {rhs}"));
+    }
+    // The maximum: ranks 0 and 1 tie at 5 in element 0; element 1 is the
+    // rank itself (the last rank holds it alone).
+    let v = [if me < 2 { 5.0 } else { 1.0 }, me as f64];
+    let xt = Tensor::<1>::from_data(TensorData::new(v.to_vec(), [2]), f64_on).require_grad();
+    let m = xt
+        .clone()
+        .all_reduce_with(coll, ReduceOp::Max)
+        .map_err(|e| e.to_string())?;
+    let mv = m
+        .clone()
+        .into_data()
+        .try_to_vec::<f64>()
+        .map_err(|e| format!("{e:?}"))?;
+    if mv != [5.0, (n - 1) as f64] {
+        return Err(format!("max values {mv:?}"));
+    }
+    let g = xt.grad(&m.sum().backward()).expect("a gradient");
+    let gv = g
+        .into_data()
+        .try_to_vec::<f64>()
+        .map_err(|e| format!("{e:?}"))?;
+    let holders = n.min(2) as f64;
+    let want = [
+        if me < 2 { n as f64 / holders } else { 0.0 },
+        if me == n - 1 { n as f64 } else { 0.0 },
+    ];
+    if gv != want {
+        return Err(format!("max gradient {gv:?}, expected {want:?}"));
+    }
+    // Different operators on different ranks: the same error everywhere.
+    let op = if me == n - 1 {
+        ReduceOp::Min
+    } else {
+        ReduceOp::Max
+    };
+    let r =
+        Tensor::<1>::from_data(TensorData::new(vec![1.0], [1]), f64_on).all_reduce_with(coll, op);
+    if n > 1 && !matches!(r, Err(ruda_tensor::Error::ReduceOpMismatch { .. })) {
+        return Err(format!("mismatched operators: {r:?}"));
+    }
+    // Rank 0 sends to the last rank, which sends the gradient of y·y back.
+    if n > 1 && (me == 0 || me == n - 1) {
+        if me == 0 {
+            let x = Tensor::<1>::from_data(TensorData::new(vec![1.5, -2.0], [2]), f64_on)
+                .require_grad();
+            let receipt = x.clone().send(coll, n - 1).map_err(|e| e.to_string())?;
+            let g = x.grad(&receipt.sum().backward()).expect("a gradient back");
+            let gv = g
+                .into_data()
+                .try_to_vec::<f64>()
+                .map_err(|e| format!("{e:?}"))?;
+            if gv != [3.0, -4.0] {
+                return Err(format!("send gradient {gv:?}"));
+            }
+        } else {
+            let y: Tensor<1> = ruda_tensor::recv(coll, 0, &dev).map_err(|e| e.to_string())?;
+            let yv = y
+                .clone()
+                .into_data()
+                .try_to_vec::<f64>()
+                .map_err(|e| format!("{e:?}"))?;
+            if yv != [1.5, -2.0] {
+                return Err(format!("received {yv:?}"));
+            }
+            let _ = (y.clone() * y).sum().backward();
+        }
+    }
+    coll.barrier().map_err(|e| e.to_string())?;
+    Ok(4)
 }
 
 fn main() {
