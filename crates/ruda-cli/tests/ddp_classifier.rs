@@ -41,8 +41,12 @@ pub fn example_binary() -> PathBuf {
 
 #[test]
 fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
-    if std::env::var_os(ruda_comm::WORLD_SIZE_ENV).is_some() {
-        eprintln!("RUDA_WORLD_SIZE is set: it decides the thread count, so this test cannot");
+    let launched = ruda_comm::MPI_LAUNCHER_ENV
+        .iter()
+        .chain([&ruda_comm::WORLD_SIZE_ENV, &ruda_comm::LAUNCH_ENV])
+        .find(|k| std::env::var_os(k).is_some());
+    if let Some(k) = launched {
+        eprintln!("{k} is set: it decides how the example runs, so this test cannot");
         return;
     }
     // In process: every world size, micro-batches of every kind (more
@@ -84,7 +88,17 @@ fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
 
     // As a program: RUDA_WORLD_SIZE sets the thread count.
     let bin = example_binary();
-    let out = Command::new(&bin)
+    // The child must not think a launcher started it (a test run under
+    // Slurm or mpirun would otherwise switch it to MPI).
+    let command = || {
+        let mut c = Command::new(&bin);
+        for k in ruda_comm::MPI_LAUNCHER_ENV {
+            c.env_remove(k);
+        }
+        c.env_remove(ruda_comm::LAUNCH_ENV);
+        c
+    };
+    let out = command()
         .args(["--steps", "12", "--resume-at", "5", "--quiet"])
         .env(ruda_comm::WORLD_SIZE_ENV, "4")
         .output()
@@ -100,7 +114,7 @@ fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
         "{text}"
     );
     // A bad RUDA_WORLD_SIZE is an error, not a default.
-    let out = Command::new(&bin)
+    let out = command()
         .env(ruda_comm::WORLD_SIZE_ENV, "four")
         .output()
         .unwrap();
@@ -110,10 +124,7 @@ fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
     );
     // Started by mpirun but built without MPI: refused, naming the cause.
     if !cfg!(feature = "mpi") {
-        let out = Command::new(&bin)
-            .env("OMPI_COMM_WORLD_SIZE", "2")
-            .output()
-            .unwrap();
+        let out = command().env("OMPI_COMM_WORLD_SIZE", "2").output().unwrap();
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(

@@ -64,6 +64,22 @@ pub trait DistBackend: Backend {
     /// result passed unchanged to `carrier` (same shape): how an operation
     /// whose value comes from outside autodiff (the extremum of
     /// [`crate::TensorExt::all_reduce_with`]) gets its gradient path.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_autodiff::Autodiff;
+    /// use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps, read_sync};
+    /// use burn_flex::{Flex, FlexDevice};
+    /// use ruda_tensor::DistBackend;
+    /// type Ad = Autodiff<Flex>;
+    /// let x = Ad::float_set_require_grad(Ad::float_from_data(TensorData::new(vec![1.0f32], [1]), &FlexDevice), true);
+    /// let carrier = Ad::float_mul_scalar(x.clone(), 3.0.into());
+    /// let y = Ad::with_value(carrier, Ad::float_from_data(TensorData::new(vec![7.0f32], [1]), &FlexDevice));
+    /// let grads = Ad::backward(Ad::float_sum(y.clone()));
+    /// let value = read_sync(Flex::float_into_data(Ad::inner(y))).unwrap().try_to_vec::<f32>().unwrap();
+    /// let dx = read_sync(Flex::float_into_data(Ad::grad(&x, &grads).unwrap())).unwrap().try_to_vec::<f32>().unwrap();
+    /// assert_eq!((value, dx), (vec![7.0], vec![3.0])); // the value given, the carrier's gradient
+    /// ```
     fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 

@@ -662,6 +662,25 @@ pub enum Error {
 
 /// How the two ranks of a send/receive pair disagree
 /// ([`Error::PointToPoint`]).
+///
+/// # Example
+/// ```
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_tensor::prelude::*;
+/// use ruda_tensor::PairProblem;
+/// let out = LocalWorld::new(2).run_each(|c| {
+///     let g = HostCollective::new(c);
+///     if g.rank() == 0 {
+///         Tensor::<2>::zeros([2, 2], &Device::flex()).send(&g, 1).map(|_| ())
+///     } else {
+///         recv::<1, _>(&g, 0, &Device::flex()).map(|_| ()) // expects 1 dimension
+///     }
+/// });
+/// for r in out {
+///     let e = r.unwrap_err().into_error().unwrap();
+///     assert!(matches!(e, Error::PointToPoint { problem: PairProblem::Rank { sent: 2, expected: 1 }, .. }));
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PairProblem {
     /// The peer's message is not a tensor layer send (another call, or a
@@ -685,9 +704,19 @@ pub enum PairProblem {
     /// The sender's tensor is tracked by autodiff, so its backward pass will
     /// wait for a gradient, but the receiver's device has no autodiff.
     Untracked,
-    /// The sender's tensor has a dtype the tensor layer does not move, or
-    /// more dimensions than a message carries (16).
+    /// The sender's tensor has a dtype the tensor layer does not move, more
+    /// dimensions than a message carries (16), or more bytes than memory
+    /// can hold.
     Unsupported,
+    /// The two backward passes reached this pair's messages in different
+    /// orders: the receiver waits for the gradient of forward message
+    /// `expected`, the sender sends that of `got`.
+    Order {
+        /// The forward message whose gradient the receiver expects.
+        expected: u64,
+        /// The one whose gradient the sender sends.
+        got: u64,
+    },
 }
 
 impl fmt::Display for PairProblem {
@@ -714,7 +743,11 @@ impl fmt::Display for PairProblem {
                 "the sender's tensor is tracked by autodiff but the receiver's device has no autodiff, so no gradient could return",
             ),
             PairProblem::Unsupported => f.write_str(
-                "the sender's tensor has a dtype the tensor layer does not move or more than 16 dimensions",
+                "the sender's tensor has a dtype the tensor layer does not move, more than 16 dimensions or more bytes than memory holds",
+            ),
+            PairProblem::Order { expected, got } => write!(
+                f,
+                "the backward passes reached this pair's messages in different orders (the receiver expects the gradient of message #{expected}, the sender sends that of #{got}): Burn runs backward steps by depth in the graph, so send and receive tensors at matching depths, or one message per pair and step"
             ),
         }
     }

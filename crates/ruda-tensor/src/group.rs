@@ -137,6 +137,21 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Group::gather_rows`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_backend::{TensorData, ops::FloatTensorOps, read_sync};
+    /// use burn_flex::{Flex, FlexDevice};
+    /// use ruda_comm::{LocalWorld, ReduceOp};
+    /// use ruda_tensor::{Group, HostCollective, TensorOp};
+    /// let out = LocalWorld::new(2).run(|c| {
+    ///     let g = HostCollective::new(c);
+    ///     let x = Flex::float_from_data(TensorData::new(vec![g.rank() as f32, 3.0], [2]), &FlexDevice);
+    ///     let y = g.reduce::<Flex>(TensorOp::AllReduceWith, x, ReduceOp::Max)?;
+    ///     Ok::<_, ruda_tensor::Error>(read_sync(Flex::float_into_data(y)).unwrap().try_to_vec::<f32>().unwrap())
+    /// }).unwrap();
+    /// assert_eq!(out[0], vec![1.0, 3.0]);
+    /// ```
     fn reduce<B: Backend>(
         &self,
         op: TensorOp,
@@ -164,12 +179,28 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     /// # Errors
     /// The communicator's errors (a receiver expecting another length
     /// fails on both ranks).
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective};
+    /// let got = LocalWorld::new(2).run(|c| {
+    ///     let g = HostCollective::new(c);
+    ///     let mut w = [0i64; 2];
+    ///     if g.rank() == 0 { g.send_words(&[7, 8], 1)? } else { g.recv_words(&mut w, 0)? }
+    ///     Ok::<_, ruda_tensor::Error>(w)
+    /// }).unwrap();
+    /// assert_eq!(got[1], [7, 8]);
+    /// ```
     fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error>;
 
     /// Receive exactly `words.len()` words from rank `source`.
     ///
     /// # Errors
     /// As [`Group::send_words`].
+    ///
+    /// # Example
+    /// See [`Group::send_words`].
     fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error>;
 
     /// Send a float tensor to rank `dest` (its shape and dtype agreed
@@ -177,6 +208,25 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Group::gather_rows`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_backend::{DType, TensorData, ops::FloatTensorOps, read_sync};
+    /// use burn_flex::{Flex, FlexDevice};
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective, TensorOp};
+    /// let got = LocalWorld::new(2).run(|c| {
+    ///     let g = HostCollective::new(c);
+    ///     if g.rank() == 0 {
+    ///         let x = Flex::float_from_data(TensorData::new(vec![1.0f32, 2.0], [2]), &FlexDevice);
+    ///         g.send_float::<Flex>(TensorOp::Send, x, 1)?;
+    ///         return Ok(Vec::new());
+    ///     }
+    ///     let y = g.recv_float::<Flex>(TensorOp::Recv, &[2], DType::F32, &FlexDevice, 0)?;
+    ///     Ok::<_, ruda_tensor::Error>(read_sync(Flex::float_into_data(y)).unwrap().try_to_vec::<f32>().unwrap())
+    /// }).unwrap();
+    /// assert_eq!(got[1], vec![1.0, 2.0]);
+    /// ```
     fn send_float<B: Backend>(
         &self,
         op: TensorOp,
@@ -189,6 +239,9 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Group::gather_rows`].
+    ///
+    /// # Example
+    /// See [`Group::send_float`].
     fn recv_float<B: Backend>(
         &self,
         op: TensorOp,

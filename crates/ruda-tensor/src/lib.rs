@@ -71,6 +71,7 @@ pub mod primitives;
 #[cfg(feature = "tensor-api")]
 mod reduce_with;
 pub mod replica;
+#[cfg(feature = "tensor-api")]
 mod reshape;
 #[cfg(feature = "tensor-api")]
 mod route;

@@ -53,8 +53,9 @@ pub trait TensorExt: Sized {
     ///
     /// # Errors
     /// As [`TensorExt::all_reduce`]; ranks passing different operators get
-    /// [`Error::ReduceOpMismatch`], a tracked input to `Prod`
-    /// [`Error::NotDifferentiable`], on every rank.
+    /// [`Error::ReduceOpMismatch`] (or [`Error::Desync`] when some pass
+    /// `Sum`, which is [`TensorExt::all_reduce`] itself), a tracked input to
+    /// `Prod` [`Error::NotDifferentiable`], on every rank.
     ///
     /// # Example
     /// ```

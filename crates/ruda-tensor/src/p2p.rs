@@ -9,8 +9,14 @@
 //!
 //! On autodiff the sender's result is an empty *receipt* whose backward
 //! pass receives the gradient, and the receiver's result is a tensor whose
-//! backward pass sends its gradient home: the two backward passes pair up
-//! as the forward calls did, in the other direction.
+//! backward pass sends its gradient home. Each forward message carries a
+//! tag that its gradient carries back, so a backward pass that reaches a
+//! pair's messages in another order than its peer's is an error on both
+//! ranks ([`PairProblem::Order`]), never a gradient delivered to the wrong
+//! tensor. (Burn runs backward steps by their depth in the graph, deepest
+//! first, not in reverse order of creation: two messages between the same
+//! two ranks pair up when both sides' tensors sit at matching depths, e.g.
+//! sent as computed and received into the same computation.)
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -31,8 +37,11 @@ use crate::route::{is_autodiff, routed};
 const MAGIC: i64 = 0x5255_4441_5032_5031;
 /// The most dimensions a header carries.
 const MAX_DIMS: usize = 16;
-/// Header words: marker, call, phase, dtype, tracked, rank, dimensions.
-const HEADER: usize = 6 + MAX_DIMS;
+/// Header words: marker, call, phase, dtype, tracked, rank, tag, dimensions.
+const HEADER: usize = 7 + MAX_DIMS;
+
+/// A process-wide counter naming forward messages ([`PairPlan::tag`]).
+static TAGS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 /// Reply words: marker, problem code, two values.
 const REPLY: usize = 4;
 
@@ -43,6 +52,8 @@ struct PairPlan {
     shape: Vec<usize>,
     dtype: DType,
     tracked: bool,
+    /// The forward message's name, which its gradient carries back.
+    tag: u64,
 }
 
 fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
@@ -53,6 +64,7 @@ fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
         Some(PairProblem::Rank { sent, expected }) => [MAGIC, 3, sent as i64, expected as i64],
         Some(PairProblem::Untracked) => [MAGIC, 4, 0, 0],
         Some(PairProblem::Unsupported) => [MAGIC, 5, 0, 0],
+        Some(PairProblem::Order { expected, got }) => [MAGIC, 6, expected as i64, got as i64],
     }
 }
 
@@ -68,6 +80,10 @@ fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
         },
         (MAGIC, 4) => PairProblem::Untracked,
         (MAGIC, 5) => PairProblem::Unsupported,
+        (MAGIC, 6) => PairProblem::Order {
+            expected: w[2] as u64,
+            got: w[3] as u64,
+        },
         (MAGIC, 1) => PairProblem::NotASend { code: w[2] },
         (code, _) => PairProblem::NotASend { code },
     })
@@ -98,17 +114,19 @@ fn handshake_send<G: Group>(
     shape: &[usize],
     dtype: DType,
     tracked: bool,
+    tag: u64,
 ) -> Result<PairPlan, Error> {
     let mut header = [0i64; HEADER];
-    header[..6].copy_from_slice(&[
+    header[..7].copy_from_slice(&[
         MAGIC,
         TensorOp::Send.code(),
         i64::from(role.backward),
         dtype_code(dtype),
         i64::from(tracked),
         shape.len() as i64,
+        tag as i64,
     ]);
-    for (w, &d) in header[6..].iter_mut().zip(shape) {
+    for (w, &d) in header[7..].iter_mut().zip(shape) {
         *w = d as i64;
     }
     g.send_words(&header, dest)?;
@@ -120,23 +138,37 @@ fn handshake_send<G: Group>(
             shape: shape.to_vec(),
             dtype,
             tracked,
+            tag,
         }),
     }
 }
 
 /// The receiver's half: `ndim` dimensions expected; `autodiff`: whether a
-/// tracked tensor may arrive (its gradient will be sent back).
+/// tracked tensor may arrive (its gradient will be sent back); `expect`:
+/// in a backward pass, the tag of the forward message whose gradient this
+/// is.
 fn handshake_recv<G: Group>(
     g: &G,
     role: Role,
     source: usize,
     ndim: usize,
     autodiff: bool,
+    expect: Option<u64>,
 ) -> Result<PairPlan, Error> {
     let mut h = [0i64; HEADER];
     g.recv_words(&mut h, source)?;
     let sent = h[5].max(0) as usize;
     let dtype = dtype_of(h[3]).filter(|&d| agreement::summable(d));
+    let tag = h[6] as u64;
+    // The message's size, checked before anything is allocated for it.
+    let fits = dtype.is_some_and(|d| {
+        h[7..7 + sent.min(MAX_DIMS)]
+            .iter()
+            .try_fold(d.size(), |a, &x| {
+                usize::try_from(x).ok().and_then(|x| a.checked_mul(x))
+            })
+            .is_some_and(|bytes| bytes <= isize::MAX as usize)
+    });
     let problem = if h[0] != MAGIC || h[1] != TensorOp::Send.code() {
         Some(PairProblem::NotASend {
             code: if h[0] != MAGIC { h[0] } else { h[1] },
@@ -145,8 +177,10 @@ fn handshake_recv<G: Group>(
         Some(PairProblem::Phase {
             sender_backward: h[2] != 0,
         })
-    } else if dtype.is_none() || sent > MAX_DIMS || h[6..].iter().any(|&d| d < 0) {
+    } else if dtype.is_none() || sent > MAX_DIMS || !fits {
         Some(PairProblem::Unsupported)
+    } else if let Some(expected) = expect.filter(|&e| e != tag) {
+        Some(PairProblem::Order { expected, got: tag })
     } else if sent != ndim {
         Some(PairProblem::Rank {
             sent,
@@ -161,9 +195,10 @@ fn handshake_recv<G: Group>(
     match (problem, dtype) {
         (Some(problem), _) => Err(pair_error(role, g.rank(), source, g.rank(), problem)),
         (None, Some(dtype)) => Ok(PairPlan {
-            shape: h[6..6 + sent].iter().map(|&d| d as usize).collect(),
+            shape: h[7..7 + sent].iter().map(|&d| d as usize).collect(),
             dtype,
             tracked: h[4] != 0,
+            tag,
         }),
         (None, None) => unreachable!("an unknown dtype is a problem"),
     }
@@ -174,6 +209,9 @@ fn handshake_recv<G: Group>(
 struct SendTo {
     role: Role,
     dest: usize,
+    /// In a backward pass, the tag of the forward message this gradient
+    /// answers; a forward send takes a new one.
+    tag: Option<u64>,
 }
 
 impl LinearOp for SendTo {
@@ -191,7 +229,10 @@ impl LinearOp for SendTo {
         dtype: DType,
         tracked: bool,
     ) -> Result<PairPlan, Error> {
-        handshake_send(g, self.role, self.dest, shape, dtype, tracked)
+        let tag = self
+            .tag
+            .unwrap_or_else(|| TAGS.fetch_add(1, core::sync::atomic::Ordering::Relaxed));
+        handshake_send(g, self.role, self.dest, shape, dtype, tracked, tag)
     }
 
     fn forward<B: Backend, G: Group>(
@@ -209,10 +250,11 @@ impl LinearOp for SendTo {
         ))
     }
 
-    fn adjoint(&self, _: &PairPlan) -> RecvFrom {
+    fn adjoint(&self, plan: &PairPlan) -> RecvFrom {
         RecvFrom {
             role: self.role.adjoint(),
             source: self.dest,
+            expect: Some(plan.tag),
         }
     }
 }
@@ -222,6 +264,9 @@ impl LinearOp for SendTo {
 struct RecvFrom {
     role: Role,
     source: usize,
+    /// In a backward pass, the tag of the forward message whose gradient
+    /// must arrive.
+    expect: Option<u64>,
 }
 
 impl LinearOp for RecvFrom {
@@ -234,7 +279,7 @@ impl LinearOp for RecvFrom {
 
     fn plan<G: Group>(&self, g: &G, shape: &[usize], _: DType, _: bool) -> Result<PairPlan, Error> {
         // Only the backward pass plans here (a gradient arrives, untracked).
-        handshake_recv(g, self.role, self.source, shape.len(), false)
+        handshake_recv(g, self.role, self.source, shape.len(), false, self.expect)
     }
 
     fn forward<B: Backend, G: Group>(
@@ -247,10 +292,11 @@ impl LinearOp for RecvFrom {
         g.recv_float::<B>(self.role.op, &plan.shape, plan.dtype, &device, self.source)
     }
 
-    fn adjoint(&self, _: &PairPlan) -> SendTo {
+    fn adjoint(&self, plan: &PairPlan) -> SendTo {
         SendTo {
             role: self.role.adjoint(),
             dest: self.source,
+            tag: Some(plan.tag),
         }
     }
 }
@@ -275,6 +321,7 @@ pub(crate) fn send<const D: usize, G: Group>(
     let op = SendTo {
         role: Role::forward(TensorOp::Send),
         dest,
+        tag: None,
     };
     routed!(x, D, burn_tensor::Float, |B, t| apply::<B, _, _>(g, op, t))
 }
@@ -316,12 +363,16 @@ pub fn recv<const D: usize, G: Group>(
 ) -> Result<Tensor<D>, Error> {
     let role = Role::forward(TensorOp::Recv);
     let probe = Tensor::<D>::zeros(receipt_shape(&[1; D]), device);
-    let plan = handshake_recv(group, role, source, D, is_autodiff(&probe))?;
+    let plan = handshake_recv(group, role, source, D, is_autodiff(&probe), None)?;
     let mut placeholder = Tensor::<D>::zeros(receipt_shape(&plan.shape), (device, plan.dtype));
     if plan.tracked {
         placeholder = placeholder.require_grad();
     }
-    let op = RecvFrom { role, source };
+    let op = RecvFrom {
+        role,
+        source,
+        expect: None,
+    };
     routed!(placeholder, D, burn_tensor::Float, |B, t| B::run(
         group,
         op,

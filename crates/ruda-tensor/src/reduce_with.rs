@@ -275,9 +275,17 @@ fn extremum<const D: usize, G: Group>(
     if !tracked {
         return Ok(value);
     }
-    // Where this rank holds the extremum, and how many ranks do.
+    // Where this rank holds the extremum, and how many ranks do (counted
+    // in f32 for half-precision inputs: bf16 holds integers exactly only
+    // up to 256).
+    let dtype = x.dtype();
+    let count_dtype = match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    };
     let hits = value
         .zeros_like()
+        .cast(count_dtype)
         .mask_fill(x.clone().detach().equal(value.clone()), 1.0);
     let holders = routed!(
         hits.clone(),
@@ -285,7 +293,7 @@ fn extremum<const D: usize, G: Group>(
         burn_tensor::Float,
         |B, t| apply::<B, _, _>(g, AllReduce::with_role(role), t)
     )?;
-    let share = hits / holders.clamp_min(1.0);
+    let share = (hits / holders.clamp_min(1.0)).cast(dtype);
     // The gradient path: x · share, whose backward all-reduces the output
     // gradient and multiplies it by the share. Its forward value (NaN where
     // an infinite input meets a zero share) is replaced by the extremum.

@@ -17,7 +17,9 @@ pub(crate) fn sizes(v: &[usize]) -> i64 {
 }
 
 /// The hash of a byte string (its length, then its bytes in 8-byte
-/// little-endian words, the last one zero-padded).
+/// little-endian words, the last one zero-padded). Used by DDP's replica
+/// fingerprints and checkpoints (feature `train`).
+#[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub(crate) fn bytes(b: &[u8]) -> u64 {
     let words: Vec<u64> = core::iter::once(b.len() as u64)
         .chain(b.chunks(8).map(|c| {

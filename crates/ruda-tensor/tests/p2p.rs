@@ -149,10 +149,11 @@ fn a_pair_that_disagrees_fails_on_both_ranks() {
             recv::<1, _>(g, 0, &Device::flex()).map(|_| ())
         }
     }));
-    for e in &e {
+    for (r, e) in e.iter().enumerate() {
+        let op = [TensorOp::Send, TensorOp::Recv][r];
         assert!(
-            matches!(e, Error::PointToPoint { op, problem: PairProblem::Untracked, .. } if *op == TensorOp::Send || *op == TensorOp::Recv),
-            "{e:?}"
+            matches!(e, Error::PointToPoint { op: o, rank, sender: 0, receiver: 1, backward: false, problem: PairProblem::Untracked } if *o == op && *rank == r),
+            "rank {r}: {e:?}"
         );
     }
 }
@@ -222,4 +223,112 @@ fn a_sender_that_skips_the_backward_pass_is_an_error() {
         }
     });
     assert!(matches!(out[1], Ok(true)), "{:?}", out[1]);
+}
+
+/// Two messages between one pair whose backward passes reach them in
+/// different orders: a typed error on both ranks, never a gradient
+/// delivered to the other tensor (both have the same shape).
+#[test]
+fn backward_passes_that_pair_messages_differently_are_an_error() {
+    let out = pair(|g| {
+        let dev = Device::flex().autodiff();
+        if g.rank() == 0 {
+            let x = Tensor::<1>::from_floats([1.0, 2.0], &dev).require_grad();
+            let a = x.clone() * 2.0; // deeper than b in the graph: its step runs first
+            let ra = a.send(g, 1)?;
+            let rb = x.clone().send(g, 1)?;
+            ruda_tensor::try_backward(|| (ra.sum() + rb.sum()).backward()).map(|_| ())
+        } else {
+            let ya: Tensor<1> = recv(g, 0, &dev)?;
+            let yb: Tensor<1> = recv(g, 0, &dev)?;
+            // b's gradient first, in a backward pass of its own.
+            ruda_tensor::try_backward(|| yb.sum().backward())?;
+            ruda_tensor::try_backward(|| ya.sum().backward()).map(|_| ())
+        }
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(
+            matches!(
+                o,
+                Err(RankError::Failed(Error::PointToPoint {
+                    backward: true,
+                    sender: 1,
+                    receiver: 0,
+                    problem: PairProblem::Order { .. },
+                    ..
+                }))
+            ),
+            "rank {r}: {o:?}"
+        );
+    }
+    // The same messages in matching orders deliver each gradient home.
+    let out = pair(|g| {
+        let dev = Device::flex().autodiff();
+        if g.rank() == 0 {
+            let x = Tensor::<1>::from_floats([1.0, 2.0], &dev).require_grad();
+            let y = Tensor::<1>::from_floats([3.0, 4.0], &dev).require_grad();
+            let rx = x.clone().send(g, 1)?;
+            let ry = y.clone().send(g, 1)?;
+            let grads = ruda_tensor::try_backward(|| (rx.sum() + ry.sum()).backward())?;
+            let v = |t: &Tensor<1>| {
+                t.grad(&grads)
+                    .unwrap()
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .unwrap()
+            };
+            Ok((v(&x), v(&y)))
+        } else {
+            let a: Tensor<1> = recv(g, 0, &dev)?;
+            let b: Tensor<1> = recv(g, 0, &dev)?;
+            ruda_tensor::try_backward(|| (a * 10.0 + b * 100.0).sum().backward())?;
+            Ok((Vec::new(), Vec::new()))
+        }
+    });
+    match &out[0] {
+        Ok((gx, gy)) => {
+            assert_eq!(gx, &vec![10.0, 10.0]);
+            assert_eq!(gy, &vec![100.0, 100.0]);
+        }
+        // Burn may reach the two steps in either order: then both ranks say so.
+        Err(RankError::Failed(Error::PointToPoint {
+            problem: PairProblem::Order { .. },
+            ..
+        })) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A receiver in its backward pass meets a forward send: a phase error on
+/// both ranks.
+#[test]
+fn a_forward_send_into_a_backward_receive_is_an_error() {
+    let out = pair(|g| {
+        let dev = Device::flex().autodiff();
+        if g.rank() == 0 {
+            let x = Tensor::<1>::from_floats([1.0, 2.0], &dev).require_grad();
+            let receipt = x.send(g, 1)?;
+            ruda_tensor::try_backward(|| receipt.sum().backward()).map(|_| ())
+        } else {
+            let y: Tensor<1> = recv(g, 0, &dev)?;
+            // Sends forward instead of running its backward pass.
+            y.detach().send(g, 0).map(|_| ())
+        }
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(
+            matches!(
+                o,
+                Err(RankError::Failed(Error::PointToPoint {
+                    sender: 1,
+                    receiver: 0,
+                    problem: PairProblem::Phase {
+                        sender_backward: false
+                    },
+                    ..
+                }))
+            ),
+            "rank {r}: {o:?}"
+        );
+    }
 }

@@ -219,6 +219,7 @@ fn run_case(
                     }
                     assert_eq!(got.len(), out[r].0.len(), "{ctx}, rank {r}: length");
                     if tracked {
+                        assert_eq!(gx.len(), grad[r].len(), "{ctx}, rank {r}: gradient length");
                         for (i, (a, b)) in gx.iter().zip(&grad[r]).enumerate() {
                             assert!(
                                 (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
@@ -383,6 +384,29 @@ fn infinities_and_nan() {
         assert_eq!(out[0].1, vec![2.0, 0.0, 2.0], "{group}: rank 0's gradient");
         assert_eq!(out[1].1, vec![0.0, 2.0, 0.0], "{group}: rank 1's gradient");
     }
+    // Every rank NaN: the result is NaN and no rank gets a gradient; the
+    // minimum of -inf keeps its value and its gradient.
+    let out = LocalWorld::new(3)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let v = [f32::NAN, [f32::NEG_INFINITY, 0.0, 5.0][g.rank()]];
+            let x = Tensor::<1>::from_floats(v, &Device::flex().autodiff()).require_grad();
+            let y = x.clone().all_reduce_with(&g, ReduceOp::Min)?;
+            let vals = y.clone().into_data().try_to_vec::<f32>().unwrap();
+            let grads = y.sum().backward();
+            let gx = x
+                .grad(&grads)
+                .unwrap()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            Ok::<_, Error>((vals, gx))
+        })
+        .unwrap();
+    for (r, (vals, gx)) in out.iter().enumerate() {
+        assert!(vals[0].is_nan() && vals[1] == f32::NEG_INFINITY, "{vals:?}");
+        assert_eq!(gx, &vec![0.0, if r == 0 { 3.0 } else { 0.0 }], "rank {r}");
+    }
 }
 
 /// The host-staged and the device-resident group give the same bits for
@@ -443,6 +467,19 @@ fn mismatches_are_typed_errors_on_every_rank() {
             "rank {r}: {e:?}"
         );
         assert!(e.to_string().contains("rank 2 reduces with min"), "{e}");
+    }
+    // Sum is `all_reduce` itself: against another operator, a desync.
+    let e = errors(world(2).run_each(|c| {
+        let g = HostCollective::new(c);
+        let op = if g.rank() == 0 {
+            ReduceOp::Sum
+        } else {
+            ReduceOp::Max
+        };
+        Tensor::<1>::from_floats([1.0], &Device::flex()).all_reduce_with(&g, op)
+    }));
+    for e in &e {
+        assert!(matches!(e, Error::Desync { offender: 1, .. }), "{e:?}");
     }
     // The product of a tracked input, on rank 1 only: refused everywhere.
     let e = errors(world(2).run_each(|c| {

@@ -46,6 +46,13 @@ impl From<crate::MpiCommunicator> for AnyCommunicator {
 
 impl AnyCommunicator {
     /// The transport's name: `"local"` or `"mpi"`.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{AnyCommunicator, LocalWorld};
+    /// let names = LocalWorld::new(1).run(|c| Ok::<_, ()>(AnyCommunicator::from(c).transport())).unwrap();
+    /// assert_eq!(names, vec!["local"]);
+    /// ```
     pub fn transport(&self) -> &'static str {
         match self {
             AnyCommunicator::Local(_) => "local",

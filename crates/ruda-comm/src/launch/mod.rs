@@ -17,9 +17,19 @@ use crate::{CommError, LocalWorld, RankError, WorldError};
 pub const WORLD_SIZE_ENV: &str = "RUDA_WORLD_SIZE";
 
 /// Variables MPI launchers set in every process they start: Open MPI's
-/// `mpirun`, the PMI of MPICH/Intel MPI (Hydra), and PMIx (Slurm's
-/// `srun --mpi=pmix`, recent Open MPI).
-pub const MPI_LAUNCHER_ENV: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
+/// `mpirun`, the PMI of MPICH/Intel MPI (Hydra), PMIx (Slurm's
+/// `srun --mpi=pmix`, recent Open MPI) and MVAPICH's `mpirun_rsh`.
+pub const MPI_LAUNCHER_ENV: [&str; 4] = [
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "MV2_COMM_WORLD_SIZE",
+];
+
+/// The variable that decides the mode outright: `RUDA_LAUNCH=threads` (for a
+/// program started under a launcher that is not meant to be an MPI job,
+/// such as a Slurm step with `MpiDefault=pmix`) or `RUDA_LAUNCH=mpi`.
+pub const LAUNCH_ENV: &str = "RUDA_LAUNCH";
 
 /// How [`Launch::run`] will run the ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +75,11 @@ pub enum LaunchError<E> {
         /// The value found.
         value: String,
     },
+    /// [`LAUNCH_ENV`] is set to something other than `threads` or `mpi`.
+    Mode {
+        /// The value found.
+        value: String,
+    },
     /// An MPI launcher started this program, but it was built without
     /// feature `mpi`: running on threads instead would start one
     /// independent world per process, each thinking it is the whole job.
@@ -84,6 +99,10 @@ impl<E: fmt::Display> fmt::Display for LaunchError<E> {
                 f,
                 "{WORLD_SIZE_ENV} must be a positive number of ranks, found {value:?}"
             ),
+            LaunchError::Mode { value } => write!(
+                f,
+                "{LAUNCH_ENV} must be `threads` or `mpi`, found {value:?}"
+            ),
             LaunchError::NoMpi { variable } => write!(
                 f,
                 "started by an MPI launcher ({variable} is set), but this program was built without ruda's `mpi` feature"
@@ -97,6 +116,13 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for LaunchError<E> {}
 
 impl<E> LaunchError<E> {
     /// The rank's error, if the failure is one the rank function returned.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{LaunchError, RankError};
+    /// let e: LaunchError<&str> = LaunchError::Rank { rank: 1, error: RankError::Failed("no data") };
+    /// assert_eq!(e.into_error(), Some("no data"));
+    /// ```
     pub fn into_error(self) -> Option<E> {
         match self {
             LaunchError::Rank { error, .. } => error.into_error(),
@@ -110,10 +136,16 @@ impl<E> LaunchError<E> {
 /// gets an [`AnyCommunicator`] either way, so training code is written
 /// once.
 ///
-/// Which one, in order: an MPI launcher's variables ([`MPI_LAUNCHER_ENV`])
-/// mean one rank per process (the job's size is the launcher's `-n`);
-/// otherwise [`WORLD_SIZE_ENV`] threads if set, else the count given to
+/// Which one, in order: [`LAUNCH_ENV`] when set (`threads` or `mpi`); an
+/// MPI launcher's variables ([`MPI_LAUNCHER_ENV`]) mean one rank per
+/// process (the job's size is the launcher's `-n`); otherwise
+/// [`WORLD_SIZE_ENV`] threads if set, else the count given to
 /// [`Launch::threads`], else 1.
+///
+/// Under MPI a rank whose function fails (an error or a panic) prints its
+/// error and ends the job (`MPI_Abort`, exit code 1): its peers would
+/// otherwise wait for it until their deadline. With threads its peers learn
+/// of it at once and [`Launch::run`] returns it.
 ///
 /// # Example
 /// ```
@@ -138,12 +170,18 @@ pub struct Launch {
 
 impl Launch {
     /// A launch with the defaults (see [`Launch`]).
+    ///
+    /// # Example
+    /// See [`Launch`].
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The number of thread ranks when neither an MPI launcher nor
     /// [`WORLD_SIZE_ENV`] says otherwise.
+    ///
+    /// # Example
+    /// See [`Launch`].
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -151,6 +189,13 @@ impl Launch {
 
     /// The deadline of every wait, on either transport (default:
     /// `RUDA_TIMEOUT_SECS`, else [`crate::DEFAULT_TIMEOUT`]).
+    ///
+    /// # Example
+    /// ```
+    /// use std::time::Duration;
+    /// let launch = ruda_comm::Launch::new().threads(2).timeout(Duration::from_secs(30));
+    /// # let _ = launch;
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -159,7 +204,18 @@ impl Launch {
     /// How [`Launch::run`] will run, read from the environment now.
     ///
     /// # Errors
-    /// [`LaunchError::WorldSize`] for a bad [`WORLD_SIZE_ENV`] or 0 threads.
+    /// [`LaunchError::WorldSize`] for a bad [`WORLD_SIZE_ENV`] or 0 threads;
+    /// [`LaunchError::Mode`] for a bad [`LAUNCH_ENV`].
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::{Launch, LaunchMode};
+    /// # if std::env::var_os("RUDA_WORLD_SIZE").is_none() && std::env::var_os("RUDA_LAUNCH").is_none()
+    /// #     && ruda_comm::MPI_LAUNCHER_ENV.iter().all(|k| std::env::var_os(k).is_none()) {
+    /// let mode = Launch::new().threads(2).mode::<String>().unwrap();
+    /// assert_eq!(mode, LaunchMode::Threads(2)); // no launcher, no RUDA_WORLD_SIZE
+    /// # }
+    /// ```
     pub fn mode<E>(&self) -> Result<LaunchMode, LaunchError<E>> {
         mode_in(&self.threads, |k| std::env::var(k).ok())
     }
@@ -170,13 +226,17 @@ impl Launch {
     ///
     /// # Errors
     /// [`LaunchError::Rank`] when a rank's function returns an error or
-    /// panics; the mode's errors ([`Launch::mode`]); [`LaunchError::NoMpi`]
-    /// under an MPI launcher without feature `mpi`; [`LaunchError::Mpi`]
-    /// when MPI fails to start.
+    /// panics (with threads; under MPI the job ends, see [`Launch`]); the
+    /// mode's errors ([`Launch::mode`]); [`LaunchError::NoMpi`] under an MPI
+    /// launcher without feature `mpi`; [`LaunchError::Mpi`] when MPI fails
+    /// to start.
+    ///
+    /// # Example
+    /// See [`Launch`].
     pub fn run<R, E, F>(&self, f: F) -> Result<Vec<R>, LaunchError<E>>
     where
         R: Send,
-        E: Send,
+        E: Send + fmt::Display,
         F: Fn(AnyCommunicator) -> Result<R, E> + Sync,
     {
         match self.mode()? {
@@ -207,6 +267,7 @@ impl Launch {
     #[cfg(feature = "mpi")]
     fn run_mpi<R, E, F>(&self, _: &'static str, f: F) -> Result<Vec<R>, LaunchError<E>>
     where
+        E: fmt::Display,
         F: Fn(AnyCommunicator) -> Result<R, E> + Sync,
     {
         use crate::Communicator;
@@ -220,18 +281,23 @@ impl Launch {
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             f(AnyCommunicator::from(comm))
         }));
+        let failure = match out {
+            Ok(Ok(r)) => {
+                drop(mpi);
+                return Ok(vec![r]);
+            }
+            Ok(Err(e)) => RankError::Failed(e),
+            Err(payload) => RankError::Panicked(panic_message(payload.as_ref())),
+        };
+        // Peers still in calls would wait for this rank until their
+        // deadline: say why, and end the job.
+        eprintln!("ruda: rank {rank} of the MPI job failed: {failure}; aborting the job");
+        mpi.abort_job(1);
         drop(mpi);
-        match out {
-            Ok(Ok(r)) => Ok(vec![r]),
-            Ok(Err(e)) => Err(LaunchError::Rank {
-                rank,
-                error: RankError::Failed(e),
-            }),
-            Err(payload) => Err(LaunchError::Rank {
-                rank,
-                error: RankError::Panicked(panic_message(payload.as_ref())),
-            }),
-        }
+        Err(LaunchError::Rank {
+            rank,
+            error: failure,
+        })
     }
 }
 
@@ -249,8 +315,23 @@ fn mode_in<E>(
     threads: &Option<usize>,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<LaunchMode, LaunchError<E>> {
-    if let Some(variable) = MPI_LAUNCHER_ENV.into_iter().find(|k| var(k).is_some()) {
-        return Ok(LaunchMode::Mpi { variable });
+    match var(LAUNCH_ENV).as_deref().map(str::trim) {
+        Some("mpi") => {
+            return Ok(LaunchMode::Mpi {
+                variable: LAUNCH_ENV,
+            });
+        }
+        Some("threads") => {}
+        Some(other) => {
+            return Err(LaunchError::Mode {
+                value: other.into(),
+            });
+        }
+        None => {
+            if let Some(variable) = MPI_LAUNCHER_ENV.into_iter().find(|k| var(k).is_some()) {
+                return Ok(LaunchMode::Mpi { variable });
+            }
+        }
     }
     let n = match var(WORLD_SIZE_ENV) {
         Some(v) => match v.trim().parse::<usize>() {

@@ -314,6 +314,15 @@ impl MpiWorld {
     }
 }
 
+impl MpiWorld {
+    /// End the whole MPI job now with exit code `code` (`MPI_Abort`), for
+    /// a rank that cannot go on: its peers would otherwise wait for it until
+    /// their deadline.
+    pub(crate) fn abort_job(&self, code: i32) {
+        super::abort::abort_job(code);
+    }
+}
+
 impl Drop for MpiWorld {
     fn drop(&mut self) {
         self.settle();
