@@ -119,8 +119,8 @@ enum Command {
 enum BenchTarget {
     /// Time the spherical harmonic transform (forward + inverse) serially
     /// and on process grids of threads, with the share of time spent in
-    /// communication and, with --torch-harmonics, torch-harmonics on the
-    /// same machine in the same run.
+    /// communication and, with --torch-harmonics and --ducc0, those
+    /// libraries on the same machine in the same run.
     Sht(ShtArgs),
 }
 
@@ -148,6 +148,10 @@ struct ShtArgs {
     /// Also time torch-harmonics 0.9.3 with this Python interpreter.
     #[arg(long, value_name = "PYTHON")]
     torch_harmonics: Option<PathBuf>,
+    /// Also time ducc0 (analysis_2d + synthesis_2d) with this Python
+    /// interpreter.
+    #[arg(long, value_name = "PYTHON")]
+    ducc0: Option<PathBuf>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -210,11 +214,17 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(python) = &args.torch_harmonics
-        && let Err(e) = sht_bench::add_torch_harmonics(&cfg, python, &mut rows)
-    {
-        eprintln!("ruda bench sht: {e}");
-        return ExitCode::FAILURE;
+    let anchors = [
+        (sht_bench::Anchor::TorchHarmonics, &args.torch_harmonics),
+        (sht_bench::Anchor::Ducc0, &args.ducc0),
+    ];
+    for (anchor, python) in anchors {
+        if let Some(python) = python
+            && let Err(e) = sht_bench::add_anchor(&cfg, anchor, python, &mut rows)
+        {
+            eprintln!("ruda bench sht: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     let written = if args.json {
         serde_json::to_writer_pretty(&mut *out, &rows)

@@ -25,6 +25,36 @@ use crate::timed_comm::TimedComm;
 /// The torch-harmonics timing script (run with `--torch-harmonics PYTHON`).
 pub const TORCH_HARMONICS_SCRIPT: &str = include_str!("../scripts/sht_bench_torch_harmonics.py");
 
+/// The ducc0 timing script (run with `--ducc0 PYTHON`).
+pub const DUCC0_SCRIPT: &str = include_str!("../scripts/sht_bench_ducc0.py");
+
+/// A reference implementation timed beside ruda-sphere in the same run, by
+/// a Python script given an interpreter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Anchor {
+    /// torch-harmonics 0.9.3 (the conventions' reference).
+    TorchHarmonics,
+    /// ducc0 (the fastest CPU transform).
+    Ducc0,
+}
+
+impl Anchor {
+    /// The name its rows carry in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Anchor::TorchHarmonics => "torch-harmonics",
+            Anchor::Ducc0 => "ducc0",
+        }
+    }
+
+    fn script(self) -> &'static str {
+        match self {
+            Anchor::TorchHarmonics => TORCH_HARMONICS_SCRIPT,
+            Anchor::Ducc0 => DUCC0_SCRIPT,
+        }
+    }
+}
+
 /// What to time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShtBenchConfig {
@@ -92,6 +122,8 @@ pub struct ShtRow {
     pub vs_serial: f64,
     /// torch-harmonics' time divided by this time (when it ran).
     pub vs_torch_harmonics: Option<f64>,
+    /// ducc0's time divided by this time (when it ran).
+    pub vs_ducc0: Option<f64>,
     /// Largest `|isht(sht(x)) − x|` relative to `max |x|` for a band-limited
     /// field (`None` for torch-harmonics).
     pub round_trip_err: Option<f64>,
@@ -121,9 +153,14 @@ pub enum ShtBenchError {
     /// A grid or size that cannot be benchmarked.
     #[error("{0}")]
     Config(#[from] SphereError),
-    /// The torch-harmonics script failed.
-    #[error("torch-harmonics script: {0}")]
-    TorchHarmonics(String),
+    /// An anchor's script failed (`name`: `torch-harmonics` or `ducc0`).
+    #[error("{name} script: {message}")]
+    Anchor {
+        /// The anchor.
+        name: &'static str,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 fn dtype_name(d: DType) -> &'static str {
@@ -368,6 +405,7 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     comm_share,
                     vs_serial: serial / time_ms,
                     vs_torch_harmonics: None,
+                    vs_ducc0: None,
                     round_trip_err: Some(rel),
                     wrong: rel.is_nan() || rel > tolerance(dtype),
                 });
@@ -378,9 +416,9 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
     Ok(rows)
 }
 
-/// One timing from the torch-harmonics script.
+/// One timing from an anchor's script.
 #[derive(Debug, Deserialize)]
-struct TorchTiming {
+struct AnchorTiming {
     nlat: usize,
     nlon: usize,
     lmax: usize,
@@ -393,16 +431,39 @@ struct TorchTiming {
 /// and iterations, and add its rows (and the ratios against it).
 ///
 /// # Errors
-/// [`ShtBenchError::TorchHarmonics`] when the script cannot run or its
-/// output cannot be read.
+/// As [`add_anchor`].
 pub fn add_torch_harmonics(
     cfg: &ShtBenchConfig,
     python: &Path,
     rows: &mut Vec<ShtRow>,
 ) -> Result<(), ShtBenchError> {
-    let script = std::env::temp_dir().join(format!("ruda-sht-bench-{}.py", std::process::id()));
-    std::fs::write(&script, TORCH_HARMONICS_SCRIPT)
-        .map_err(|e| ShtBenchError::TorchHarmonics(format!("writing {}: {e}", script.display())))?;
+    add_anchor(cfg, Anchor::TorchHarmonics, python, rows)
+}
+
+/// Time `anchor` with `python` on the same sizes, types, channels and
+/// iterations, with as many threads as this machine has cores, and add
+/// its rows (and every row's ratio against it).
+///
+/// # Errors
+/// [`ShtBenchError::Anchor`] when the script cannot run or its output
+/// cannot be read.
+pub fn add_anchor(
+    cfg: &ShtBenchConfig,
+    anchor: Anchor,
+    python: &Path,
+    rows: &mut Vec<ShtRow>,
+) -> Result<(), ShtBenchError> {
+    let fail = |message: String| ShtBenchError::Anchor {
+        name: anchor.name(),
+        message,
+    };
+    let script = std::env::temp_dir().join(format!(
+        "ruda-sht-bench-{}-{}.py",
+        anchor.name(),
+        std::process::id()
+    ));
+    std::fs::write(&script, anchor.script())
+        .map_err(|e| fail(format!("writing {}: {e}", script.display())))?;
     let sizes: Vec<String> = cfg.sizes.iter().map(|(h, w)| format!("{h}x{w}")).collect();
     let dtypes: Vec<&str> = cfg.dtypes.iter().map(|&d| dtype_name(d)).collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
@@ -416,19 +477,17 @@ pub fn add_torch_harmonics(
         .args(["--threads", &threads.to_string()])
         .output();
     let _ = std::fs::remove_file(&script);
-    let out = out.map_err(|e| {
-        ShtBenchError::TorchHarmonics(format!("starting {}: {e}", python.display()))
-    })?;
+    let out = out.map_err(|e| fail(format!("starting {}: {e}", python.display())))?;
     if !out.status.success() {
-        return Err(ShtBenchError::TorchHarmonics(format!(
+        return Err(fail(format!(
             "{} exited with {}: {}",
             python.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    let timings: Vec<TorchTiming> = serde_json::from_slice(&out.stdout)
-        .map_err(|e| ShtBenchError::TorchHarmonics(format!("reading its output: {e}")))?;
+    let timings: Vec<AnchorTiming> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| fail(format!("reading its output: {e}")))?;
     for t in timings {
         let key = |r: &ShtRow| r.nlat == t.nlat && r.nlon == t.nlon && r.dtype == t.dtype;
         let serial = rows
@@ -436,10 +495,28 @@ pub fn add_torch_harmonics(
             .find(|r| key(r) && r.run == "serial")
             .map_or(f64::NAN, |r| r.time_ms);
         for r in rows.iter_mut().filter(|r| key(r)) {
-            r.vs_torch_harmonics = Some(t.ms / r.time_ms);
+            let ratio = Some(t.ms / r.time_ms);
+            match anchor {
+                Anchor::TorchHarmonics => r.vs_torch_harmonics = ratio,
+                Anchor::Ducc0 => r.vs_ducc0 = ratio,
+            }
         }
         let at = rows.iter().rposition(key).map_or(rows.len(), |i| i + 1);
         let dtype = if t.dtype == "f32" { "f32" } else { "f64" };
+        // The anchor's own row: its ratio to itself is 1, its ratio to an
+        // anchor timed earlier is filled in here, to one timed later then.
+        let other_name = match anchor {
+            Anchor::TorchHarmonics => Anchor::Ducc0.name(),
+            Anchor::Ducc0 => Anchor::TorchHarmonics.name(),
+        };
+        let other = rows
+            .iter()
+            .find(|r| key(r) && r.run == other_name)
+            .map(|r| r.time_ms / t.ms);
+        let (vs_th, vs_ducc0) = match anchor {
+            Anchor::TorchHarmonics => (Some(1.0), other),
+            Anchor::Ducc0 => (other, Some(1.0)),
+        };
         rows.insert(
             at,
             ShtRow {
@@ -447,12 +524,13 @@ pub fn add_torch_harmonics(
                 nlon: t.nlon,
                 lmax: t.lmax,
                 dtype,
-                run: "torch-harmonics".into(),
+                run: anchor.name().into(),
                 ranks: t.threads,
                 time_ms: t.ms,
                 comm_share: 0.0,
                 vs_serial: serial / t.ms,
-                vs_torch_harmonics: Some(1.0),
+                vs_torch_harmonics: vs_th,
+                vs_ducc0,
                 round_trip_err: None,
                 wrong: false,
             },
@@ -477,7 +555,7 @@ pub fn print_table(
     )?;
     writeln!(
         out,
-        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>10}",
+        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>9} {:>10}",
         "grid",
         "lmax",
         "dtype",
@@ -487,12 +565,13 @@ pub fn print_table(
         "comm %",
         "vs serial",
         "vs th",
+        "vs ducc0",
         "round trip"
     )?;
     for r in rows {
         writeln!(
             out,
-            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>10}",
+            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>9} {:>10}",
             format!("{}x{}", r.nlat, r.nlon),
             r.lmax,
             r.dtype,
@@ -503,6 +582,7 @@ pub fn print_table(
             r.vs_serial,
             r.vs_torch_harmonics
                 .map_or("-".into(), |v| format!("{v:.2}")),
+            r.vs_ducc0.map_or("-".into(), |v| format!("{v:.2}")),
             match (r.round_trip_err, r.wrong) {
                 (None, _) => "-".into(),
                 (Some(e), false) => format!("{e:.1e}"),
@@ -512,6 +592,6 @@ pub fn print_table(
     }
     writeln!(
         out,
-        "# vs serial, vs th: the serial ruda-sphere time, torch-harmonics' time, divided by this row's (above 1: this row is faster)"
+        "# vs serial, vs th, vs ducc0: the serial ruda-sphere time, torch-harmonics' time, ducc0's time, divided by this row's (above 1: this row is faster)"
     )
 }

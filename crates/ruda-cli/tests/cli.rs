@@ -164,6 +164,23 @@ fn bench_sht_times_and_checks_every_configuration() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("torch-harmonics script"));
+    // The same for --ducc0.
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--sizes",
+        "9x16",
+        "--dtype",
+        "f64",
+        "--grids",
+        "1x1",
+        "--iters",
+        "1",
+        "--ducc0",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ducc0 script"));
 }
 
 #[test]

@@ -302,10 +302,13 @@ fn sizeable(s: Step) -> bool {
 }
 
 /// An identity whose backward pass panics on one rank: a fault inside
-/// Burn's backward, injected through ruda's own extension point.
+/// Burn's backward, injected through ruda's own extension point. The
+/// forward is disarmed (`panic_on: None`) and hands `armed` to its adjoint,
+/// so the panic happens in the backward pass, not before it.
 #[derive(Clone, Debug)]
 struct Tripwire {
     panic_on: Option<usize>,
+    armed: Option<usize>,
 }
 
 impl LinearOp for Tripwire {
@@ -336,7 +339,8 @@ impl LinearOp for Tripwire {
     }
     fn adjoint(&self, _: &()) -> Tripwire {
         Tripwire {
-            panic_on: self.panic_on,
+            panic_on: self.armed,
+            armed: None,
         }
     }
 }
@@ -542,7 +546,11 @@ fn routed_tripwire<G: Group>(
     let t = x
         .try_into_primitive::<Ad>()
         .expect("an Autodiff<Flex> tensor");
-    let y = apply::<Ad, G, Tripwire>(g, Tripwire { panic_on }, t)?;
+    let wire = Tripwire {
+        panic_on: None,
+        armed: panic_on,
+    };
+    let y = apply::<Ad, G, Tripwire>(g, wire, t)?;
     Ok(Tensor::from_primitive::<Ad>(y))
 }
 
@@ -565,9 +573,14 @@ fn group_size(prog: &Program, step: Step) -> usize {
     }
 }
 
-/// Whether world rank `r`'s outcome is one the fault allows. `Err` names
-/// the violation.
-fn judge_rank(prog: &Program, r: usize, o: &Result<Outcome, String>) -> Result<(), String> {
+/// Whether world rank `r`'s outcome is one the fault allows (`mpi`: the
+/// ranks are MPI processes). `Err` names the violation.
+fn judge_rank(
+    prog: &Program,
+    r: usize,
+    o: &Result<Outcome, String>,
+    mpi: bool,
+) -> Result<(), String> {
     let peer_failed = |e: &Error, panicked: bool| match e {
         Error::Comm(CommError::PeerFailure { cause, .. }) => {
             (*cause == PeerFailureCause::Panicked) == panicked
@@ -586,7 +599,13 @@ fn judge_rank(prog: &Program, r: usize, o: &Result<Outcome, String>) -> Result<(
                 Fault::None => false,
                 // The panicking rank's peers learn at once; those that
                 // wait on a peer which then returns learn of that one.
-                Fault::Panic { .. } => matches!(e, Error::Comm(CommError::PeerFailure { .. })),
+                // MPI has no such notice: the panicking process aborts the
+                // job, and a peer whose deadline passes before the abort
+                // reaches it reports the timeout.
+                Fault::Panic { .. } => {
+                    matches!(e, Error::Comm(CommError::PeerFailure { .. }))
+                        || (mpi && matches!(e, Error::Comm(CommError::Timeout { .. })))
+                }
                 Fault::Late { rank, .. } if rank == r => true,
                 Fault::Late { .. } => {
                     matches!(e, Error::Comm(CommError::Timeout { .. })) || peer_failed(e, false)
@@ -611,7 +630,7 @@ fn judge_rank(prog: &Program, r: usize, o: &Result<Outcome, String>) -> Result<(
 /// whole is consistent.
 fn judge(prog: &Program, outcomes: &[Result<Outcome, String>]) -> Result<(), String> {
     for (r, o) in outcomes.iter().enumerate() {
-        judge_rank(prog, r, o)?;
+        judge_rank(prog, r, o, false)?;
     }
     match prog.fault {
         Fault::None => {
@@ -784,7 +803,7 @@ fn mpi_main(a: &Args) -> std::process::ExitCode {
         *rank %= n;
     }
     let out = run_rank(world, &prog, a.timeout);
-    let verdict = judge_rank(&prog, me, &Ok(out.clone()));
+    let verdict = judge_rank(&prog, me, &Ok(out.clone()), true);
     match (&out, verdict) {
         (_, Err(why)) => println!("rank {me}: VIOLATION {why} ({prog})"),
         (Ok(_), Ok(())) => println!("rank {me}: ok ({})", prog.fault.kind()),
