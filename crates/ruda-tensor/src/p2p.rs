@@ -31,7 +31,7 @@ use crate::error::{Error, PairProblem, TensorOp};
 use crate::group::Group;
 use crate::linear_op::{LinearOp, Role};
 use crate::ops::apply;
-use crate::route::{is_autodiff, routed};
+use crate::route::routed;
 
 /// The first word of every handshake message ("RUDA-P2P").
 const MAGIC: i64 = 0x5255_4441_5032_5031;
@@ -362,8 +362,7 @@ pub fn recv<const D: usize, G: Group>(
     device: &burn_tensor::Device,
 ) -> Result<Tensor<D>, Error> {
     let role = Role::forward(TensorOp::Recv);
-    let probe = Tensor::<D>::zeros(receipt_shape(&[1; D]), device);
-    let plan = handshake_recv(group, role, source, D, is_autodiff(&probe), None)?;
+    let plan = handshake_recv(group, role, source, D, device.is_autodiff(), None)?;
     let mut placeholder = Tensor::<D>::zeros(receipt_shape(&plan.shape), (device, plan.dtype));
     if plan.tracked {
         placeholder = placeholder.require_grad();

@@ -44,11 +44,6 @@ pub(crate) fn mode(ctx: &DispatchAutodiffContext) -> Mode {
     }
 }
 
-/// Whether `x` lives on an autodiff device.
-pub(crate) fn is_autodiff<const D: usize>(x: &burn_tensor::Tensor<D>) -> bool {
-    mode(&x.clone().into_dispatch().autodiff) != Mode::Plain
-}
-
 pub(crate) fn unsupported(e: burn_tensor::PrimitiveConversionError) -> Error {
     Error::UnsupportedTensor {
         message: format!("{e:?}"),

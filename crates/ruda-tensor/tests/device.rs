@@ -43,9 +43,12 @@ enum Case {
     SeedReduceScatter,
     SeedAllToAll,
     RankSlice,
+    AllReduceAvg,
+    AllReduceMax,
+    ReduceScatterMin,
 }
 
-const CASES: [Case; 19] = [
+const CASES: [Case; 22] = [
     Case::AllReduce,
     Case::AllGather0,
     Case::AllGather1,
@@ -65,6 +68,9 @@ const CASES: [Case; 19] = [
     Case::SeedReduceScatter,
     Case::SeedAllToAll,
     Case::RankSlice,
+    Case::AllReduceAvg,
+    Case::AllReduceMax,
+    Case::ReduceScatterMin,
 ];
 
 const COLS: usize = 8;
@@ -74,7 +80,9 @@ impl Case {
     fn rows(self, r: usize, n: usize) -> usize {
         match self {
             Case::AllGather0 | Case::GatherFromCopyTo => 1 + r % 3, // uneven
-            Case::ReduceScatter0 | Case::ReduceFromScatterTo => 2 * n + 1, // uneven chunks
+            Case::ReduceScatter0 | Case::ReduceFromScatterTo | Case::ReduceScatterMin => {
+                2 * n + 1 // uneven chunks
+            }
             Case::AllToAll => (0..n).map(|p| (r + p) % 3).sum(),
             Case::HaloReduce => 5,
             Case::SeedReduceScatter | Case::SeedAllToAll | Case::RankSlice => 2 * n,
@@ -113,6 +121,9 @@ impl Case {
             Case::SeedReduceScatter => replica::reduce_scatter(x, g, n),
             Case::SeedAllToAll => replica::all_to_all(x, g),
             Case::RankSlice => replica::rank_slice(x, g),
+            Case::AllReduceAvg => x.all_reduce_with(g, ruda_comm::ReduceOp::Avg),
+            Case::AllReduceMax => x.all_reduce_with(g, ruda_comm::ReduceOp::Max),
+            Case::ReduceScatterMin => x.reduce_scatter_with(g, 0, ruda_comm::ReduceOp::Min),
         }
     }
 }
