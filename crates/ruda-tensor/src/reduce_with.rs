@@ -287,12 +287,15 @@ fn extremum<const D: usize, G: Group>(
         .zeros_like()
         .cast(count_dtype)
         .mask_fill(x.clone().detach().equal(value.clone()), 1.0);
-    let holders = routed!(
-        hits.clone(),
-        D,
-        burn_tensor::Float,
-        |B, t| apply::<B, _, _>(g, AllReduce::with_role(role), t)
-    )?;
+    // The ranks agreed on the shape and dtype for the value's reduction
+    // just above: the count needs no agreement of its own.
+    let holders = routed!(hits.clone(), D, burn_tensor::Float, |B, t| {
+        if g.size() == 1 {
+            Ok(t)
+        } else {
+            g.sum::<B>(role.op, t).map_err(|e| e.in_call(role))
+        }
+    })?;
     let share = (hits / holders.clamp_min(1.0)).cast(dtype);
     // The gradient path: x · share, whose backward all-reduces the output
     // gradient and multiplies it by the share. Its forward value (NaN where

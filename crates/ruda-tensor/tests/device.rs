@@ -702,3 +702,22 @@ mod wgpu {
         }
     }
 }
+
+/// A tensor a rank hands to its peers must be final: on wgpu, Burn's fusion
+/// and CubeCL queue each thread's kernels lazily, and before `DeviceGroup`
+/// settled its queue at every exchange a peer could read a gradient's
+/// buffer before its kernel wrote it (the maximum's gradient came back as
+/// a stale buffer's values in 49 of 160 runs of this loop). Repeated
+/// because the race was: the matrix above runs each case once.
+#[cfg(feature = "wgpu")]
+#[test]
+fn shared_tensors_are_final_when_peers_read_them() {
+    let device = wgpu_device();
+    for _ in 0..12 {
+        for n in [2, 3] {
+            let want = host_run(Case::AllReduceMax, n, &device, DType::F32, true);
+            let got = device_run(Case::AllReduceMax, n, &device, DType::F32, true);
+            assert_eq!(got, want, "maximum on {n} ranks");
+        }
+    }
+}

@@ -8,7 +8,7 @@
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
-use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::tensor::{Device, FloatTensor, IntTensor};
 use burn_backend::{Backend, DType, TensorMetadata};
 use ruda_comm::{Communicator, LocalCommunicator, ReduceOp, ReplicaGroups};
 
@@ -68,20 +68,65 @@ impl DeviceGroup {
         &self.comm
     }
 
+    /// Run this rank's queued work on `device` to completion. Burn's
+    /// fusion and CubeCL record each thread's operations lazily on that
+    /// thread's stream, and buffers pass between the ranks' streams here:
+    /// a tensor handed to a peer must be written before the peer's kernels
+    /// read it, and a peer's buffer must be read before its owner can drop
+    /// it and the memory can be reused. On wgpu without these two fences a
+    /// maximum's gradient came back with a stale buffer's values in 49 of
+    /// 160 runs (a two- and three-rank loop), and in 1 of 3 runs of the
+    /// same loop once the first fence alone was in place and other tests
+    /// used the device at the same time.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the device fails to run the queued work.
+    fn settle<B: Backend>(&self, op: TensorOp, device: &Device<B>) -> Result<(), Error> {
+        B::sync(device).map_err(|e| Error::Backend {
+            op,
+            rank: self.rank(),
+            message: format!("the device failed to run the queued work: {e}"),
+        })
+    }
+
+    /// Every rank's `mine`, once this rank's queued work has run (see
+    /// [`DeviceGroup::settle`]).
+    fn share<B: Backend, T: Clone + Send + Sync + 'static>(
+        &self,
+        op: TensorOp,
+        device: &Device<B>,
+        mine: &T,
+    ) -> Result<Vec<T>, Error> {
+        self.settle::<B>(op, device)?;
+        Ok(self.comm.all_gather_objects(mine)?)
+    }
+
+    /// `out`, computed: the peers' buffers it reads are read before this
+    /// rank lets go of them (see [`DeviceGroup::settle`]).
+    fn done<B: Backend, T>(&self, op: TensorOp, device: &Device<B>, out: T) -> Result<T, Error> {
+        self.settle::<B>(op, device)?;
+        Ok(out)
+    }
+
     /// Every rank's `x`, in rank order, each on `x`'s device.
-    fn peers<B: Backend, K: Kind<B>>(&self, x: K::T) -> Result<Vec<K::T>, Error> {
+    fn peers<B: Backend, K: Kind<B>>(&self, op: TensorOp, x: K::T) -> Result<Vec<K::T>, Error> {
         let device = x.device();
-        let all = self.comm.all_gather_objects(&x)?;
+        let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
         Ok(all.into_iter().map(|t| to::<B, K>(t, &device)).collect())
     }
 
     /// Every rank's `x` (`rows[r]` leading rows on rank `r`) concatenated
     /// in rank order on `x`'s device; ranks with no rows are not moved.
-    fn gather<B: Backend, K: Kind<B>>(&self, x: K::T, rows: &[usize]) -> Result<K::T, Error> {
+    fn gather<B: Backend, K: Kind<B>>(
+        &self,
+        op: TensorOp,
+        x: K::T,
+        rows: &[usize],
+    ) -> Result<K::T, Error> {
         let device = x.device();
         let like = x.clone();
-        let all = self.comm.all_gather_objects(&x)?;
+        let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
         let parts: Vec<K::T> = all
             .into_iter()
@@ -89,13 +134,14 @@ impl DeviceGroup {
             .filter(|(_, r)| **r > 0)
             .map(|(t, _)| to::<B, K>(t, &device))
             .collect();
-        Ok(cat::<B, K>(parts, &like, &device))
+        self.done::<B, _>(op, &device, cat::<B, K>(parts, &like, &device))
     }
 
     /// Send `send_rows[p]` leading-axis rows (in order) to each rank `p`
     /// and concatenate the `recv_rows[p]` rows from each rank `p`.
     fn exchange<B: Backend, K: Kind<B>>(
         &self,
+        op: TensorOp,
         x: K::T,
         send_rows: &[usize],
         recv_rows: &[usize],
@@ -110,7 +156,7 @@ impl DeviceGroup {
             .map(|(s, &len)| (len > 0).then(|| take_rows::<B, K>(x.clone(), s, len)))
             .collect();
         drop(x);
-        let all = self.comm.all_gather_objects(&blocks)?;
+        let all = self.share::<B, _>(op, &device, &blocks)?;
         drop(blocks);
         let parts: Vec<K::T> = all
             .into_iter()
@@ -119,7 +165,7 @@ impl DeviceGroup {
             .filter_map(|(mut theirs, _)| theirs.swap_remove(me))
             .map(|t| to::<B, K>(t, &device))
             .collect();
-        Ok(cat::<B, K>(parts, &like, &device))
+        self.done::<B, _>(op, &device, cat::<B, K>(parts, &like, &device))
     }
 }
 
@@ -162,16 +208,16 @@ impl Group for DeviceGroup {
 
     fn gather_rows<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: FloatTensor<B>,
         rows: &[usize],
     ) -> Result<FloatTensor<B>, Error> {
-        self.gather::<B, Floats>(x, rows)
+        self.gather::<B, Floats>(op, x, rows)
     }
 
     fn reduce_scatter_rows<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: FloatTensor<B>,
         rows: &[usize],
     ) -> Result<FloatTensor<B>, Error> {
@@ -180,19 +226,19 @@ impl Group for DeviceGroup {
         let like = x.clone();
         let start = starts(rows)[me];
         // Each peer's rows for this rank, taken before they are moved.
-        let all = self.comm.all_gather_objects(&x)?;
+        let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
         let mine: Vec<FloatTensor<B>> = all
             .into_iter()
             .map(|t| to::<B, Floats>(take_rows::<B, Floats>(t, start, rows[me]), &device))
             .collect();
         if rows[me] == 0 {
-            return Ok(cat::<B, Floats>(Vec::new(), &like, &device));
+            return self.done::<B, _>(op, &device, cat::<B, Floats>(Vec::new(), &like, &device));
         }
-        Ok(sum_in_order::<B>(mine))
+        self.done::<B, _>(op, &device, sum_in_order::<B>(mine))
     }
 
-    fn sum<B: Backend>(&self, _op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
+    fn sum<B: Backend>(&self, op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
         // Every rank adds every rank's whole tensor in rank order: one new
         // tensor per call (the later adds accumulate into it), nothing
         // written into a tensor a peer may still be reading. Splitting the
@@ -201,16 +247,20 @@ impl Group for DeviceGroup {
         // a shared tensor; on Flex its extra allocation (page faults on
         // fresh memory) made it slower at 2 ranks — measured with
         // `ruda bench --transport device`.
-        Ok(sum_in_order::<B>(self.peers::<B, Floats>(x)?))
+        let device = x.device();
+        let out = sum_in_order::<B>(self.peers::<B, Floats>(op, x)?);
+        self.done::<B, _>(op, &device, out)
     }
 
     fn reduce<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: FloatTensor<B>,
         reduce: ReduceOp,
     ) -> Result<FloatTensor<B>, Error> {
-        Ok(reduce_in_order::<B>(self.peers::<B, Floats>(x)?, reduce))
+        let device = x.device();
+        let out = reduce_in_order::<B>(self.peers::<B, Floats>(op, x)?, reduce);
+        self.done::<B, _>(op, &device, out)
     }
 
     fn barrier(&self) -> Result<(), Error> {
@@ -251,43 +301,44 @@ impl Group for DeviceGroup {
 
     fn broadcast<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: FloatTensor<B>,
         root: usize,
     ) -> Result<FloatTensor<B>, Error> {
         let device = x.device();
-        let all = self.comm.all_gather_objects(&x)?;
+        let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
         let theirs = all.into_iter().nth(root).expect("root agreed in range");
-        Ok(to::<B, Floats>(theirs, &device))
+        let out = to::<B, Floats>(theirs, &device);
+        self.done::<B, _>(op, &device, out)
     }
 
     fn exchange_rows<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: FloatTensor<B>,
         send_rows: &[usize],
         recv_rows: &[usize],
     ) -> Result<FloatTensor<B>, Error> {
-        self.exchange::<B, Floats>(x, send_rows, recv_rows)
+        self.exchange::<B, Floats>(op, x, send_rows, recv_rows)
     }
 
     fn gather_rows_int<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: IntTensor<B>,
         rows: &[usize],
     ) -> Result<IntTensor<B>, Error> {
-        self.gather::<B, Ints>(x, rows)
+        self.gather::<B, Ints>(op, x, rows)
     }
 
     fn exchange_rows_int<B: Backend>(
         &self,
-        _op: TensorOp,
+        op: TensorOp,
         x: IntTensor<B>,
         send_rows: &[usize],
         recv_rows: &[usize],
     ) -> Result<IntTensor<B>, Error> {
-        self.exchange::<B, Ints>(x, send_rows, recv_rows)
+        self.exchange::<B, Ints>(op, x, send_rows, recv_rows)
     }
 }
