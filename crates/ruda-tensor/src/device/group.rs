@@ -25,6 +25,12 @@ use crate::layout::starts;
 /// `to_device` where a peer's tensor lives on another device): no
 /// `into_data`, no host staging.
 ///
+/// Each collective is a fence on the rank's device: the rank's queued work
+/// runs to completion before its tensors go to the peers, and again once
+/// it has read theirs. Backends that queue kernels lazily per thread
+/// (wgpu, CUDA through fusion and CubeCL) would otherwise let a peer read a
+/// buffer before it is written, or reuse one still being read.
+///
 /// Every operation of the tensor layer runs on it unchanged (the same
 /// agreement, shape rules and adjoints as [`crate::HostCollective`]), with
 /// results equal bit for bit to the host-staged path's: sums add the
