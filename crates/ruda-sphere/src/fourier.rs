@@ -32,8 +32,8 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata, read_sync};
 use burn_flex::{Flex, FlexDevice};
 use rayon::prelude::*;
+use realfft::FftNum;
 use realfft::num_complex::Complex;
-use realfft::{FftNum, RealFftPlanner};
 
 /// Where the orders sit in the spectral tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl Modes {
             // No rows (an empty batch, or a rank without latitudes).
             return Vec::new();
         }
-        let plan = RealFftPlanner::<T>::new().plan_fft_forward(n);
+        let plan = crate::fft_plans::forward::<T>(n);
         let factors = self.factors::<T>();
         let mut rows = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
         rows.par_chunks_mut(mmax * 2)
@@ -232,7 +232,7 @@ impl Modes {
                 &gathered
             }
         };
-        let plan = RealFftPlanner::<T>::new().plan_fft_inverse(n);
+        let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
         let mut out = alloc::vec![T::zero(); b_len * k_len * n];
         out.par_chunks_mut(n)

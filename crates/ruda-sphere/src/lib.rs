@@ -46,6 +46,7 @@ extern crate alloc;
 
 mod distributed;
 mod error;
+mod fft_plans;
 pub mod fourier;
 mod layout;
 mod legendre;
