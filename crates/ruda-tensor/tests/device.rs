@@ -713,7 +713,7 @@ mod wgpu {
 #[test]
 fn shared_tensors_are_final_when_peers_read_them() {
     let device = wgpu_device();
-    for _ in 0..12 {
+    for _ in 0..20 {
         for n in [2, 3] {
             let want = host_run(Case::AllReduceMax, n, &device, DType::F32, true);
             let got = device_run(Case::AllReduceMax, n, &device, DType::F32, true);

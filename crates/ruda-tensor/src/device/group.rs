@@ -107,19 +107,38 @@ impl DeviceGroup {
         Ok(self.comm.all_gather_objects(mine)?)
     }
 
-    /// `out`, computed: the peers' buffers it reads are read before this
-    /// rank lets go of them (see [`DeviceGroup::settle`]).
-    fn done<B: Backend, T>(&self, op: TensorOp, device: &Device<B>, out: T) -> Result<T, Error> {
+    /// `out`, computed: this rank's queued work, which reads the peers'
+    /// tensors, runs to completion while `keep` (this rank's handles of
+    /// them) still holds their buffers; only then are they let go (see
+    /// [`DeviceGroup::settle`]).
+    fn done<B: Backend, T, K>(
+        &self,
+        op: TensorOp,
+        device: &Device<B>,
+        out: T,
+        keep: K,
+    ) -> Result<T, Error> {
         self.settle::<B>(op, device)?;
+        drop(keep);
         Ok(out)
     }
 
-    /// Every rank's `x`, in rank order, each on `x`'s device.
-    fn peers<B: Backend, K: Kind<B>>(&self, op: TensorOp, x: K::T) -> Result<Vec<K::T>, Error> {
+    /// Every rank's `x`, in rank order, each on `x`'s device; and the
+    /// handles to hold until the work reading them has run.
+    #[allow(clippy::type_complexity)]
+    fn peers<B: Backend, K: Kind<B>>(
+        &self,
+        op: TensorOp,
+        x: K::T,
+    ) -> Result<(Vec<K::T>, Vec<K::T>), Error> {
         let device = x.device();
         let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
-        Ok(all.into_iter().map(|t| to::<B, K>(t, &device)).collect())
+        let keep = all.clone();
+        Ok((
+            all.into_iter().map(|t| to::<B, K>(t, &device)).collect(),
+            keep,
+        ))
     }
 
     /// Every rank's `x` (`rows[r]` leading rows on rank `r`) concatenated
@@ -133,6 +152,7 @@ impl DeviceGroup {
         let device = x.device();
         let like = x.clone();
         let all = self.share::<B, _>(op, &device, &x)?;
+        let keep = all.clone();
         drop(x);
         let parts: Vec<K::T> = all
             .into_iter()
@@ -140,7 +160,7 @@ impl DeviceGroup {
             .filter(|(_, r)| **r > 0)
             .map(|(t, _)| to::<B, K>(t, &device))
             .collect();
-        self.done::<B, _>(op, &device, cat::<B, K>(parts, &like, &device))
+        self.done::<B, _, _>(op, &device, cat::<B, K>(parts, &like, &device), keep)
     }
 
     /// Send `send_rows[p]` leading-axis rows (in order) to each rank `p`
@@ -163,6 +183,7 @@ impl DeviceGroup {
             .collect();
         drop(x);
         let all = self.share::<B, _>(op, &device, &blocks)?;
+        let keep = all.clone();
         drop(blocks);
         let parts: Vec<K::T> = all
             .into_iter()
@@ -171,7 +192,7 @@ impl DeviceGroup {
             .filter_map(|(mut theirs, _)| theirs.swap_remove(me))
             .map(|t| to::<B, K>(t, &device))
             .collect();
-        self.done::<B, _>(op, &device, cat::<B, K>(parts, &like, &device))
+        self.done::<B, _, _>(op, &device, cat::<B, K>(parts, &like, &device), keep)
     }
 }
 
@@ -233,15 +254,21 @@ impl Group for DeviceGroup {
         let start = starts(rows)[me];
         // Each peer's rows for this rank, taken before they are moved.
         let all = self.share::<B, _>(op, &device, &x)?;
+        let keep = all.clone();
         drop(x);
         let mine: Vec<FloatTensor<B>> = all
             .into_iter()
             .map(|t| to::<B, Floats>(take_rows::<B, Floats>(t, start, rows[me]), &device))
             .collect();
         if rows[me] == 0 {
-            return self.done::<B, _>(op, &device, cat::<B, Floats>(Vec::new(), &like, &device));
+            return self.done::<B, _, _>(
+                op,
+                &device,
+                cat::<B, Floats>(Vec::new(), &like, &device),
+                keep,
+            );
         }
-        self.done::<B, _>(op, &device, sum_in_order::<B>(mine))
+        self.done::<B, _, _>(op, &device, sum_in_order::<B>(mine), keep)
     }
 
     fn sum<B: Backend>(&self, op: TensorOp, x: FloatTensor<B>) -> Result<FloatTensor<B>, Error> {
@@ -254,8 +281,9 @@ impl Group for DeviceGroup {
         // fresh memory) made it slower at 2 ranks — measured with
         // `ruda bench --transport device`.
         let device = x.device();
-        let out = sum_in_order::<B>(self.peers::<B, Floats>(op, x)?);
-        self.done::<B, _>(op, &device, out)
+        let (parts, keep) = self.peers::<B, Floats>(op, x)?;
+        let out = sum_in_order::<B>(parts);
+        self.done::<B, _, _>(op, &device, out, keep)
     }
 
     fn reduce<B: Backend>(
@@ -265,8 +293,9 @@ impl Group for DeviceGroup {
         reduce: ReduceOp,
     ) -> Result<FloatTensor<B>, Error> {
         let device = x.device();
-        let out = reduce_in_order::<B>(self.peers::<B, Floats>(op, x)?, reduce);
-        self.done::<B, _>(op, &device, out)
+        let (parts, keep) = self.peers::<B, Floats>(op, x)?;
+        let out = reduce_in_order::<B>(parts, reduce);
+        self.done::<B, _, _>(op, &device, out, keep)
     }
 
     fn barrier(&self) -> Result<(), Error> {
@@ -315,8 +344,9 @@ impl Group for DeviceGroup {
         let all = self.share::<B, _>(op, &device, &x)?;
         drop(x);
         let theirs = all.into_iter().nth(root).expect("root agreed in range");
+        let keep = theirs.clone();
         let out = to::<B, Floats>(theirs, &device);
-        self.done::<B, _>(op, &device, out)
+        self.done::<B, _, _>(op, &device, out, keep)
     }
 
     fn exchange_rows<B: Backend>(
