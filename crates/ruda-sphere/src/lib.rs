@@ -50,6 +50,8 @@ mod fft_plans;
 pub mod fourier;
 mod layout;
 mod legendre;
+mod legendre_fly;
+mod legendre_kernel;
 mod legendre_op;
 mod quadrature;
 mod route;

@@ -1,4 +1,4 @@
-//! From Burn's backend-free [`Tensor`] to the backend the longitude kernels
+//! From Burn's backend-free [`Tensor`] to the backend the transforms' kernels
 //! are implemented for (Flex, with or without autodiff) and back.
 
 use alloc::format;
@@ -11,6 +11,11 @@ use burn_tensor::{DType, Tensor};
 
 use crate::SphereError;
 use crate::fourier::{LongitudeFourier, Modes};
+use crate::legendre_fly::{LegendreOnTheFly, Step};
+
+/// The backends the transforms' kernels are implemented for.
+trait Kernels: LongitudeFourier + LegendreOnTheFly {}
+impl<B: LongitudeFourier + LegendreOnTheFly> Kernels for B {}
 
 /// The element types the transforms accept.
 pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereError> {
@@ -22,7 +27,7 @@ pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereEr
 
 /// An operation on a backend primitive, generic over the backend.
 trait PrimOp {
-    fn apply<B: LongitudeFourier>(self, x: FloatTensor<B>) -> FloatTensor<B>;
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B>;
 }
 
 /// Apply `f` to `x` on the backend it lives on.
@@ -61,14 +66,14 @@ fn route<const D: usize, const E: usize>(
 
 struct Forward(Modes);
 impl PrimOp for Forward {
-    fn apply<B: LongitudeFourier>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
         B::lon_forward(x, self.0)
     }
 }
 
 struct Inverse(Modes);
 impl PrimOp for Inverse {
-    fn apply<B: LongitudeFourier>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
         B::lon_inverse(x, self.0)
     }
 }
@@ -91,4 +96,38 @@ pub(crate) fn lon_inverse(
     modes: Modes,
 ) -> Result<Tensor<3>, SphereError> {
     route(op, c, Inverse(modes))
+}
+
+struct Analysis(Step);
+impl PrimOp for Analysis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::leg_analysis(x, self.0)
+    }
+}
+
+struct Synthesis(Step);
+impl PrimOp for Synthesis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::leg_synthesis(x, self.0)
+    }
+}
+
+/// `[m, nlat, b, 2] → [m, lmax, b, 2]` by the on-the-fly Legendre analysis;
+/// the caller has checked the shape.
+pub(crate) fn leg_analysis(
+    op: &'static str,
+    s: Tensor<4>,
+    step: Step,
+) -> Result<Tensor<4>, SphereError> {
+    route(op, s, Analysis(step))
+}
+
+/// `[m, lmax, b, 2] → [m, nlat, b, 2]` by the on-the-fly Legendre
+/// synthesis; the caller has checked the shape.
+pub(crate) fn leg_synthesis(
+    op: &'static str,
+    c: Tensor<4>,
+    step: Step,
+) -> Result<Tensor<4>, SphereError> {
+    route(op, c, Synthesis(step))
 }
