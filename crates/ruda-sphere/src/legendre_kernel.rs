@@ -176,7 +176,11 @@ impl Recurrence {
                 }
                 let m = self.orders[i];
                 self.degrees(i, |l, p| {
-                    let src = if (l + m).is_multiple_of(2) { &even } else { &odd };
+                    let src = if (l + m).is_multiple_of(2) {
+                        &even
+                    } else {
+                        &odd
+                    };
                     let row = &mut o[l * cols..(l + 1) * cols];
                     for (k, &pk) in p.iter().enumerate() {
                         for (r, &v) in row.iter_mut().zip(&src[k * cols..(k + 1) * cols]) {
