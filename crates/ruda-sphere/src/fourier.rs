@@ -43,7 +43,8 @@ pub enum SpectralLayout {
     RowsFirst,
     /// The field `[b, k, nlon]` becomes `[mmax, k, b, 2]`: orders first,
     /// so that each order's `[k, 2b]` block is contiguous — the layout of
-    /// the Legendre transform's batched matmul, reached without a copy.
+    /// the Legendre step (the serial kernel, the distributed batched
+    /// matmul), reached without a copy.
     OrdersFirst,
 }
 

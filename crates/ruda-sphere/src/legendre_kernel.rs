@@ -45,15 +45,26 @@ impl Recurrence {
     /// equator) and quadrature `weights`.
     ///
     /// # Panics
-    /// When `x` is not symmetric about the equator (a programming error:
-    /// every grid ruda-sphere makes is).
+    /// When `x` or `weights` is not symmetric about the equator (a
+    /// programming error: every grid ruda-sphere makes is).
     pub fn new(orders: &[usize], lmax: usize, x: &[f64], weights: &[f64], csphase: bool) -> Self {
         let nlat = x.len();
         let half = nlat.div_ceil(2);
+        assert_eq!(weights.len(), nlat, "a weight per latitude");
         for k in 0..nlat / 2 {
-            debug_assert!((x[k] + x[nlat - 1 - k]).abs() < 1e-12, "symmetric grid");
+            let (south, w) = (nlat - 1 - k, weights[k].abs().max(f64::MIN_POSITIVE));
+            assert!(
+                (x[k] + x[south]).abs() < 1e-12 && (weights[k] - weights[south]).abs() <= 1e-12 * w,
+                "a grid symmetric about the equator"
+            );
         }
-        let xs = x[..half].to_vec();
+        let mut xs = x[..half].to_vec();
+        if nlat % 2 == 1 {
+            // The equator: exactly 0 (a computed cos(π/2) is 6e-17), so
+            // that its odd-parity values vanish in synthesis as they are
+            // left out of analysis.
+            xs[half - 1] = 0.0;
+        }
         let ws = weights[..half].to_vec();
         let mut seeds = vec![0.0; orders.len() * half];
         let mut diag = vec![1.0 / (4.0 * PI).sqrt(); half];

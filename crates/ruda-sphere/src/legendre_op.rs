@@ -1,6 +1,7 @@
-//! The Legendre half of a transform: batched matmuls over the orders
-//! against a constant table, and the shape bookkeeping shared by the
-//! serial and distributed transforms.
+//! The Legendre half of the distributed transforms: batched matmuls over
+//! the orders against a constant table of the rank's orders and
+//! latitudes; and the shape bookkeeping shared by the serial and
+//! distributed transforms.
 
 use alloc::vec::Vec;
 use core::ops::Range;

@@ -15,8 +15,10 @@
 //!   the inverse is `f = Σ_l c_l0 Y_l^0 + 2 Re Σ_{m>0} c_lm Y_l^m`.
 //!
 //! The longitude transform is a real FFT (`realfft`) recorded as a Burn
-//! operation with its adjoint; the Legendre transform is a batched Burn
-//! matmul. The distributed transforms ([`DistributedRealSht`],
+//! operation with its adjoint; the serial transforms' Legendre step
+//! generates `P̄_l^m` by its recurrence inside the kernel (no tables),
+//! the distributed transforms' is a batched Burn matmul against per-rank
+//! tables. The distributed transforms ([`DistributedRealSht`],
 //! [`DistributedInverseRealSht`]) use nothing but ruda-tensor's
 //! differentiable primitives (azimuth transposes, `reduce_from_scatter_to`
 //! and `gather_from_copy_to` over the polar ranks), so their gradients are
