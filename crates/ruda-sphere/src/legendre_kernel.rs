@@ -129,29 +129,55 @@ impl Recurrence {
         self.x.len()
     }
 
-    /// Walk the degrees of the `i`-th listed order: `visit(l, p)` with
-    /// `p[k] = P̄_l^m(x_k)` over the northern half, `l` from `m`.
-    fn degrees(&self, i: usize, mut visit: impl FnMut(usize, &[f64])) {
+    /// Walk the degrees of the `i`-th listed order in groups of up to
+    /// [`GROUP`] consecutive degrees: `visit(l, ps)` with `ps[j][k] =
+    /// P̄_{l+j}^m(x_k)` over the northern half, `l` from `m`. A group lets
+    /// the kernels read each latitude's values once for several degrees.
+    fn degree_groups(&self, i: usize, mut visit: impl FnMut(usize, &[Vec<f64>])) {
         let m = self.orders[i];
         if m >= self.lmax {
             return;
         }
         let half = self.half();
-        let mut p2 = self.seeds[i * half..(i + 1) * half].to_vec();
-        visit(m, &p2);
-        if m + 1 >= self.lmax {
-            return;
-        }
-        let c = ((2 * m + 3) as f64).sqrt();
-        let mut p1: Vec<f64> = p2.iter().zip(&self.x).map(|(p, x)| c * x * p).collect();
-        visit(m + 1, &p1);
-        for (j, l) in (m + 2..self.lmax).enumerate() {
-            let (a, b) = (self.a[i][j], self.b[i][j]);
-            for ((q2, &q1), &x) in p2.iter_mut().zip(&p1).zip(&self.x) {
-                *q2 = a * x * q1 - b * *q2;
+        let seed = &self.seeds[i * half..(i + 1) * half];
+        let mut group = vec![vec![0.0; half]; GROUP];
+        // P̄_{l−2} and P̄_{l−1} before the group's first degree `l`.
+        let (mut before2, mut before1) = (vec![0.0; half], vec![0.0; half]);
+        let mut l = m;
+        while l < self.lmax {
+            let n = (self.lmax - l).min(GROUP);
+            for j in 0..n {
+                let d = l + j;
+                let (done, rest) = group.split_at_mut(j);
+                let p = &mut rest[0];
+                let p1 = if j >= 1 { &done[j - 1] } else { &before1 };
+                if d == m {
+                    p.copy_from_slice(seed);
+                } else if d == m + 1 {
+                    let c = ((2 * m + 3) as f64).sqrt();
+                    for ((q, &q1), &x) in p.iter_mut().zip(p1).zip(&self.x) {
+                        *q = c * x * q1;
+                    }
+                } else {
+                    let p2 = match j {
+                        0 => &before2,
+                        1 => &before1,
+                        _ => &done[j - 2],
+                    };
+                    let (a, b) = (self.a[i][d - m - 2], self.b[i][d - m - 2]);
+                    for (((q, &q1), &q2), &x) in p.iter_mut().zip(p1).zip(p2).zip(&self.x) {
+                        *q = a * x * q1 - b * q2;
+                    }
+                }
             }
-            core::mem::swap(&mut p1, &mut p2);
-            visit(l, &p1);
+            visit(l, &group[..n]);
+            if n >= 2 {
+                before2.copy_from_slice(&group[n - 2]);
+            } else {
+                before2.copy_from_slice(&before1);
+            }
+            before1.copy_from_slice(&group[n - 1]);
+            l += n;
         }
     }
 
@@ -159,46 +185,14 @@ impl Recurrence {
     /// result per listed order `[lmax, cols]` (zero for `l < m`), with the
     /// quadrature weights when `weighted`.
     pub fn analysis(&self, s: &[f64], cols: usize, weighted: bool) -> Vec<f64> {
-        let (nlat, half, lmax) = (self.nlat, self.half(), self.lmax);
+        let (nlat, lmax) = (self.nlat, self.lmax);
         debug_assert_eq!(s.len(), self.orders.len() * nlat * cols);
         let mut out = vec![0.0; self.orders.len() * lmax * cols];
         out.par_chunks_mut(lmax * cols.max(1))
             .zip(s.par_chunks(nlat * cols.max(1)))
             .enumerate()
             .for_each(|(i, (o, s))| {
-                if cols == 0 {
-                    return;
-                }
-                // Weighted sums (even) and differences (odd) of mirrored rows.
-                let mut even = vec![0.0; half * cols];
-                let mut odd = vec![0.0; half * cols];
-                for k in 0..half {
-                    let mirror = nlat - 1 - k;
-                    let w = if weighted { self.w[k] } else { 1.0 };
-                    for c in 0..cols {
-                        let (n, sth) = (s[k * cols + c], s[mirror * cols + c]);
-                        if mirror == k {
-                            even[k * cols + c] = w * n;
-                        } else {
-                            even[k * cols + c] = w * (n + sth);
-                            odd[k * cols + c] = w * (n - sth);
-                        }
-                    }
-                }
-                let m = self.orders[i];
-                self.degrees(i, |l, p| {
-                    let src = if (l + m).is_multiple_of(2) {
-                        &even
-                    } else {
-                        &odd
-                    };
-                    let row = &mut o[l * cols..(l + 1) * cols];
-                    for (k, &pk) in p.iter().enumerate() {
-                        for (r, &v) in row.iter_mut().zip(&src[k * cols..(k + 1) * cols]) {
-                            *r += pk * v;
-                        }
-                    }
-                });
+                self.analysis_order(i, s, o, cols, weighted);
             });
         out
     }
@@ -207,45 +201,186 @@ impl Recurrence {
     /// the result per listed order `[nlat, cols]`, times the quadrature
     /// weights when `weighted`.
     pub fn synthesis(&self, a: &[f64], cols: usize, weighted: bool) -> Vec<f64> {
-        let (nlat, half, lmax) = (self.nlat, self.half(), self.lmax);
+        let (nlat, lmax) = (self.nlat, self.lmax);
         debug_assert_eq!(a.len(), self.orders.len() * lmax * cols);
         let mut out = vec![0.0; self.orders.len() * nlat * cols];
         out.par_chunks_mut(nlat * cols.max(1))
             .zip(a.par_chunks(lmax * cols.max(1)))
             .enumerate()
             .for_each(|(i, (o, a))| {
-                if cols == 0 {
-                    return;
-                }
-                let mut even = vec![0.0; half * cols];
-                let mut odd = vec![0.0; half * cols];
-                let m = self.orders[i];
-                self.degrees(i, |l, p| {
-                    let dst = if (l + m).is_multiple_of(2) {
-                        &mut even
-                    } else {
-                        &mut odd
-                    };
-                    let coef = &a[l * cols..(l + 1) * cols];
-                    for (k, &pk) in p.iter().enumerate() {
-                        for (d, &v) in dst[k * cols..(k + 1) * cols].iter_mut().zip(coef) {
-                            *d += pk * v;
-                        }
-                    }
-                });
-                for k in 0..half {
-                    let mirror = nlat - 1 - k;
-                    let w = if weighted { self.w[k] } else { 1.0 };
-                    for c in 0..cols {
-                        let (e, d) = (even[k * cols + c], odd[k * cols + c]);
-                        o[k * cols + c] = w * (e + d);
-                        if mirror != k {
-                            o[mirror * cols + c] = w * (e - d);
-                        }
-                    }
-                }
+                self.synthesis_order(i, a, o, cols, weighted);
             });
         out
+    }
+
+    /// The analysis of the `i`-th listed order: `s` its `[nlat, cols]`
+    /// values, `o` its `[lmax, cols]` result.
+    fn analysis_order(&self, i: usize, s: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+        let (nlat, half) = (self.nlat, self.half());
+        // Weighted sums (even) and differences (odd) of mirrored rows.
+        let mut even = vec![0.0; half * cols];
+        let mut odd = vec![0.0; half * cols];
+        for k in 0..half {
+            let mirror = nlat - 1 - k;
+            let w = if weighted { self.w[k] } else { 1.0 };
+            for c in 0..cols {
+                let (n, sth) = (s[k * cols + c], s[mirror * cols + c]);
+                if mirror == k {
+                    even[k * cols + c] = w * n;
+                } else {
+                    even[k * cols + c] = w * (n + sth);
+                    odd[k * cols + c] = w * (n - sth);
+                }
+            }
+        }
+        let m = self.orders[i];
+        self.degree_groups(i, |l, ps| {
+            // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
+            // the other's.
+            let (first, second) = if (l + m).is_multiple_of(2) {
+                (&even, &odd)
+            } else {
+                (&odd, &even)
+            };
+            let rows = &mut o[l * cols..(l + ps.len()) * cols];
+            let mut c0 = 0;
+            if ps.len() == GROUP {
+                while c0 + LANES <= cols {
+                    analysis_block(ps, first, second, cols, c0, rows);
+                    c0 += LANES;
+                }
+            }
+            for (j, p) in ps.iter().enumerate() {
+                let src = if j % 2 == 0 { first } else { second };
+                let row = &mut rows[j * cols..(j + 1) * cols];
+                for (k, &pk) in p.iter().enumerate() {
+                    for c in c0..cols {
+                        row[c] += pk * src[k * cols + c];
+                    }
+                }
+            }
+        });
+    }
+
+    /// The synthesis of the `i`-th listed order: `a` its `[lmax, cols]`
+    /// coefficients, `o` its `[nlat, cols]` result.
+    fn synthesis_order(&self, i: usize, a: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+        let (nlat, half) = (self.nlat, self.half());
+        let mut even = vec![0.0; half * cols];
+        let mut odd = vec![0.0; half * cols];
+        let m = self.orders[i];
+        self.degree_groups(i, |l, ps| {
+            let (first, second) = if (l + m).is_multiple_of(2) {
+                (&mut even, &mut odd)
+            } else {
+                (&mut odd, &mut even)
+            };
+            let coefs = &a[l * cols..(l + ps.len()) * cols];
+            let mut c0 = 0;
+            if ps.len() == GROUP {
+                while c0 + LANES <= cols {
+                    synthesis_block(ps, coefs, cols, c0, first, second);
+                    c0 += LANES;
+                }
+            }
+            for (j, p) in ps.iter().enumerate() {
+                let dst: &mut Vec<f64> = if j % 2 == 0 { first } else { second };
+                let coef = &coefs[j * cols..(j + 1) * cols];
+                for (k, &pk) in p.iter().enumerate() {
+                    for c in c0..cols {
+                        dst[k * cols + c] += pk * coef[c];
+                    }
+                }
+            }
+        });
+        for k in 0..half {
+            let mirror = nlat - 1 - k;
+            let w = if weighted { self.w[k] } else { 1.0 };
+            for c in 0..cols {
+                let (e, d) = (even[k * cols + c], odd[k * cols + c]);
+                o[k * cols + c] = w * (e + d);
+                if mirror != k {
+                    o[mirror * cols + c] = w * (e - d);
+                }
+            }
+        }
+    }
+}
+
+/// Degrees per pass over an order's latitudes.
+const GROUP: usize = 4;
+
+/// Columns per register block of the kernels' inner loops.
+const LANES: usize = 8;
+
+/// `LANES` columns from `c0` of row `k` of a `[half, cols]` block.
+fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
+    let at = k * cols + c0;
+    block[at..at + LANES]
+        .try_into()
+        .expect("LANES columns from c0 fit in the row")
+}
+
+/// Analysis of a full group of degrees on `LANES` columns from `c0`: the
+/// four rows' sums stay in registers while each latitude's values of both
+/// parities are read once.
+// `k` indexes the four degrees' values and both parities' rows at once.
+#[allow(clippy::needless_range_loop)]
+fn analysis_block(
+    ps: &[Vec<f64>],
+    first: &[f64],
+    second: &[f64],
+    cols: usize,
+    c0: usize,
+    rows: &mut [f64],
+) {
+    let mut acc = [[0.0f64; LANES]; GROUP];
+    for k in 0..ps[0].len() {
+        let (f, s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
+        for (j, row) in acc.iter_mut().enumerate() {
+            let pk = ps[j][k];
+            let src = if j % 2 == 0 { &f } else { &s };
+            for (r, &v) in row.iter_mut().zip(src) {
+                *r += pk * v;
+            }
+        }
+    }
+    for (j, row) in acc.iter().enumerate() {
+        for (o, &v) in rows[j * cols + c0..j * cols + c0 + LANES]
+            .iter_mut()
+            .zip(row)
+        {
+            *o += v;
+        }
+    }
+}
+
+/// Synthesis of a full group of degrees on `LANES` columns from `c0`: the
+/// group's coefficients stay in registers while each latitude's rows of
+/// both parities are read and written once.
+// `k` indexes the four degrees' values and both parities' rows at once.
+#[allow(clippy::needless_range_loop)]
+fn synthesis_block(
+    ps: &[Vec<f64>],
+    coefs: &[f64],
+    cols: usize,
+    c0: usize,
+    first: &mut [f64],
+    second: &mut [f64],
+) {
+    let coef: [[f64; LANES]; GROUP] = core::array::from_fn(|j| lanes(coefs, cols, j, c0));
+    for k in 0..ps[0].len() {
+        let (mut f, mut s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
+        for (j, cj) in coef.iter().enumerate() {
+            let pk = ps[j][k];
+            let dst = if j % 2 == 0 { &mut f } else { &mut s };
+            for (d, &v) in dst.iter_mut().zip(cj) {
+                *d += pk * v;
+            }
+        }
+        let at = k * cols + c0;
+        first[at..at + LANES].copy_from_slice(&f);
+        second[at..at + LANES].copy_from_slice(&s);
     }
 }
 
@@ -261,7 +396,8 @@ mod tests {
     }
 
     /// Both kernels against the table they replace, on both grids, odd and
-    /// even latitude counts, a subset of orders.
+    /// even latitude counts, a subset of orders (degree groups cut short at
+    /// `lmax`), 0 to 16 columns (the register blocks and their remainders).
     #[test]
     fn kernels_equal_the_table_products() {
         for (grid, nlat) in [
@@ -273,89 +409,94 @@ mod tests {
             let q = Latitudes::new(nlat, grid).unwrap();
             let lmax = nlat.div_ceil(2) + 1;
             let orders = [0usize, 1, 3, 4, lmax - 1, lmax + 2];
-            let cols = 6;
-            let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
-            let s = field(orders.len() * nlat * cols, 1);
-            let a = field(orders.len() * lmax * cols, 2);
-            let got_a = rec.analysis(&s, cols, true);
-            let got_s = rec.synthesis(&a, cols, false);
-            let (plain_a, weighted_s) =
-                (rec.analysis(&s, cols, false), rec.synthesis(&a, cols, true));
-            for (i, &m) in orders.iter().enumerate() {
-                let t = legendre_table(m..m + 1, lmax, &q.cosines, true);
-                for l in 0..lmax {
-                    for c in 0..cols {
-                        let want: f64 = (0..nlat)
-                            .map(|k| q.weights[k] * t[l * nlat + k] * s[(i * nlat + k) * cols + c])
-                            .sum();
-                        let got = got_a[(i * lmax + l) * cols + c];
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat}: analysis m {m} l {l}: {got} vs {want}"
-                        );
-                        let want: f64 = (0..nlat)
-                            .map(|k| t[l * nlat + k] * s[(i * nlat + k) * cols + c])
-                            .sum();
-                        let got = plain_a[(i * lmax + l) * cols + c];
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat}: unweighted analysis m {m} l {l}: {got} vs {want}"
-                        );
+            // Below, at and past one register block of columns (LANES).
+            for cols in [0, 6, LANES, LANES + 3, 2 * LANES] {
+                let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
+                let s = field(orders.len() * nlat * cols, 1);
+                let a = field(orders.len() * lmax * cols, 2);
+                let got_a = rec.analysis(&s, cols, true);
+                let got_s = rec.synthesis(&a, cols, false);
+                let (plain_a, weighted_s) =
+                    (rec.analysis(&s, cols, false), rec.synthesis(&a, cols, true));
+                for (i, &m) in orders.iter().enumerate() {
+                    let t = legendre_table(m..m + 1, lmax, &q.cosines, true);
+                    for l in 0..lmax {
+                        for c in 0..cols {
+                            let want: f64 = (0..nlat)
+                                .map(|k| {
+                                    q.weights[k] * t[l * nlat + k] * s[(i * nlat + k) * cols + c]
+                                })
+                                .sum();
+                            let got = got_a[(i * lmax + l) * cols + c];
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat}: analysis m {m} l {l}: {got} vs {want}"
+                            );
+                            let want: f64 = (0..nlat)
+                                .map(|k| t[l * nlat + k] * s[(i * nlat + k) * cols + c])
+                                .sum();
+                            let got = plain_a[(i * lmax + l) * cols + c];
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat}: unweighted analysis m {m} l {l}: {got} vs {want}"
+                            );
+                        }
                     }
-                }
-                for k in 0..nlat {
-                    for c in 0..cols {
-                        let want: f64 = (0..lmax)
-                            .map(|l| t[l * nlat + k] * a[(i * lmax + l) * cols + c])
-                            .sum();
-                        let got = got_s[(i * nlat + k) * cols + c];
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat}: synthesis m {m} k {k}: {got} vs {want}"
-                        );
-                        let got = weighted_s[(i * nlat + k) * cols + c];
-                        let want = q.weights[k] * want;
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat}: weighted synthesis m {m} k {k}: {got} vs {want}"
-                        );
+                    for k in 0..nlat {
+                        for c in 0..cols {
+                            let want: f64 = (0..lmax)
+                                .map(|l| t[l * nlat + k] * a[(i * lmax + l) * cols + c])
+                                .sum();
+                            let got = got_s[(i * nlat + k) * cols + c];
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat}: synthesis m {m} k {k}: {got} vs {want}"
+                            );
+                            let got = weighted_s[(i * nlat + k) * cols + c];
+                            let want = q.weights[k] * want;
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat}: weighted synthesis m {m} k {k}: {got} vs {want}"
+                            );
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Time both kernels at 721 latitudes (lmax 361), every order, 4
-    /// channels: `cargo test --release -p ruda-sphere legendre_kernel_timing
-    /// -- --ignored --nocapture`.
+    /// Time both kernels at 361, 721 and 1441 latitudes (every order, 4
+    /// channels): `cargo test --release -p ruda-sphere
+    /// legendre_kernel_timing -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn legendre_kernel_timing() {
-        let nlat = 721;
-        let lmax = 361;
-        let cols = 8;
-        let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
-        let orders: Vec<usize> = (0..lmax).collect();
-        let t = std::time::Instant::now();
-        let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
-        let setup = t.elapsed();
-        let s = field(orders.len() * nlat * cols, 1);
-        let mut times = Vec::new();
-        for _ in 0..5 {
+        for nlat in [361usize, 721, 1441] {
+            let lmax = nlat.div_ceil(2);
+            let cols = 8;
+            let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
+            let orders: Vec<usize> = (0..lmax).collect();
             let t = std::time::Instant::now();
-            let a = rec.analysis(&s, cols, true);
-            let ta = t.elapsed();
-            let t = std::time::Instant::now();
-            let back = rec.synthesis(&a, cols, false);
-            let ts = t.elapsed();
-            assert_eq!(back.len(), s.len());
-            times.push((ta, ts));
+            let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
+            let setup = t.elapsed();
+            let s = field(orders.len() * nlat * cols, 1);
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                let a = rec.analysis(&s, cols, true);
+                let ta = t.elapsed();
+                let t = std::time::Instant::now();
+                let back = rec.synthesis(&a, cols, false);
+                let ts = t.elapsed();
+                assert_eq!(back.len(), s.len());
+                times.push((ta, ts));
+            }
+            times.sort();
+            let (ta, ts) = times[2];
+            println!(
+                "{nlat} latitudes, lmax {lmax}, {cols} columns: setup {setup:?}, analysis {ta:?}, synthesis {ts:?} (median of 5), {} threads",
+                rayon::current_num_threads()
+            );
         }
-        times.sort();
-        let (ta, ts) = times[2];
-        println!(
-            "721 latitudes, lmax 361, {cols} columns: setup {setup:?}, analysis {ta:?}, synthesis {ts:?} (median of 5), {} threads",
-            rayon::current_num_threads()
-        );
     }
 }
