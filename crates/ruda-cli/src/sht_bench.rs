@@ -12,6 +12,7 @@ use std::time::Instant;
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use indicatif::ProgressBar;
 use ruda_comm::{Communicator, LocalWorld};
+use ruda_sphere::profile::{Stage, profile};
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedRealSht, InverseRealSht, LatitudeGrid, RealSht, ShtSpec,
     SphereError, SphereLayout,
@@ -129,6 +130,24 @@ pub struct ShtRow {
     pub round_trip_err: Option<f64>,
     /// Whether the round trip exceeded the tolerance of the element type.
     pub wrong: bool,
+    /// Where the serial transform's time went (serial rows only).
+    pub stages: Option<StageSplit>,
+}
+
+/// Where a serial forward + inverse transform's time goes, in ms (mean
+/// over the timed iterations), from [`ruda_sphere::profile`].
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct StageSplit {
+    /// The real FFTs along the longitudes.
+    pub fft: f64,
+    /// Spectra moved between rows-first and orders-first layouts.
+    pub reorder: f64,
+    /// The Legendre step.
+    pub legendre: f64,
+    /// Tensors read into host memory and results written back.
+    pub host_copies: f64,
+    /// The rest: Burn's tensor work between the kernels.
+    pub other: f64,
 }
 
 /// Why the benchmark could not run.
@@ -291,7 +310,7 @@ fn serial_timing(
     dtype: DType,
     field: &[f64],
     cfg: &ShtBenchConfig,
-) -> Result<RankTiming, SphereError> {
+) -> Result<(RankTiming, StageSplit), SphereError> {
     let (sht, isht) = (RealSht::new(spec), InverseRealSht::new(spec));
     let x = Tensor::<3>::from_data(
         TensorData::new(field.to_vec(), [cfg.channels, spec.nlat(), spec.nlon()]),
@@ -299,14 +318,35 @@ fn serial_timing(
     );
     let mut times = Vec::with_capacity(cfg.iters);
     let mut last = None;
+    let mut split = StageSplit::default();
     for i in 0..cfg.warmup + cfg.iters {
         let t = Instant::now();
-        let c: Tensor<4> = sht.forward(x.clone())?;
-        let y: Tensor<3> = isht.forward(c)?;
+        let (y, stages) = profile(|| {
+            let c: Tensor<4> = sht.forward(x.clone())?;
+            isht.forward::<4, 3>(c)
+        });
+        let y = y?;
+        let wall = t.elapsed().as_secs_f64();
         if i >= cfg.warmup {
-            times.push((t.elapsed().as_secs_f64(), 0.0));
+            times.push((wall, 0.0));
+            let ms = |s: Stage| stages.get(s).as_secs_f64() * 1e3;
+            split.fft += ms(Stage::Fourier);
+            split.reorder += ms(Stage::Reorder);
+            split.legendre += ms(Stage::Legendre);
+            split.host_copies += ms(Stage::HostCopies);
+            split.other += (wall - stages.total().as_secs_f64()).max(0.0) * 1e3;
         }
         last = Some(y);
+    }
+    let n = cfg.iters as f64;
+    for v in [
+        &mut split.fft,
+        &mut split.reorder,
+        &mut split.legendre,
+        &mut split.host_copies,
+        &mut split.other,
+    ] {
+        *v /= n;
     }
     let y = last.expect("at least one iteration").into_data();
     let y: Vec<f64> = match dtype {
@@ -323,7 +363,7 @@ fn serial_timing(
         .zip(field)
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     let scale = field.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    Ok((times, (err, scale)))
+    Ok(((times, (err, scale)), split))
 }
 
 /// Time every configuration; rows in the order size, dtype, grid.
@@ -351,8 +391,11 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
             for &(p, a) in &cfg.grids {
                 let grid_name = format!("{p}x{a}");
                 bar.set_message(format!("{nlat}x{nlon} {name} {grid_name}"));
+                let mut stages = None;
                 let per_rank: Vec<RankTiming> = if (p, a) == (1, 1) {
-                    vec![serial_timing(spec, dtype, &field, cfg)?]
+                    let (timing, split) = serial_timing(spec, dtype, &field, cfg)?;
+                    stages = Some(split);
+                    vec![timing]
                 } else {
                     LocalWorld::new(p * a)
                         .run(|comm| time_rank(comm, (p, a), spec, dtype, &field, cfg))
@@ -408,6 +451,7 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     vs_ducc0: None,
                     round_trip_err: Some(rel),
                     wrong: rel.is_nan() || rel > tolerance(dtype),
+                    stages,
                 });
                 bar.inc(1);
             }
@@ -533,6 +577,7 @@ pub fn add_anchor(
                 vs_ducc0,
                 round_trip_err: None,
                 wrong: false,
+                stages: None,
             },
         );
     }
@@ -593,5 +638,15 @@ pub fn print_table(
     writeln!(
         out,
         "# vs serial, vs th, vs ducc0: the serial ruda-sphere time, torch-harmonics' time, ducc0's time, divided by this row's (above 1: this row is faster)"
-    )
+    )?;
+    for r in rows {
+        if let Some(s) = r.stages {
+            writeln!(
+                out,
+                "# serial {}x{} {}, ms: fft {:.1}, reorder {:.1}, legendre {:.1}, host copies {:.1}, other (Burn tensor work) {:.1}",
+                r.nlat, r.nlon, r.dtype, s.fft, s.reorder, s.legendre, s.host_copies, s.other
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -142,11 +142,31 @@ fn bench_sht_times_and_checks_every_configuration() {
         if r["run"] == "serial" {
             assert_eq!(share, 0.0);
             assert_eq!(r["vs_serial"], 1.0);
+            // Where the serial time went: every stage ran, and the rest
+            // (wall time less the stages) is not negative.
+            let stages = &r["stages"];
+            let parts: Vec<f64> = ["fft", "reorder", "legendre", "host_copies", "other"]
+                .iter()
+                .map(|k| stages[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}")))
+                .collect();
+            assert!(parts[..4].iter().all(|&v| v > 0.0), "{r}");
+            assert!(parts[4] >= 0.0, "{r}");
         } else {
             assert!(share > 0.0 && share < 1.0, "{r}");
+            assert!(r["stages"].is_null(), "{r}");
         }
     }
     assert_eq!(rows[0]["lmax"], 5);
+    // The table prints the serial split below it.
+    let out = ruda(&[
+        "bench", "sht", "--sizes", "9x16", "--dtype", "f64", "--grids", "1x1", "--iters", "1",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("# serial 9x16 f64, ms: fft ") && text.contains("legendre"),
+        "{text}"
+    );
     // Without a usable Python, --torch-harmonics fails with a clear message.
     let out = ruda(&[
         "bench",

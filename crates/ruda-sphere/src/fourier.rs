@@ -33,6 +33,8 @@ use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata, read_sync}
 use burn_flex::{Flex, FlexDevice};
 use rayon::prelude::*;
 use realfft::FftNum;
+
+use crate::profile::{Stage, timed};
 use realfft::num_complex::Complex;
 
 /// Where the orders sit in the spectral tensor.
@@ -157,29 +159,31 @@ impl Modes {
         let plan = crate::fft_plans::forward::<T>(n);
         let factors = self.factors::<T>();
         let mut rows = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
-        rows.par_chunks_mut(mmax * 2)
-            .zip(input.par_chunks(n))
-            .for_each_init(
-                || {
-                    (
-                        plan.make_input_vec(),
-                        plan.make_output_vec(),
-                        plan.make_scratch_vec(),
-                    )
-                },
-                |(buf, spec, scratch), (o, row)| {
-                    buf.copy_from_slice(row);
-                    plan.process_with_scratch(buf, spec, scratch)
-                        .expect("buffers made by the plan");
-                    for (m, &(f, edge)) in factors.iter().enumerate() {
-                        o[2 * m] = spec[m].re * f;
-                        o[2 * m + 1] = if edge { T::zero() } else { spec[m].im * f };
-                    }
-                },
-            );
+        timed(Stage::Fourier, || {
+            rows.par_chunks_mut(mmax * 2)
+                .zip(input.par_chunks(n))
+                .for_each_init(
+                    || {
+                        (
+                            plan.make_input_vec(),
+                            plan.make_output_vec(),
+                            plan.make_scratch_vec(),
+                        )
+                    },
+                    |(buf, spec, scratch), (o, row)| {
+                        buf.copy_from_slice(row);
+                        plan.process_with_scratch(buf, spec, scratch)
+                            .expect("buffers made by the plan");
+                        for (m, &(f, edge)) in factors.iter().enumerate() {
+                            o[2 * m] = spec[m].re * f;
+                            o[2 * m + 1] = if edge { T::zero() } else { spec[m].im * f };
+                        }
+                    },
+                )
+        });
         match self.layout {
             SpectralLayout::RowsFirst => rows,
-            SpectralLayout::OrdersFirst => {
+            SpectralLayout::OrdersFirst => timed(Stage::Reorder, || {
                 // [b, k, m, 2] → [m, k, b, 2], one order per task, the
                 // orders in their dealt sequence.
                 let sequence = self.order_sequence();
@@ -197,7 +201,7 @@ impl Modes {
                         }
                     });
                 out
-            }
+            }),
         }
     }
 
@@ -210,10 +214,9 @@ impl Modes {
         if b_len == 0 || k_len == 0 {
             return Vec::new();
         }
-        let gathered;
-        let rows: &[T] = match self.layout {
-            SpectralLayout::RowsFirst => input,
-            SpectralLayout::OrdersFirst => {
+        let gathered: Option<Vec<T>> = match self.layout {
+            SpectralLayout::RowsFirst => None,
+            SpectralLayout::OrdersFirst => Some(timed(Stage::Reorder, || {
                 // [m, k, b, 2] (orders in their dealt sequence) → [b, k,
                 // m, 2], one row per task.
                 let mut position = alloc::vec![0; mmax];
@@ -229,34 +232,36 @@ impl Modes {
                         o[2 * m + 1] = input[from + 1];
                     }
                 });
-                gathered = r;
-                &gathered
-            }
+                r
+            })),
         };
+        let rows: &[T] = gathered.as_deref().unwrap_or(input);
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
         let mut out = alloc::vec![T::zero(); b_len * k_len * n];
-        out.par_chunks_mut(n)
-            .zip(rows.par_chunks(mmax * 2))
-            .for_each_init(
-                || {
-                    (
-                        plan.make_input_vec(),
-                        plan.make_output_vec(),
-                        plan.make_scratch_vec(),
-                    )
-                },
-                |(spec, buf, scratch), (o, row)| {
-                    spec.fill(Complex::new(T::zero(), T::zero()));
-                    for (m, &(f, edge)) in factors.iter().enumerate() {
-                        let im = if edge { T::zero() } else { row[2 * m + 1] * f };
-                        spec[m] = Complex::new(row[2 * m] * f, im);
-                    }
-                    plan.process_with_scratch(spec, buf, scratch)
-                        .expect("real edge orders and buffers made by the plan");
-                    o.copy_from_slice(buf);
-                },
-            );
+        timed(Stage::Fourier, || {
+            out.par_chunks_mut(n)
+                .zip(rows.par_chunks(mmax * 2))
+                .for_each_init(
+                    || {
+                        (
+                            plan.make_input_vec(),
+                            plan.make_output_vec(),
+                            plan.make_scratch_vec(),
+                        )
+                    },
+                    |(spec, buf, scratch), (o, row)| {
+                        spec.fill(Complex::new(T::zero(), T::zero()));
+                        for (m, &(f, edge)) in factors.iter().enumerate() {
+                            let im = if edge { T::zero() } else { row[2 * m + 1] * f };
+                            spec[m] = Complex::new(row[2 * m] * f, im);
+                        }
+                        plan.process_with_scratch(spec, buf, scratch)
+                            .expect("real edge orders and buffers made by the plan");
+                        o.copy_from_slice(buf);
+                    },
+                )
+        });
         out
     }
 }
@@ -276,17 +281,21 @@ fn on_host(
     out_shape: Vec<usize>,
     kernel: impl Fn(&dyn Kernel) -> HostOut,
 ) -> FloatTensor<Flex> {
-    let data = read_sync(Flex::float_into_data(x)).expect("a Flex tensor reads back");
+    let data = timed(Stage::HostCopies, || {
+        read_sync(Flex::float_into_data(x)).expect("a Flex tensor reads back")
+    });
     let out = match data.dtype() {
         DType::F64 => kernel(&data.as_slice::<f64>().expect("f64 values")),
         DType::F32 => kernel(&data.as_slice::<f32>().expect("f32 values")),
         other => panic!("ruda-sphere: longitude transform of {other:?} (checked before routing)"),
     };
-    let data = match out {
-        HostOut::F64(v) => TensorData::new(v, Shape::from(out_shape)),
-        HostOut::F32(v) => TensorData::new(v, Shape::from(out_shape)),
-    };
-    Flex::float_from_data(data, &FlexDevice)
+    timed(Stage::HostCopies, || {
+        let data = match out {
+            HostOut::F64(v) => TensorData::new(v, Shape::from(out_shape)),
+            HostOut::F32(v) => TensorData::new(v, Shape::from(out_shape)),
+        };
+        Flex::float_from_data(data, &FlexDevice)
+    })
 }
 
 /// The values a kernel returns, in the input's precision.

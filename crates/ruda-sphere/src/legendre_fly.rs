@@ -21,6 +21,7 @@ use burn_backend::{Backend, DType, TensorData, TensorMetadata, read_sync};
 use burn_flex::{Flex, FlexDevice};
 
 use crate::legendre_kernel::Recurrence;
+use crate::profile::{Stage, timed};
 
 /// One Legendre step: the recurrence of a transform's orders and grid, and
 /// whether the quadrature weights are applied (analysis of a field, and
@@ -41,6 +42,10 @@ pub(crate) trait LegendreOnTheFly: Backend {
 
 /// The host values of a Flex tensor of f32 or f64, in f64, and its dtype.
 fn to_host(x: FloatTensor<Flex>) -> (Vec<f64>, DType) {
+    timed(Stage::HostCopies, || to_host_untimed(x))
+}
+
+fn to_host_untimed(x: FloatTensor<Flex>) -> (Vec<f64>, DType) {
     let data = read_sync(Flex::float_into_data(x)).expect("a Flex tensor reads back");
     match data.dtype() {
         DType::F64 => (data.try_into_vec::<f64>().expect("f64 values"), DType::F64),
@@ -58,6 +63,12 @@ fn to_host(x: FloatTensor<Flex>) -> (Vec<f64>, DType) {
 
 /// `values` as a Flex tensor of `shape` in `dtype` (f32 rounded once).
 fn from_host(values: Vec<f64>, shape: [usize; 4], dtype: DType) -> FloatTensor<Flex> {
+    timed(Stage::HostCopies, || {
+        from_host_untimed(values, shape, dtype)
+    })
+}
+
+fn from_host_untimed(values: Vec<f64>, shape: [usize; 4], dtype: DType) -> FloatTensor<Flex> {
     let data = if dtype == DType::F32 {
         TensorData::new(
             values.into_iter().map(|v| v as f32).collect::<Vec<f32>>(),
@@ -82,7 +93,9 @@ impl LegendreOnTheFly for Flex {
         );
         let b = shape[2];
         let (values, dtype) = to_host(s);
-        let out = rec.analysis(&values, 2 * b, step.weighted);
+        let out = timed(Stage::Legendre, || {
+            rec.analysis(&values, 2 * b, step.weighted)
+        });
         from_host(out, [shape[0], rec.lmax(), b, 2], dtype)
     }
 
@@ -98,7 +111,9 @@ impl LegendreOnTheFly for Flex {
         );
         let b = shape[2];
         let (values, dtype) = to_host(c);
-        let out = rec.synthesis(&values, 2 * b, step.weighted);
+        let out = timed(Stage::Legendre, || {
+            rec.synthesis(&values, 2 * b, step.weighted)
+        });
         from_host(out, [shape[0], rec.nlat(), b, 2], dtype)
     }
 }

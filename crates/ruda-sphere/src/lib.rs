@@ -55,6 +55,7 @@ mod legendre;
 mod legendre_fly;
 mod legendre_kernel;
 mod legendre_op;
+pub mod profile;
 mod quadrature;
 mod route;
 mod sht;
