@@ -338,7 +338,7 @@ fn serial_timing(
         }
         last = Some(y);
     }
-    let n = cfg.iters as f64;
+    let n = cfg.iters.max(1) as f64;
     for v in [
         &mut split.fft,
         &mut split.reorder,
