@@ -9,8 +9,16 @@ fn mpirun(n: usize, args: &[&str]) -> Option<Output> {
     mpirun_program(n, std::path::Path::new(env!("CARGO_BIN_EXE_ruda")), args)
 }
 
+/// One `mpirun` at a time in this binary: concurrent mpiruns share Open
+/// MPI's session directory (`/tmp/ompi.HOST.UID`), and one that finishes
+/// can remove it while another creates its own inside.
+static ONE_MPIRUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `program` under `mpirun -n n`, or `None` without `mpirun`.
 fn mpirun_program(n: usize, program: &std::path::Path, args: &[&str]) -> Option<Output> {
+    let _one = ONE_MPIRUN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if Command::new("mpirun")
         .arg("--version")
         .stdout(Stdio::null())

@@ -31,9 +31,18 @@ fn mpirun() -> Option<&'static str> {
     Some("mpirun")
 }
 
+/// One `mpirun` at a time in this binary: concurrent mpiruns share Open
+/// MPI's session directory (`/tmp/ompi.HOST.UID`), and one that finishes
+/// can remove it while another creates its own inside ("A call to mkdir
+/// was unable to create the desired directory", seen in a CI run).
+static ONE_MPIRUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Run the conformance binary on `n` ranks with `args`, killing it after `limit`.
 fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(Output, Duration)> {
     let mpirun = mpirun()?;
+    let _one = ONE_MPIRUN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut cmd = Command::new("timeout");
     cmd.args(["-k", "10"])
         .arg(limit.as_secs().to_string())
@@ -148,6 +157,9 @@ fn the_environment_cannot_turn_the_checks_off() {
     let Some(mpirun) = mpirun() else {
         return;
     };
+    let _one = ONE_MPIRUN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let out = Command::new("timeout")
         .args(["-k", "10", "120", mpirun])
         .args([
