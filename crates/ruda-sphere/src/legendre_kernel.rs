@@ -464,39 +464,4 @@ mod tests {
             }
         }
     }
-
-    /// Time both kernels at 361, 721 and 1441 latitudes (every order, 4
-    /// channels): `cargo test --release -p ruda-sphere
-    /// legendre_kernel_timing -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn legendre_kernel_timing() {
-        for nlat in [361usize, 721, 1441] {
-            let lmax = nlat.div_ceil(2);
-            let cols = 8;
-            let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
-            let orders: Vec<usize> = (0..lmax).collect();
-            let t = std::time::Instant::now();
-            let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
-            let setup = t.elapsed();
-            let s = field(orders.len() * nlat * cols, 1);
-            let mut times = Vec::new();
-            for _ in 0..5 {
-                let t = std::time::Instant::now();
-                let a = rec.analysis(&s, cols, true);
-                let ta = t.elapsed();
-                let t = std::time::Instant::now();
-                let back = rec.synthesis(&a, cols, false);
-                let ts = t.elapsed();
-                assert_eq!(back.len(), s.len());
-                times.push((ta, ts));
-            }
-            times.sort();
-            let (ta, ts) = times[2];
-            println!(
-                "{nlat} latitudes, lmax {lmax}, {cols} columns: setup {setup:?}, analysis {ta:?}, synthesis {ts:?} (median of 5), {} threads",
-                rayon::current_num_threads()
-            );
-        }
-    }
 }
