@@ -21,11 +21,9 @@ use ruda_tensor::{Group, ProcessGrid};
 
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
-use crate::legendre_op::{
-    Legendre, check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten,
-};
+use crate::legendre_stage::{Kind, LegendreStage, check_components};
 use crate::route::{check_dtype, lon_forward, lon_inverse};
-use crate::sht::table;
+use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError, SphereLayout};
 
 /// Check that every rank passes the same number of fields (one small
@@ -55,6 +53,113 @@ fn layout_of<G: Group>(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<SphereLay
         (grid.polar_rank(), grid.polar_size()),
         (grid.azimuth_rank(), grid.azimuth_size()),
     )
+}
+
+/// One rank's part of a distributed transform, scalar or vector: its grid,
+/// its layout and the Legendre stage of its orders and latitudes.
+#[derive(Debug)]
+pub(crate) struct Part<G> {
+    grid: ProcessGrid<G>,
+    layout: SphereLayout,
+    stage: LegendreStage,
+}
+
+impl<G: Group> Part<G> {
+    /// The part of `spec`'s transform (`forward`: analysis) on `grid`.
+    pub(crate) fn new(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        kind: Kind,
+        forward: bool,
+    ) -> Result<Self, SphereError> {
+        let layout = layout_of(grid, spec)?;
+        let stage = LegendreStage::new(&spec, kind, &layout.orders(), layout.lat_range(), forward);
+        Ok(Part {
+            grid: grid.clone(),
+            layout,
+            stage,
+        })
+    }
+
+    /// Who holds which latitudes, longitudes, degrees and orders.
+    pub(crate) fn layout(&self) -> &SphereLayout {
+        &self.layout
+    }
+
+    /// This rank's patch `x` (`[.., lat_range, lon_range]`; vector:
+    /// `[.., 2, lat_range, lon_range]`) → its block of coefficients.
+    pub(crate) fn analyse<const D: usize, const E: usize>(
+        &self,
+        op: &'static str,
+        x: Tensor<D>,
+    ) -> Result<Tensor<E>, SphereError> {
+        let (l, s) = (&self.layout, self.layout.spec());
+        check_rank::<D, E>(op, 1)?;
+        let patch = [l.lat_range().len(), l.lon_range().len()];
+        let (x, lead) = flatten_field(op, l.world_rank(), x, patch)?;
+        check_components(op, l.world_rank(), self.stage.kind(), &lead, &patch)?;
+        check_dtype(op, x.dtype())?;
+        let g = &self.grid;
+        check_lead(g, op, &lead)?;
+        // [b, lat, lon]: longitudes whole, this rank's latitudes split
+        // over the azimuth ranks.
+        let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
+        // [m, lat, b, 2]: all orders.
+        let modes = Modes::analysis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
+        let f = lon_forward(op, x, modes)?;
+        // Orders split over the azimuth ranks, latitudes whole again.
+        let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
+        // [m, l, b, 2]: this rank's latitudes' part of every degree.
+        let partial = self.stage.analysis(op, f)?;
+        // Sum the latitudes' contributions, keep this rank's degrees.
+        let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
+        let c = swap_orders(c);
+        Ok(unflatten(
+            c,
+            &lead,
+            &[l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2],
+        ))
+    }
+
+    /// This rank's block of coefficients `c` (`[.., l_range, orders, 2]`;
+    /// vector: `[.., 2, l_range, orders, 2]`) → its patch of the field.
+    pub(crate) fn synthesise<const D: usize, const E: usize>(
+        &self,
+        op: &'static str,
+        c: Tensor<D>,
+    ) -> Result<Tensor<E>, SphereError> {
+        let (l, s) = (&self.layout, self.layout.spec());
+        let g = &self.grid;
+        check_rank::<D, E>(op, -1)?;
+        let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()]];
+        let (c, lead) = flatten_coefficients(op, l.world_rank(), c, block)?;
+        check_components(
+            op,
+            l.world_rank(),
+            self.stage.kind(),
+            &lead,
+            &[block[0], block[1], 2],
+        )?;
+        check_dtype(op, c.dtype())?;
+        check_lead(g, op, &lead)?;
+        // [m, l, b, 2] with all degrees of this rank's orders (backward:
+        // reduce-scatter).
+        let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
+        // [m, lat, b, 2]: this rank's latitudes.
+        let f = self.stage.synthesis(op, c)?;
+        // Orders whole, this rank's latitudes split over the azimuth ranks.
+        let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
+        // [b, lat, lon] with all longitudes.
+        let modes = Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
+        let x = lon_inverse(op, f, modes)?;
+        // Longitudes split again, latitudes whole.
+        let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
+        Ok(unflatten(
+            x,
+            &lead,
+            &[l.lat_range().len(), l.lon_range().len()],
+        ))
+    }
 }
 
 /// [`RealSht`](crate::RealSht) on a process grid: each rank passes its
@@ -89,32 +194,25 @@ fn layout_of<G: Group>(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<SphereLay
 /// ```
 #[derive(Debug)]
 pub struct DistributedRealSht<G> {
-    grid: ProcessGrid<G>,
-    layout: SphereLayout,
-    /// `P̄_l^m(x_k) w_k` for this rank's orders and latitudes, all degrees.
-    weights: Legendre,
+    part: Part<G>,
 }
 
 impl<G: Group> DistributedRealSht<G> {
-    /// The transform of `spec` on `grid` (computes this rank's block of the
-    /// Legendre table; no communication).
+    /// The transform of `spec` on `grid` (computes the recurrence
+    /// coefficients of this rank's orders and latitudes; no communication).
     ///
     /// # Errors
     /// [`SphereError::Split`] when the grid does not fit the field (see
     /// [`SphereLayout::new`]).
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
-        let layout = layout_of(grid, spec)?;
-        let weights = table(&spec, &layout.orders(), layout.lat_range(), true);
         Ok(DistributedRealSht {
-            grid: grid.clone(),
-            layout,
-            weights,
+            part: Part::new(grid, spec, Kind::Scalar, true)?,
         })
     }
 
     /// Who holds which latitudes, longitudes, degrees and orders.
     pub fn layout(&self) -> &SphereLayout {
-        &self.layout
+        self.part.layout()
     }
 
     /// Transform this rank's patch `x` (`[.., lat_range, lon_range]`, `D ≥
@@ -129,37 +227,7 @@ impl<G: Group> DistributedRealSht<G> {
         &self,
         x: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
-        const OP: &str = "DistributedRealSht::forward";
-        let (l, s) = (&self.layout, self.layout.spec());
-        check_rank::<D, E>(OP, 1)?;
-        let (x, lead) = flatten_field(
-            OP,
-            l.world_rank(),
-            x,
-            [l.lat_range().len(), l.lon_range().len()],
-        )?;
-        let dtype = x.dtype();
-        check_dtype(OP, dtype)?;
-        let g = &self.grid;
-        check_lead(g, OP, &lead)?;
-        // [b, lat, lon]: longitudes whole, this rank's latitudes split
-        // over the azimuth ranks.
-        let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
-        // [m, lat, b, 2]: all orders.
-        let modes = Modes::analysis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
-        let f = lon_forward(OP, x, modes)?;
-        // Orders split over the azimuth ranks, latitudes whole again.
-        let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
-        // [m, l, b, 2]: this rank's latitudes' part of every degree.
-        let partial = self.weights.analysis(f);
-        // Sum the latitudes' contributions, keep this rank's degrees.
-        let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
-        let c = swap_orders(c);
-        Ok(unflatten(
-            c,
-            &lead,
-            &[l.l_range().len(), l.m_sizes()[self.grid.azimuth_rank()], 2],
-        ))
+        self.part.analyse("DistributedRealSht::forward", x)
     }
 }
 
@@ -188,32 +256,24 @@ impl<G: Group> DistributedRealSht<G> {
 /// ```
 #[derive(Debug)]
 pub struct DistributedInverseRealSht<G> {
-    grid: ProcessGrid<G>,
-    layout: SphereLayout,
-    /// `P̄_l^m(x_k)` for this rank's orders and latitudes, all degrees,
-    /// `[m, k, l]`.
-    legendre: Legendre,
+    part: Part<G>,
 }
 
 impl<G: Group> DistributedInverseRealSht<G> {
-    /// The inverse transform of `spec` on `grid` (computes this rank's
-    /// block of the Legendre table; no communication).
+    /// The inverse transform of `spec` on `grid` (computes the recurrence
+    /// coefficients of this rank's orders and latitudes; no communication).
     ///
     /// # Errors
     /// As [`DistributedRealSht::new`].
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
-        let layout = layout_of(grid, spec)?;
-        let legendre = table(&spec, &layout.orders(), layout.lat_range(), false);
         Ok(DistributedInverseRealSht {
-            grid: grid.clone(),
-            layout,
-            legendre,
+            part: Part::new(grid, spec, Kind::Scalar, false)?,
         })
     }
 
     /// Who holds which latitudes, longitudes, degrees and orders.
     pub fn layout(&self) -> &SphereLayout {
-        &self.layout
+        self.part.layout()
     }
 
     /// Synthesise this rank's patch (`E = D − 1` dimensions) from its block
@@ -225,35 +285,7 @@ impl<G: Group> DistributedInverseRealSht<G> {
         &self,
         c: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
-        const OP: &str = "DistributedInverseRealSht::forward";
-        let (l, s) = (&self.layout, self.layout.spec());
-        check_rank::<D, E>(OP, -1)?;
-        let (c, lead) = flatten_coefficients(
-            OP,
-            l.world_rank(),
-            c,
-            [l.l_range().len(), l.m_sizes()[self.grid.azimuth_rank()]],
-        )?;
-        let dtype = c.dtype();
-        check_dtype(OP, dtype)?;
-        let g = &self.grid;
-        check_lead(g, OP, &lead)?;
-        // [m, l, b, 2] with all degrees of this rank's orders (backward:
-        // reduce-scatter).
-        let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
-        // [m, lat, b, 2]: this rank's latitudes.
-        let f = self.legendre.synthesis(c);
-        // Orders whole, this rank's latitudes split over the azimuth ranks.
-        let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
-        // [b, lat, lon] with all longitudes.
-        let modes = Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
-        let x = lon_inverse(OP, f, modes)?;
-        // Longitudes split again, latitudes whole.
-        let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
-        Ok(unflatten(
-            x,
-            &lead,
-            &[l.lat_range().len(), l.lon_range().len()],
-        ))
+        self.part
+            .synthesise("DistributedInverseRealSht::forward", c)
     }
 }

@@ -19,69 +19,133 @@ use core::f64::consts::PI;
 
 use rayon::prelude::*;
 
-/// What the kernels need for a range of orders on one latitude grid.
+/// The functions a [`Recurrence`] generates for the column of order `m`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seeds {
+    /// `P̄_l^m(x)`, the scalar transforms' functions.
+    Plain,
+    /// `Q̄_l^m(x) = P̄_l^m(x) / sin θ` for `m ≥ 1` (the same recurrence from
+    /// the seed `P̄_m^m / sin θ ∝ sin^{m−1} θ`, finite at the poles), and for
+    /// the column of order 0 `Q̄_l^1` without the Condon–Shortley sign: what
+    /// the vector transforms' derivative functions are made of
+    /// ([`crate::vector_step`]).
+    OverSine,
+}
+
+/// What the kernels need for a range of orders on a set of latitudes.
 #[derive(Clone, Debug)]
 pub struct Recurrence {
     lmax: usize,
+    /// The column orders, as listed.
     orders: Vec<usize>,
-    /// Cosines of the northern latitudes and, for an odd count, the equator.
+    /// The order whose recurrence each column walks (its own, except the
+    /// order-0 column of [`Seeds::OverSine`], which walks order 1).
+    starts: Vec<usize>,
+    /// Whether the latitudes come in mirrored pairs (north half kept), or
+    /// are each walked on their own.
+    paired: bool,
+    /// Cosines of the latitudes walked: the northern ones and, for an odd
+    /// count, the equator when `paired`; all of them otherwise.
     x: Vec<f64>,
     /// Their weights (each of a mirrored pair has the same).
     w: Vec<f64>,
     /// Latitudes in all.
     nlat: usize,
-    /// `P̄_m^m(x_k)` for each listed order, over the northern half
-    /// (Condon–Shortley sign included when asked).
+    /// The seed of each column's recurrence over the walked latitudes (the
+    /// Condon–Shortley sign included when asked).
     seeds: Vec<f64>,
-    /// `a_l^m` and `b_l^m` of `P̄_l = a x P̄_{l−1} − b P̄_{l−2}`, per listed
-    /// order, for `l` from `m + 2` (`a` for `l = m + 1` is `sqrt(2m + 3)`).
+    /// `a_l^m` and `b_l^m` of `P̄_l = a x P̄_{l−1} − b P̄_{l−2}`, per column,
+    /// for `l` from `m + 2` (`a` for `l = m + 1` is `sqrt(2m + 3)`).
     a: Vec<Vec<f64>>,
     b: Vec<Vec<f64>>,
 }
 
 impl Recurrence {
     /// For the listed `orders` (ascending), degrees `0..lmax`, the
-    /// latitudes with cosines `x` (north pole first, symmetric about the
-    /// equator) and quadrature `weights`.
+    /// latitudes with cosines `x` and quadrature `weights`, the functions
+    /// `seeds` says. `paired`: the latitudes are a whole grid (north pole
+    /// first, symmetric about the equator), walked in mirrored pairs;
+    /// otherwise any subset of a grid, such as one rank's band, each
+    /// latitude walked on its own (twice the cost per latitude of a pair).
     ///
     /// # Panics
-    /// When `x` or `weights` is not symmetric about the equator (a
-    /// programming error: every grid ruda-sphere makes is).
-    pub fn new(orders: &[usize], lmax: usize, x: &[f64], weights: &[f64], csphase: bool) -> Self {
+    /// When `paired` and the latitudes are not symmetric, when `x` and
+    /// `weights` differ in length, or when `orders` does not ascend (a
+    /// programming error: every caller in ruda-sphere passes a grid's).
+    pub fn new(
+        orders: &[usize],
+        lmax: usize,
+        x: &[f64],
+        weights: &[f64],
+        csphase: bool,
+        seeds: Seeds,
+        paired: bool,
+    ) -> Self {
+        Self::build(orders, lmax, x, weights, csphase, seeds, paired)
+    }
+
+    fn build(
+        orders: &[usize],
+        lmax: usize,
+        x: &[f64],
+        weights: &[f64],
+        csphase: bool,
+        kind: Seeds,
+        paired: bool,
+    ) -> Self {
         let nlat = x.len();
-        let half = nlat.div_ceil(2);
         assert_eq!(weights.len(), nlat, "a weight per latitude");
-        for k in 0..nlat / 2 {
-            let (south, w) = (nlat - 1 - k, weights[k].abs().max(f64::MIN_POSITIVE));
-            assert!(
-                (x[k] + x[south]).abs() < 1e-12 && (weights[k] - weights[south]).abs() <= 1e-12 * w,
-                "a grid symmetric about the equator"
-            );
-        }
-        let mut xs = x[..half].to_vec();
-        if nlat % 2 == 1 {
-            // The equator: exactly 0 (a computed cos(π/2) is 6e-17), so
-            // that its odd-parity values vanish in synthesis as they are
-            // left out of analysis.
-            xs[half - 1] = 0.0;
-        }
-        let ws = weights[..half].to_vec();
-        let mut seeds = vec![0.0; orders.len() * half];
-        let mut diag = vec![1.0 / (4.0 * PI).sqrt(); half];
-        let mut next = 0;
-        for m in 0..=orders.last().copied().unwrap_or(0) {
+        assert!(orders.windows(2).all(|w| w[0] < w[1]), "ascending orders");
+        let (xs, ws) = if paired {
+            let half = nlat.div_ceil(2);
+            for k in 0..nlat / 2 {
+                let (south, w) = (nlat - 1 - k, weights[k].abs().max(f64::MIN_POSITIVE));
+                assert!(
+                    (x[k] + x[south]).abs() < 1e-12
+                        && (weights[k] - weights[south]).abs() <= 1e-12 * w,
+                    "a grid symmetric about the equator"
+                );
+            }
+            let mut xs = x[..half].to_vec();
+            if nlat % 2 == 1 {
+                // The equator: exactly 0 (a computed cos(π/2) is 6e-17), so
+                // that its odd-parity values vanish in synthesis as they are
+                // left out of analysis.
+                xs[half - 1] = 0.0;
+            }
+            (xs, weights[..half].to_vec())
+        } else {
+            (x.to_vec(), weights.to_vec())
+        };
+        let walked = xs.len();
+        let starts: Vec<usize> = match kind {
+            Seeds::Plain => orders.to_vec(),
+            Seeds::OverSine => orders.iter().map(|&m| m.max(1)).collect(),
+        };
+        let mut seeds = vec![0.0; orders.len() * walked];
+        // P̄_m^m (Plain) or P̄_m^m / sin θ (OverSine, m ≥ 1) as m grows.
+        let mut diag = vec![1.0 / (4.0 * PI).sqrt(); walked];
+        let last = starts.last().copied().unwrap_or(0);
+        for m in 0..=last {
             if m > 0 {
                 let f = (2 * m + 1) as f64 / (2 * m) as f64;
+                let sine = kind == Seeds::Plain || m > 1;
                 for (d, &xk) in diag.iter_mut().zip(&xs) {
-                    *d *= (f * (1.0 + xk) * (1.0 - xk)).sqrt();
+                    *d *= if sine {
+                        (f * (1.0 + xk) * (1.0 - xk)).sqrt()
+                    } else {
+                        f.sqrt()
+                    };
                 }
             }
-            if next < orders.len() && orders[next] == m {
-                let sign = if csphase && m % 2 == 1 { -1.0 } else { 1.0 };
-                for (s, d) in seeds[next * half..(next + 1) * half].iter_mut().zip(&diag) {
+            for (i, (&start, &order)) in starts.iter().zip(orders).enumerate() {
+                if start != m {
+                    continue;
+                }
+                let sign = if csphase && order % 2 == 1 { -1.0 } else { 1.0 };
+                for (s, d) in seeds[i * walked..(i + 1) * walked].iter_mut().zip(&diag) {
                     *s = sign * d;
                 }
-                next += 1;
             }
         }
         let coeffs = |m: usize| -> (Vec<f64>, Vec<f64>) {
@@ -97,10 +161,12 @@ impl Recurrence {
                 })
                 .unzip()
         };
-        let (a, b) = orders.iter().map(|&m| coeffs(m)).unzip();
+        let (a, b) = starts.iter().map(|&m| coeffs(m)).unzip();
         Recurrence {
             lmax,
             orders: orders.to_vec(),
+            starts,
+            paired,
             x: xs,
             w: ws,
             nlat,
@@ -125,6 +191,8 @@ impl Recurrence {
         &self.orders
     }
 
+    /// Latitudes walked: the mirrored pairs' northern halves (and the
+    /// equator), or all of them when unpaired.
     fn half(&self) -> usize {
         self.x.len()
     }
@@ -134,7 +202,7 @@ impl Recurrence {
     /// P̄_{l+j}^m(x_k)` over the northern half, `l` from `m`. A group lets
     /// the kernels read each latitude's values once for several degrees.
     fn degree_groups(&self, i: usize, mut visit: impl FnMut(usize, &[Vec<f64>])) {
-        let m = self.orders[i];
+        let m = self.starts[i];
         if m >= self.lmax {
             return;
         }
@@ -224,7 +292,14 @@ impl Recurrence {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
             for c in 0..cols {
-                let (n, sth) = (s[k * cols + c], s[mirror * cols + c]);
+                let n = s[k * cols + c];
+                if !self.paired {
+                    // Both parities read the latitude itself.
+                    even[k * cols + c] = w * n;
+                    odd[k * cols + c] = w * n;
+                    continue;
+                }
+                let sth = s[mirror * cols + c];
                 if mirror == k {
                     even[k * cols + c] = w * n;
                 } else {
@@ -233,7 +308,7 @@ impl Recurrence {
                 }
             }
         }
-        let m = self.orders[i];
+        let m = self.starts[i];
         self.degree_groups(i, |l, ps| {
             // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
             // the other's.
@@ -268,7 +343,7 @@ impl Recurrence {
         let (nlat, half) = (self.nlat, self.half());
         let mut even = vec![0.0; half * cols];
         let mut odd = vec![0.0; half * cols];
-        let m = self.orders[i];
+        let m = self.starts[i];
         self.degree_groups(i, |l, ps| {
             let (first, second) = if (l + m).is_multiple_of(2) {
                 (&mut even, &mut odd)
@@ -299,7 +374,7 @@ impl Recurrence {
             for c in 0..cols {
                 let (e, d) = (even[k * cols + c], odd[k * cols + c]);
                 o[k * cols + c] = w * (e + d);
-                if mirror != k {
+                if self.paired && mirror != k {
                     o[mirror * cols + c] = w * (e - d);
                 }
             }
@@ -411,7 +486,15 @@ mod tests {
             let orders = [0usize, 1, 3, 4, lmax - 1, lmax + 2];
             // Below, at and past one register block of columns (LANES).
             for cols in [0, 6, LANES, LANES + 3, 2 * LANES] {
-                let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true);
+                let rec = Recurrence::new(
+                    &orders,
+                    lmax,
+                    &q.cosines,
+                    &q.weights,
+                    true,
+                    Seeds::Plain,
+                    true,
+                );
                 let s = field(orders.len() * nlat * cols, 1);
                 let a = field(orders.len() * lmax * cols, 2);
                 let got_a = rec.analysis(&s, cols, true);

@@ -47,6 +47,7 @@
 extern crate alloc;
 
 mod distributed;
+mod distributed_vector;
 mod error;
 mod fft_plans;
 pub mod fourier;
@@ -54,17 +55,22 @@ mod layout;
 mod legendre;
 mod legendre_fly;
 mod legendre_kernel;
-mod legendre_op;
+mod legendre_stage;
 pub mod profile;
 mod quadrature;
 mod route;
+mod shapes;
 mod sht;
 mod spec;
+mod vector_sht;
+mod vector_step;
 
 pub use distributed::{DistributedInverseRealSht, DistributedRealSht};
+pub use distributed_vector::{DistributedInverseRealVectorSht, DistributedRealVectorSht};
 pub use error::SphereError;
 pub use layout::SphereLayout;
 pub use legendre::legendre_table;
 pub use quadrature::{LatitudeGrid, Latitudes};
 pub use sht::{InverseRealSht, RealSht};
 pub use spec::ShtSpec;
+pub use vector_sht::{InverseRealVectorSht, RealVectorSht};

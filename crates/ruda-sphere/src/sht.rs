@@ -1,66 +1,53 @@
 //! The serial transforms: [`RealSht`] and [`InverseRealSht`].
 
-use alloc::sync::Arc;
-use alloc::vec::Vec;
-
 use burn_tensor::Tensor;
 
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
-use crate::legendre_fly::Step;
-use crate::legendre_kernel::Recurrence;
-use crate::legendre_op::{
-    Legendre, check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten,
-};
-use crate::route::{leg_analysis, leg_synthesis, lon_forward, lon_inverse};
-use crate::{Latitudes, ShtSpec, SphereError, legendre_table};
+use crate::legendre_stage::{Kind, LegendreStage, check_components};
+use crate::route::{check_dtype, lon_forward, lon_inverse};
+use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
+use crate::{ShtSpec, SphereError};
 
-/// The Legendre step of a serial transform of `spec`: every order, every
-/// latitude, generated on the fly (O(L²) coefficients and seeds, no
-/// table); `weighted` for the analysis of a field.
-fn serial_step(spec: &ShtSpec, weighted: bool) -> Step {
-    let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
-    let orders: Vec<usize> = (0..spec.mmax()).collect();
-    Step {
-        rec: Arc::new(Recurrence::new(
-            &orders,
-            spec.lmax(),
-            &q.cosines,
-            &q.weights,
-            true,
-        )),
-        weighted,
-    }
+/// The Legendre stage of a serial transform of `spec`: every order, every
+/// latitude (in mirrored pairs), generated on the fly; `weighted` for the
+/// analysis of a field.
+pub(crate) fn serial_stage(spec: &ShtSpec, kind: Kind, weighted: bool) -> LegendreStage {
+    let orders: alloc::vec::Vec<usize> = (0..spec.mmax()).collect();
+    LegendreStage::new(spec, kind, &orders, 0..spec.nlat(), weighted)
 }
 
-/// The Legendre table for the (ascending) `orders`, all degrees and the
-/// latitudes `lats`: for the forward transform times the quadrature
-/// weights.
-pub(crate) fn table(
-    spec: &ShtSpec,
-    orders: &[usize],
-    lats: core::ops::Range<usize>,
-    forward: bool,
-) -> Legendre {
-    let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
-    let xs = &q.cosines[lats.clone()];
-    let (nl, nk) = (spec.lmax(), lats.len());
-    let first = orders.first().copied().unwrap_or(0);
-    let last = orders.last().map_or(0, |&o| o + 1);
-    let all = legendre_table(first..last, nl, xs, true);
-    let mut t = Vec::with_capacity(orders.len() * nl * nk);
-    for &m in orders {
-        t.extend_from_slice(&all[(m - first) * nl * nk..(m - first + 1) * nl * nk]);
-    }
-    if forward {
-        let w = &q.weights[lats];
-        for row in t.chunks_exact_mut(nk) {
-            for (v, w) in row.iter_mut().zip(w) {
-                *v *= w;
-            }
-        }
-    }
-    Legendre::new(&t, orders, nl, nk, forward)
+/// A serial forward transform: fields `[.., nlat, nlon]` (for a vector
+/// transform `[.., 2, nlat, nlon]`) to coefficients `[.., lmax, mmax, 2]`.
+pub(crate) fn analyse<const D: usize, const E: usize>(
+    op: &'static str,
+    s: &ShtSpec,
+    stage: &LegendreStage,
+    x: Tensor<D>,
+) -> Result<Tensor<E>, SphereError> {
+    check_rank::<D, E>(op, 1)?;
+    let (x, lead) = flatten_field(op, 0, x, [s.nlat(), s.nlon()])?;
+    check_components(op, 0, stage.kind(), &lead, &[s.nlat(), s.nlon()])?;
+    let f = lon_forward(op, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
+    let c = swap_orders(stage.analysis(op, f)?);
+    Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
+}
+
+/// A serial inverse transform: coefficients `[.., lmax, mmax, 2]` to
+/// fields `[.., nlat, nlon]`.
+pub(crate) fn synthesise<const D: usize, const E: usize>(
+    op: &'static str,
+    s: &ShtSpec,
+    stage: &LegendreStage,
+    c: Tensor<D>,
+) -> Result<Tensor<E>, SphereError> {
+    check_rank::<D, E>(op, -1)?;
+    let (c, lead) = flatten_coefficients(op, 0, c, [s.lmax(), s.mmax()])?;
+    check_components(op, 0, stage.kind(), &lead, &[s.lmax(), s.mmax(), 2])?;
+    check_dtype(op, c.dtype())?;
+    let f = stage.synthesis(op, swap_orders(c))?;
+    let x = lon_inverse(op, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
+    Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
 }
 
 /// The forward real spherical harmonic transform of fields `[.., nlat,
@@ -94,7 +81,7 @@ pub(crate) fn table(
 pub struct RealSht {
     spec: ShtSpec,
     /// The weighted analysis over every order.
-    step: Step,
+    stage: LegendreStage,
 }
 
 impl RealSht {
@@ -102,7 +89,7 @@ impl RealSht {
     pub fn new(spec: ShtSpec) -> Self {
         RealSht {
             spec,
-            step: serial_step(&spec, true),
+            stage: serial_stage(&spec, Kind::Scalar, true),
         }
     }
 
@@ -123,13 +110,7 @@ impl RealSht {
         &self,
         x: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
-        const OP: &str = "RealSht::forward";
-        let s = &self.spec;
-        check_rank::<D, E>(OP, 1)?;
-        let (x, lead) = flatten_field(OP, 0, x, [s.nlat(), s.nlon()])?;
-        let f = lon_forward(OP, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
-        let c = swap_orders(leg_analysis(OP, f, self.step.clone())?);
-        Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
+        analyse("RealSht::forward", &self.spec, &self.stage, x)
     }
 }
 
@@ -158,7 +139,7 @@ impl RealSht {
 pub struct InverseRealSht {
     spec: ShtSpec,
     /// The unweighted synthesis over every order.
-    step: Step,
+    stage: LegendreStage,
 }
 
 impl InverseRealSht {
@@ -167,7 +148,7 @@ impl InverseRealSht {
     pub fn new(spec: ShtSpec) -> Self {
         InverseRealSht {
             spec,
-            step: serial_step(&spec, false),
+            stage: serial_stage(&spec, Kind::Scalar, false),
         }
     }
 
@@ -185,13 +166,6 @@ impl InverseRealSht {
         &self,
         c: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
-        const OP: &str = "InverseRealSht::forward";
-        let s = &self.spec;
-        check_rank::<D, E>(OP, -1)?;
-        let (c, lead) = flatten_coefficients(OP, 0, c, [s.lmax(), s.mmax()])?;
-        crate::route::check_dtype(OP, c.dtype())?;
-        let f = leg_synthesis(OP, swap_orders(c), self.step.clone())?;
-        let x = lon_inverse(OP, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
-        Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
+        synthesise("InverseRealSht::forward", &self.spec, &self.stage, c)
     }
 }
