@@ -14,12 +14,19 @@
 //!   trailing axis (Burn has no complex dtype), `c_lm = ∫ f conj(Y_l^m)`;
 //!   the inverse is `f = Σ_l c_l0 Y_l^0 + 2 Re Σ_{m>0} c_lm Y_l^m`.
 //!
+//! The vector transforms ([`RealVectorSht`], [`InverseRealVectorSht`])
+//! take tangential fields `[.., 2, nlat, nlon]` (colatitude and longitude
+//! components) to spheroidal and toroidal coefficients `[.., 2, lmax,
+//! mmax, 2]`, in torch-harmonics' conventions (`RealVectorSHT`).
+//!
 //! The longitude transform is a real FFT (`realfft`) recorded as a Burn
-//! operation with its adjoint; the serial transforms' Legendre step
-//! generates `P̄_l^m` by its recurrence inside the kernel (no tables),
-//! the distributed transforms' is a batched Burn matmul against per-rank
-//! tables. The distributed transforms ([`DistributedRealSht`],
-//! [`DistributedInverseRealSht`]) use nothing but ruda-tensor's
+//! operation with its adjoint; the Legendre step generates `P̄_l^m` (or
+//! the vector transforms' derivative functions) by the three-term
+//! recurrence inside the kernel, no tables, serially over mirrored
+//! latitude pairs and on a rank of a distributed transform over its own
+//! band of latitudes. The distributed transforms ([`DistributedRealSht`],
+//! [`DistributedInverseRealSht`], [`DistributedRealVectorSht`],
+//! [`DistributedInverseRealVectorSht`]) use nothing but ruda-tensor's
 //! differentiable primitives (azimuth transposes, `reduce_from_scatter_to`
 //! and `gather_from_copy_to` over the polar ranks), so their gradients are
 //! exact too, for any split of the field that [`SphereLayout`] describes.

@@ -275,6 +275,9 @@ mod tests {
     /// `½ c (a' P̄^{m−1}_{l+1} + b' P̄^{m+1}_{l+1})`, without the sign, then
     /// `(−1)^m`), poles included, on both grids.
     #[test]
+    // `m`, `l` and `k` index the kernel's values, the step's factors and
+    // the table at once.
+    #[allow(clippy::needless_range_loop)]
     fn derivative_functions_match_torch_harmonics_construction() {
         for (grid, nlat) in [
             (LatitudeGrid::Equiangular, 13),

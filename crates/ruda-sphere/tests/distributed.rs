@@ -1,7 +1,8 @@
-//! The distributed transforms equal the serial ones, values and gradients,
-//! on grids 1×1 to 2×4 with uneven splits of latitudes, longitudes,
-//! degrees and orders; the adjoint identity summed over ranks; layouts
-//! that do not fit, and ranks that disagree, are errors.
+//! The distributed transforms, scalar and vector, equal the serial ones,
+//! values and gradients, on grids 1×1 to 2×4 with uneven splits of
+//! latitudes, longitudes, degrees and orders; the adjoint identity summed
+//! over ranks; layouts that do not fit, and ranks that disagree, are
+//! errors.
 
 mod common;
 
@@ -11,14 +12,93 @@ use burn_tensor::{Device, Tensor};
 use common::{dot, random, tensor, values};
 use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 use ruda_sphere::{
-    DistributedInverseRealSht, DistributedRealSht, InverseRealSht, LatitudeGrid, RealSht, ShtSpec,
-    SphereError, SphereLayout,
+    DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
+    RealVectorSht, ShtSpec, SphereError, SphereLayout,
 };
-use ruda_tensor::ProcessGrid;
+use ruda_tensor::{Group, ProcessGrid};
 
-/// Leading dimensions of the test fields.
-const LEAD: [usize; 2] = [2, 3];
-const B: usize = LEAD[0] * LEAD[1];
+/// Which transforms a check runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Scalar,
+    Vector,
+}
+
+/// Six fields in all, as `[2, 3]` scalar fields or `[3, 2]`: three vector
+/// fields of two components (the same values either way).
+const B: usize = 6;
+
+/// The leading dimensions of the test fields of `kind`.
+fn lead(kind: Kind) -> [usize; 2] {
+    match kind {
+        Kind::Scalar => [2, 3],
+        Kind::Vector => [3, 2],
+    }
+}
+
+/// `x [.., nlat, nlon] → [.., lmax, mmax, 2]` serially.
+fn serial_forward(kind: Kind, spec: ShtSpec, x: Tensor<4>) -> Tensor<5> {
+    match kind {
+        Kind::Scalar => RealSht::new(spec).forward(x),
+        Kind::Vector => RealVectorSht::new(spec).forward(x),
+    }
+    .unwrap()
+}
+
+/// `c [.., lmax, mmax, 2] → [.., nlat, nlon]` serially.
+fn serial_inverse(kind: Kind, spec: ShtSpec, c: Tensor<5>) -> Tensor<4> {
+    match kind {
+        Kind::Scalar => InverseRealSht::new(spec).forward(c),
+        Kind::Vector => InverseRealVectorSht::new(spec).forward(c),
+    }
+    .unwrap()
+}
+
+/// One rank's pair of distributed transforms of either kind.
+enum Pair<G> {
+    Scalar(DistributedRealSht<G>, DistributedInverseRealSht<G>),
+    Vector(
+        DistributedRealVectorSht<G>,
+        DistributedInverseRealVectorSht<G>,
+    ),
+}
+
+impl<G: Group> Pair<G> {
+    fn new(kind: Kind, grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
+        Ok(match kind {
+            Kind::Scalar => Pair::Scalar(
+                DistributedRealSht::new(grid, spec)?,
+                DistributedInverseRealSht::new(grid, spec)?,
+            ),
+            Kind::Vector => Pair::Vector(
+                DistributedRealVectorSht::new(grid, spec)?,
+                DistributedInverseRealVectorSht::new(grid, spec)?,
+            ),
+        })
+    }
+
+    fn layouts(&self) -> (&SphereLayout, &SphereLayout) {
+        match self {
+            Pair::Scalar(f, i) => (f.layout(), i.layout()),
+            Pair::Vector(f, i) => (f.layout(), i.layout()),
+        }
+    }
+
+    fn forward(&self, x: Tensor<4>) -> Result<Tensor<5>, SphereError> {
+        match self {
+            Pair::Scalar(f, _) => f.forward(x),
+            Pair::Vector(f, _) => f.forward(x),
+        }
+    }
+
+    fn inverse(&self, c: Tensor<5>) -> Result<Tensor<4>, SphereError> {
+        match self {
+            Pair::Scalar(_, i) => i.forward(c),
+            Pair::Vector(_, i) => i.forward(c),
+        }
+    }
+}
 
 /// `[B, rows, cols, inner]` row-major values restricted to the given rows
 /// and columns (in the order given).
@@ -51,24 +131,25 @@ struct Serial {
     grad_c: Vec<f64>,
 }
 
-fn serial(spec: ShtSpec) -> Serial {
+fn serial(kind: Kind, spec: ShtSpec) -> Serial {
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
     let device = Device::flex().autodiff();
+    let ld = lead(kind);
     let xv = random(B * h * w, 1);
     let g = random(B * l * m * 2, 2);
     let cv = random(B * l * m * 2, 3);
     let z = random(B * h * w, 4);
-    let x = tensor(xv.clone(), [LEAD[0], LEAD[1], h, w], &device).require_grad();
-    let y: Tensor<5> = RealSht::new(spec).forward(x.clone()).unwrap();
+    let x = tensor(xv.clone(), [ld[0], ld[1], h, w], &device).require_grad();
+    let y = serial_forward(kind, spec, x.clone());
     let sht_x = values(y.clone());
-    let grads = (y * tensor(g.clone(), [LEAD[0], LEAD[1], l, m, 2], &device))
+    let grads = (y * tensor(g.clone(), [ld[0], ld[1], l, m, 2], &device))
         .sum()
         .backward();
     let grad_x = values(x.grad(&grads).unwrap());
-    let c = tensor(cv.clone(), [LEAD[0], LEAD[1], l, m, 2], &device).require_grad();
-    let f: Tensor<4> = InverseRealSht::new(spec).forward(c.clone()).unwrap();
+    let c = tensor(cv.clone(), [ld[0], ld[1], l, m, 2], &device).require_grad();
+    let f = serial_inverse(kind, spec, c.clone());
     let isht_c = values(f.clone());
-    let grads = (f * tensor(z.clone(), [LEAD[0], LEAD[1], h, w], &device))
+    let grads = (f * tensor(z.clone(), [ld[0], ld[1], h, w], &device))
         .sum()
         .backward();
     let grad_c = values(c.grad(&grads).unwrap());
@@ -103,15 +184,17 @@ fn max_diff(a: &[f64], b: &[f64]) -> f64 {
 
 fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     comm: C,
+    kind: Kind,
     grid_shape: (usize, usize),
     spec: ShtSpec,
     s: &Serial,
 ) -> Result<RankReport, SphereError> {
     let grid = ProcessGrid::new(comm, grid_shape.0, grid_shape.1)?;
-    let sht = DistributedRealSht::new(&grid, spec)?;
-    let isht = DistributedInverseRealSht::new(&grid, spec)?;
-    let lay = sht.layout().clone();
-    assert_eq!(&lay, isht.layout());
+    let pair = Pair::new(kind, &grid, spec)?;
+    let (lay, inverse_layout) = pair.layouts();
+    let lay = lay.clone();
+    assert_eq!(&lay, inverse_layout);
+    let ld = lead(kind);
     let (lat, lon, ls, ms) = (
         lay.lat_range(),
         lay.lon_range().collect::<Vec<_>>(),
@@ -123,15 +206,15 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     let coeffs = |v: &[f64]| block(v, [B, l, m, 2], ls.clone(), &ms);
     let device = Device::flex().autodiff();
     let (fs, cs) = (
-        [LEAD[0], LEAD[1], lat.len(), lon.len()],
-        [LEAD[0], LEAD[1], ls.len(), ms.len(), 2],
+        [ld[0], ld[1], lat.len(), lon.len()],
+        [ld[0], ld[1], ls.len(), ms.len(), 2],
     );
     let mut report = RankReport::default();
 
     // Forward: values, gradient, adjoint identity.
     let x_local = field(&s.x);
     let x = tensor(x_local.clone(), fs, &device).require_grad();
-    let y: Tensor<5> = sht.forward(x.clone())?;
+    let y = pair.forward(x.clone())?;
     let y_local = values(y.clone());
     report.diffs[0] = max_diff(&y_local, &coeffs(&s.sht_x));
     let g_local = coeffs(&s.g);
@@ -143,7 +226,7 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     // Inverse.
     let c_local = coeffs(&s.c);
     let c = tensor(c_local.clone(), cs, &device).require_grad();
-    let f: Tensor<4> = isht.forward(c.clone())?;
+    let f = pair.inverse(c.clone())?;
     let f_local = values(f.clone());
     report.diffs[2] = max_diff(&f_local, &field(&s.isht_c));
     let z_local = field(&s.z);
@@ -172,8 +255,8 @@ fn scale(v: &[f64]) -> f64 {
     v.iter().fold(0.0f64, |m, x| m.max(x.abs()))
 }
 
-fn check(spec: ShtSpec, grids: &[(usize, usize)]) {
-    let s = serial(spec);
+fn check(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)]) {
+    let s = serial(kind, spec);
     let scales = [
         scale(&s.sht_x),
         scale(&s.grad_x),
@@ -182,8 +265,8 @@ fn check(spec: ShtSpec, grids: &[(usize, usize)]) {
     ];
     for &(p, a) in grids {
         let reports = LocalWorld::new(p * a)
-            .run(|comm| run_rank(comm, (p, a), spec, &s))
-            .unwrap_or_else(|e| panic!("{p}x{a} {spec:?}: {e}"));
+            .run(|comm| run_rank(comm, kind, (p, a), spec, &s))
+            .unwrap_or_else(|e| panic!("{kind:?} {p}x{a} {spec:?}: {e}"));
         for (rank, r) in reports.iter().enumerate() {
             for (what, (d, sc)) in ["sht", "sht gradient", "isht", "isht gradient"]
                 .iter()
@@ -191,19 +274,19 @@ fn check(spec: ShtSpec, grids: &[(usize, usize)]) {
             {
                 assert!(
                     d / sc <= 1e-13,
-                    "{p}x{a} {spec:?} rank {rank}: {what} differs by {:e}",
+                    "{kind:?} {p}x{a} {spec:?} rank {rank}: {what} differs by {:e}",
                     d / sc
                 );
             }
             let (lhs, rhs) = r.forward_inner;
             assert!(
                 (lhs - rhs).abs() <= 1e-12 * lhs.abs(),
-                "{p}x{a}: {lhs} {rhs}"
+                "{kind:?} {p}x{a}: {lhs} {rhs}"
             );
             let (lhs, rhs) = r.inverse_inner;
             assert!(
                 (lhs - rhs).abs() <= 1e-12 * lhs.abs(),
-                "{p}x{a}: {lhs} {rhs}"
+                "{kind:?} {p}x{a}: {lhs} {rhs}"
             );
         }
     }
@@ -214,6 +297,17 @@ fn equiangular_distributed_equals_serial_on_every_grid() {
     // 13 latitudes, 22 longitudes, l = m = 7: uneven over 2, 3, 4 ranks.
     let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
     check(
+        Kind::Scalar,
+        spec,
+        &[(1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (4, 1), (2, 4)],
+    );
+}
+
+#[test]
+fn equiangular_distributed_vector_transforms_equal_serial_on_every_grid() {
+    let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    check(
+        Kind::Vector,
         spec,
         &[(1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (4, 1), (2, 4)],
     );
@@ -223,7 +317,8 @@ fn equiangular_distributed_equals_serial_on_every_grid() {
 fn legendre_gauss_distributed_equals_serial_with_the_nyquist_order() {
     // 10 latitudes, 18 longitudes, l = m = 10 (m = 9 is the Nyquist order).
     let spec = ShtSpec::new(10, 18, LatitudeGrid::LegendreGauss).unwrap();
-    check(spec, &[(1, 3), (3, 1), (2, 4)]);
+    check(Kind::Scalar, spec, &[(1, 3), (3, 1), (2, 4)]);
+    check(Kind::Vector, spec, &[(1, 3), (3, 1), (2, 4)]);
 }
 
 #[test]
