@@ -116,7 +116,7 @@ impl Modes {
 
     /// The kernel whose [`Modes::inverse`] is the adjoint of this
     /// [`Modes::forward`].
-    fn adjoint_of_forward(self) -> Self {
+    pub(crate) fn adjoint_of_forward(self) -> Self {
         Modes {
             interior: self.interior / 2.0,
             ..self
@@ -125,7 +125,7 @@ impl Modes {
 
     /// The kernel whose [`Modes::forward`] is the adjoint of this
     /// [`Modes::inverse`].
-    fn adjoint_of_inverse(self) -> Self {
+    pub(crate) fn adjoint_of_inverse(self) -> Self {
         Modes {
             interior: self.interior * 2.0,
             ..self

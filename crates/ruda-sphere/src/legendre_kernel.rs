@@ -206,7 +206,8 @@ impl Recurrence {
     /// [`GROUP`] consecutive degrees: `visit(l, ps)` with `ps[j][k] =
     /// P̄_{l+j}^m(x_k)` over the northern half, `l` from `m`. A group lets
     /// the kernels read each latitude's values once for several degrees.
-    fn degree_groups(&self, i: usize, mut visit: impl FnMut(usize, &[Vec<f64>])) {
+    #[inline(always)]
+    fn degree_groups<const FMA: bool>(&self, i: usize, mut visit: impl FnMut(usize, &[Vec<f64>])) {
         let m = self.starts[i];
         if m >= self.lmax {
             return;
@@ -239,7 +240,7 @@ impl Recurrence {
                     };
                     let (a, b) = (self.a[i][d - m - 2], self.b[i][d - m - 2]);
                     for (((q, &q1), &q2), &x) in p.iter_mut().zip(p1).zip(p2).zip(&self.x) {
-                        *q = a * x * q1 - b * q2;
+                        *q = madd::<FMA>(a * x, q1, -b * q2);
                     }
                 }
             }
@@ -288,7 +289,41 @@ impl Recurrence {
 
     /// The analysis of the `i`-th listed order: `s` its `[nlat, cols]`
     /// values, `o` its `[lmax, cols]` result.
-    fn analysis_order(&self, i: usize, s: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+    pub(crate) fn analysis_order(
+        &self,
+        i: usize,
+        s: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if fma_available() {
+            // SAFETY: `analysis_order_fma` requires AVX2 and FMA, and
+            // `fma_available` has just detected both on this CPU.
+            unsafe { self.analysis_order_fma(i, s, o, cols, weighted) };
+            return;
+        }
+        self.analysis_order_impl::<false>(i, s, o, cols, weighted);
+    }
+
+    /// [`Recurrence::analysis_order`] compiled for AVX2 with fused
+    /// multiply-adds.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn analysis_order_fma(&self, i: usize, s: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+        self.analysis_order_impl::<true>(i, s, o, cols, weighted);
+    }
+
+    #[inline(always)]
+    fn analysis_order_impl<const FMA: bool>(
+        &self,
+        i: usize,
+        s: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
         let (nlat, half) = (self.nlat, self.half());
         // Weighted sums (even) and differences (odd) of mirrored rows.
         let mut even = vec![0.0; half * cols];
@@ -314,7 +349,7 @@ impl Recurrence {
             }
         }
         let m = self.starts[i];
-        self.degree_groups(i, |l, ps| {
+        self.degree_groups::<FMA>(i, |l, ps| {
             // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
             // the other's.
             let (first, second) = if (l + m).is_multiple_of(2) {
@@ -326,7 +361,7 @@ impl Recurrence {
             let mut c0 = 0;
             if ps.len() == GROUP {
                 while c0 + LANES <= cols {
-                    analysis_block(ps, first, second, cols, c0, rows);
+                    analysis_block::<FMA>(ps, first, second, cols, c0, rows);
                     c0 += LANES;
                 }
             }
@@ -335,7 +370,7 @@ impl Recurrence {
                 let row = &mut rows[j * cols..(j + 1) * cols];
                 for (k, &pk) in p.iter().enumerate() {
                     for c in c0..cols {
-                        row[c] += pk * src[k * cols + c];
+                        row[c] = madd::<FMA>(pk, src[k * cols + c], row[c]);
                     }
                 }
             }
@@ -344,12 +379,46 @@ impl Recurrence {
 
     /// The synthesis of the `i`-th listed order: `a` its `[lmax, cols]`
     /// coefficients, `o` its `[nlat, cols]` result.
-    fn synthesis_order(&self, i: usize, a: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+    pub(crate) fn synthesis_order(
+        &self,
+        i: usize,
+        a: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if fma_available() {
+            // SAFETY: `synthesis_order_fma` requires AVX2 and FMA, and
+            // `fma_available` has just detected both on this CPU.
+            unsafe { self.synthesis_order_fma(i, a, o, cols, weighted) };
+            return;
+        }
+        self.synthesis_order_impl::<false>(i, a, o, cols, weighted);
+    }
+
+    /// [`Recurrence::synthesis_order`] compiled for AVX2 with fused
+    /// multiply-adds.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn synthesis_order_fma(&self, i: usize, a: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
+        self.synthesis_order_impl::<true>(i, a, o, cols, weighted);
+    }
+
+    #[inline(always)]
+    fn synthesis_order_impl<const FMA: bool>(
+        &self,
+        i: usize,
+        a: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
         let (nlat, half) = (self.nlat, self.half());
         let mut even = vec![0.0; half * cols];
         let mut odd = vec![0.0; half * cols];
         let m = self.starts[i];
-        self.degree_groups(i, |l, ps| {
+        self.degree_groups::<FMA>(i, |l, ps| {
             let (first, second) = if (l + m).is_multiple_of(2) {
                 (&mut even, &mut odd)
             } else {
@@ -359,7 +428,7 @@ impl Recurrence {
             let mut c0 = 0;
             if ps.len() == GROUP {
                 while c0 + LANES <= cols {
-                    synthesis_block(ps, coefs, cols, c0, first, second);
+                    synthesis_block::<FMA>(ps, coefs, cols, c0, first, second);
                     c0 += LANES;
                 }
             }
@@ -368,7 +437,7 @@ impl Recurrence {
                 let coef = &coefs[j * cols..(j + 1) * cols];
                 for (k, &pk) in p.iter().enumerate() {
                     for c in c0..cols {
-                        dst[k * cols + c] += pk * coef[c];
+                        dst[k * cols + c] = madd::<FMA>(pk, coef[c], dst[k * cols + c]);
                     }
                 }
             }
@@ -385,6 +454,20 @@ impl Recurrence {
             }
         }
     }
+}
+
+/// `a b + c`: fused (one rounding) when `FMA`, for the kernels compiled
+/// with the FMA instructions; two operations otherwise (a fused one would
+/// be a slow library call there).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// Whether this CPU has AVX2 and FMA (detected once, then cached by std).
+#[cfg(target_arch = "x86_64")]
+fn fma_available() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// Degrees per pass over an order's latitudes.
@@ -406,7 +489,8 @@ fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
 /// parities are read once.
 // `k` indexes the four degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop)]
-fn analysis_block(
+#[inline(always)]
+fn analysis_block<const FMA: bool>(
     ps: &[Vec<f64>],
     first: &[f64],
     second: &[f64],
@@ -421,7 +505,7 @@ fn analysis_block(
             let pk = ps[j][k];
             let src = if j % 2 == 0 { &f } else { &s };
             for (r, &v) in row.iter_mut().zip(src) {
-                *r += pk * v;
+                *r = madd::<FMA>(pk, v, *r);
             }
         }
     }
@@ -440,7 +524,8 @@ fn analysis_block(
 /// both parities are read and written once.
 // `k` indexes the four degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop)]
-fn synthesis_block(
+#[inline(always)]
+fn synthesis_block<const FMA: bool>(
     ps: &[Vec<f64>],
     coefs: &[f64],
     cols: usize,
@@ -455,7 +540,7 @@ fn synthesis_block(
             let pk = ps[j][k];
             let dst = if j % 2 == 0 { &mut f } else { &mut s };
             for (d, &v) in dst.iter_mut().zip(cj) {
-                *d += pk * v;
+                *d = madd::<FMA>(pk, v, *d);
             }
         }
         let at = k * cols + c0;
@@ -589,6 +674,41 @@ mod tests {
                         assert!((got - want).abs() < 1e-13, "{band:?} synthesis m {m} k {k}");
                     }
                 }
+            }
+        }
+    }
+
+    /// The kernels compiled without FMA (the path of CPUs without it) give
+    /// what the dispatched ones give, to rounding.
+    #[test]
+    fn the_plain_and_fused_multiply_add_paths_agree() {
+        let q = Latitudes::new(23, LatitudeGrid::Equiangular).unwrap();
+        let lmax = 12;
+        let orders: Vec<usize> = (0..lmax).collect();
+        let rec = Recurrence::new(
+            &orders,
+            lmax,
+            &q.cosines,
+            &q.weights,
+            true,
+            Seeds::Plain,
+            true,
+        );
+        let cols = LANES + 3;
+        let s = field(23 * cols, 5);
+        let a = field(lmax * cols, 6);
+        for (i, _) in orders.iter().enumerate() {
+            let (mut plain, mut dispatched) = (vec![0.0; lmax * cols], vec![0.0; lmax * cols]);
+            rec.analysis_order_impl::<false>(i, &s, &mut plain, cols, true);
+            rec.analysis_order(i, &s, &mut dispatched, cols, true);
+            for (p, d) in plain.iter().zip(&dispatched) {
+                assert!((p - d).abs() < 1e-13, "analysis order {i}: {p} vs {d}");
+            }
+            let (mut plain, mut dispatched) = (vec![0.0; 23 * cols], vec![0.0; 23 * cols]);
+            rec.synthesis_order_impl::<false>(i, &a, &mut plain, cols, false);
+            rec.synthesis_order(i, &a, &mut dispatched, cols, false);
+            for (p, d) in plain.iter().zip(&dispatched) {
+                assert!((p - d).abs() < 1e-13, "synthesis order {i}: {p} vs {d}");
             }
         }
     }

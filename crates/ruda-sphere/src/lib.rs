@@ -58,6 +58,7 @@ mod distributed_vector;
 mod error;
 mod fft_plans;
 pub mod fourier;
+mod fused;
 mod layout;
 mod legendre;
 mod legendre_fly;

@@ -11,11 +11,12 @@ use burn_tensor::{DType, Tensor};
 
 use crate::SphereError;
 use crate::fourier::{LongitudeFourier, Modes};
+use crate::fused::{Fused, FusedSht};
 use crate::legendre_fly::{LegendreOnTheFly, Step};
 
 /// The backends the transforms' kernels are implemented for.
-trait Kernels: LongitudeFourier + LegendreOnTheFly {}
-impl<B: LongitudeFourier + LegendreOnTheFly> Kernels for B {}
+trait Kernels: LongitudeFourier + LegendreOnTheFly + FusedSht {}
+impl<B: LongitudeFourier + LegendreOnTheFly + FusedSht> Kernels for B {}
 
 /// The element types the transforms accept.
 pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereError> {
@@ -130,4 +131,38 @@ pub(crate) fn leg_synthesis(
     step: Step,
 ) -> Result<Tensor<4>, SphereError> {
     route(op, c, Synthesis(step))
+}
+
+struct FusedAnalysis(Fused);
+impl PrimOp for FusedAnalysis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::sht_analysis(x, self.0)
+    }
+}
+
+struct FusedSynthesis(Fused);
+impl PrimOp for FusedSynthesis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::sht_synthesis(x, self.0)
+    }
+}
+
+/// `[b, nlat, nlon] → [b, lmax, mmax, 2]` by the fused serial analysis;
+/// the caller has checked the shape.
+pub(crate) fn sht_analysis(
+    op: &'static str,
+    x: Tensor<3>,
+    f: Fused,
+) -> Result<Tensor<4>, SphereError> {
+    route(op, x, FusedAnalysis(f))
+}
+
+/// `[b, lmax, mmax, 2] → [b, nlat, nlon]` by the fused serial synthesis;
+/// the caller has checked the shape.
+pub(crate) fn sht_synthesis(
+    op: &'static str,
+    c: Tensor<4>,
+    f: Fused,
+) -> Result<Tensor<3>, SphereError> {
+    route(op, c, FusedSynthesis(f))
 }

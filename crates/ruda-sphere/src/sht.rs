@@ -3,9 +3,10 @@
 use burn_tensor::Tensor;
 
 use crate::fourier::Modes;
-use crate::fourier::SpectralLayout::OrdersFirst;
+use crate::fourier::SpectralLayout::{OrdersFirst, RowsFirst};
+use crate::fused::Fused;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
-use crate::route::{check_dtype, lon_forward, lon_inverse};
+use crate::route::{check_dtype, lon_forward, lon_inverse, sht_analysis, sht_synthesis};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError};
 
@@ -28,8 +29,15 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
     check_rank::<D, E>(op, 1)?;
     let (x, lead) = flatten_field(op, 0, x, [s.nlat(), s.nlon()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.nlat(), s.nlon()])?;
-    let f = lon_forward(op, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
-    let c = swap_orders(stage.analysis(op, f)?);
+    let c = if let LegendreStage::Scalar(step) = stage {
+        // One operation from field to coefficients.
+        let modes = Modes::analysis(s.nlon(), s.mmax(), RowsFirst);
+        let step = step.clone();
+        sht_analysis(op, x, Fused { step, modes })?
+    } else {
+        let f = lon_forward(op, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
+        swap_orders(stage.analysis(op, f)?)
+    };
     Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
 }
 
@@ -45,8 +53,14 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
     let (c, lead) = flatten_coefficients(op, 0, c, [s.lmax(), s.mmax()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.lmax(), s.mmax(), 2])?;
     check_dtype(op, c.dtype())?;
-    let f = stage.synthesis(op, swap_orders(c))?;
-    let x = lon_inverse(op, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?;
+    let x = if let LegendreStage::Scalar(step) = stage {
+        let modes = Modes::synthesis(s.nlon(), s.mmax(), RowsFirst);
+        let step = step.clone();
+        sht_synthesis(op, c, Fused { step, modes })?
+    } else {
+        let f = stage.synthesis(op, swap_orders(c))?;
+        lon_inverse(op, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?
+    };
     Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
 }
 

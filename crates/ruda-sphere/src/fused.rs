@@ -1,0 +1,298 @@
+//! The serial scalar transforms as one backend operation each, on the host
+//! values of a Flex tensor: the longitude FFT of every row, then per order
+//! the Legendre kernel reading that order's values straight from the FFT's
+//! rows (gathered and widened to f64 in the order's own task), then the
+//! orders' results scattered into the coefficients' `[b, l, m, 2]`
+//! layout. Compared with the three operations it replaces (FFT, Legendre
+//! step, and the permutes between them), it skips two passes over the
+//! spectrum (the orders-first reorder and the f64 copy), the coefficient
+//! permute, and the copies of tensors read back from Burn (an input is
+//! read in place).
+//!
+//! | op | maps | value |
+//! |---|---|---|
+//! | [`FusedSht::sht_analysis`] | `[b, k, nlon] → [b, l, m, 2]` | Legendre analysis ∘ [`Modes::forward`] |
+//! | [`FusedSht::sht_synthesis`] | `[b, l, m, 2] → [b, k, nlon]` | [`Modes::inverse`] ∘ Legendre synthesis |
+//!
+//! The backward of each is the other with the adjoint longitude factors
+//! ([`Modes`]) and the same Legendre weighting.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, DType, TensorData, TensorMetadata};
+use burn_flex::Flex;
+use rayon::prelude::*;
+use realfft::FftNum;
+
+use crate::fourier::Modes;
+use crate::legendre_fly::Step;
+use crate::profile::{Stage, timed};
+
+/// One serial transform's parameters: its Legendre step (every order,
+/// mirrored latitude pairs) and its longitude kernel (natural order
+/// sequence; the layout field is not used).
+#[derive(Clone, Debug)]
+pub(crate) struct Fused {
+    pub(crate) step: Step,
+    pub(crate) modes: Modes,
+}
+
+/// The fused transforms as backend operations.
+pub(crate) trait FusedSht: Backend {
+    /// `[b, k, nlon] → [b, l, m, 2]`.
+    fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
+    /// `[b, l, m, 2] → [b, k, nlon]`.
+    fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
+}
+
+/// The element types the host kernels run on.
+trait Real: FftNum + Into<f64> {
+    fn narrow(v: f64) -> Self;
+}
+impl Real for f64 {
+    fn narrow(v: f64) -> Self {
+        v
+    }
+}
+impl Real for f32 {
+    fn narrow(v: f64) -> Self {
+        v as f32
+    }
+}
+
+/// The analysis on host values `x` (`[b, k, nlon]`).
+fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
+    let rec = &f.step.rec;
+    let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
+    debug_assert_eq!(rec.orders().len(), nm);
+    // [b, k, m, 2]
+    let rows = f.modes.forward(x, b, nk);
+    let cols = 2 * b;
+    let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
+        (0..nm)
+            .into_par_iter()
+            .map(|m| {
+                let mut s = vec![0.0; nk * cols];
+                for k in 0..nk {
+                    for bi in 0..b {
+                        let from = ((bi * nk + k) * nm + m) * 2;
+                        let to = (k * b + bi) * 2;
+                        s[to] = rows[from].into();
+                        s[to + 1] = rows[from + 1].into();
+                    }
+                }
+                let mut o = vec![0.0; nl * cols];
+                rec.analysis_order(m, &s, &mut o, cols, f.step.weighted);
+                fields_first(&o, nl, b)
+            })
+            .collect()
+    });
+    drop(rows);
+    // [b, l, m, 2]
+    timed(Stage::Reorder, || scatter_orders(&blocks, b * nl))
+}
+
+/// The synthesis on host values `c` (`[b, l, m, 2]`).
+fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
+    let rec = &f.step.rec;
+    let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
+    let cols = 2 * b;
+    let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
+        (0..nm)
+            .into_par_iter()
+            .map(|m| {
+                let mut a = vec![0.0; nl * cols];
+                for l in 0..nl {
+                    for bi in 0..b {
+                        let from = ((bi * nl + l) * nm + m) * 2;
+                        let to = (l * b + bi) * 2;
+                        a[to] = c[from].into();
+                        a[to + 1] = c[from + 1].into();
+                    }
+                }
+                let mut o = vec![0.0; nk * cols];
+                rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
+                fields_first(&o, nk, b)
+            })
+            .collect()
+    });
+    // [b, k, m, 2]
+    let rows = timed(Stage::Reorder, || scatter_orders(&blocks, b * nk));
+    drop(blocks);
+    f.modes.inverse(&rows, b, nk)
+}
+
+/// Rows per task of [`scatter_orders`]: their outputs stay in cache while
+/// every order's block is visited.
+const SCATTER_ROWS: usize = 16;
+
+/// One order's `[r, b, 2]` kernel result as `[b, r, 2]` (in cache, in the
+/// order's own task), so that [`scatter_orders`] reads it contiguously.
+fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
+    let mut t = vec![0.0; o.len()];
+    for x in 0..r {
+        for bi in 0..b {
+            let (from, to) = ((x * b + bi) * 2, (bi * r + x) * 2);
+            t[to] = o[from];
+            t[to + 1] = o[from + 1];
+        }
+    }
+    t
+}
+
+/// `[b, r, m, 2]` values (`r` rows per field) from each order's `[b, r, 2]`
+/// block, in parallel over runs of rows; within a run, order by order, so
+/// that each block is read along consecutive rows.
+fn scatter_orders<T: Real>(blocks: &[Vec<f64>], rows_in_all: usize) -> Vec<T> {
+    let nm = blocks.len();
+    let mut out = vec![T::zero(); rows_in_all * nm * 2];
+    if out.is_empty() {
+        return out;
+    }
+    out.par_chunks_mut(SCATTER_ROWS * nm * 2)
+        .enumerate()
+        .for_each(|(run, o)| {
+            let first = run * SCATTER_ROWS;
+            let rows = o.len() / (nm * 2);
+            for (m, block) in blocks.iter().enumerate() {
+                for j in 0..rows {
+                    let from = (first + j) * 2;
+                    let to = (j * nm + m) * 2;
+                    o[to] = T::narrow(block[from]);
+                    o[to + 1] = T::narrow(block[from + 1]);
+                }
+            }
+        });
+    out
+}
+
+/// Run `kernel` on the values of `x` (read in place when contiguous) and
+/// make its result a tensor of `shape`.
+fn on_values(
+    x: FloatTensor<Flex>,
+    out_shape: Vec<usize>,
+    f64_kernel: impl FnOnce(&[f64]) -> Vec<f64>,
+    f32_kernel: impl FnOnce(&[f32]) -> Vec<f32>,
+) -> FloatTensor<Flex> {
+    let x = if x.is_contiguous() {
+        x
+    } else {
+        timed(Stage::HostCopies, || x.to_contiguous())
+    };
+    let data = match x.dtype() {
+        DType::F64 => {
+            let v = f64_kernel(x.as_slice::<f64>().expect("a contiguous f64 tensor"));
+            TensorData::new(v, out_shape)
+        }
+        DType::F32 => {
+            let v = f32_kernel(x.as_slice::<f32>().expect("a contiguous f32 tensor"));
+            TensorData::new(v, out_shape)
+        }
+        other => panic!("ruda-sphere: transform of {other:?} (checked before routing)"),
+    };
+    timed(Stage::HostCopies, || {
+        Flex::float_from_data(data, &burn_flex::FlexDevice)
+    })
+}
+
+impl FusedSht for Flex {
+    fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
+        let shape = x.shape().to_vec();
+        let rec = &f.step.rec;
+        assert!(
+            shape.len() == 3 && shape[1] == rec.nlat() && shape[2] == f.modes.nlon,
+            "a [b, nlat, nlon] field (checked before routing)"
+        );
+        let b = shape[0];
+        let out = vec![b, rec.lmax(), f.modes.mmax, 2];
+        on_values(x, out, |v| analysis(v, b, &f), |v| analysis(v, b, &f))
+    }
+
+    fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
+        let shape = c.shape().to_vec();
+        let rec = &f.step.rec;
+        assert!(
+            shape.len() == 4 && shape[1] == rec.lmax() && shape[2] == f.modes.mmax && shape[3] == 2,
+            "[b, lmax, mmax, 2] coefficients (checked before routing)"
+        );
+        let b = shape[0];
+        let out = vec![b, rec.nlat(), f.modes.nlon];
+        on_values(c, out, |v| synthesis(v, b, &f), |v| synthesis(v, b, &f))
+    }
+}
+
+/// Backward of [`FusedSht::sht_analysis`]: the synthesis with the adjoint
+/// longitude factors.
+#[derive(Debug)]
+struct AnalysisBackward;
+
+impl<B: FusedSht> Backward<B, 1> for AnalysisBackward {
+    type State = Fused;
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let Ops {
+            parents,
+            node,
+            state,
+        } = ops;
+        unary::<B, _>(parents, node, grads, |g| {
+            let modes = state.modes.adjoint_of_forward();
+            B::sht_synthesis(g, Fused { modes, ..state })
+        });
+    }
+}
+
+/// Backward of [`FusedSht::sht_synthesis`]: the analysis with the adjoint
+/// longitude factors.
+#[derive(Debug)]
+struct SynthesisBackward;
+
+impl<B: FusedSht> Backward<B, 1> for SynthesisBackward {
+    type State = Fused;
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let Ops {
+            parents,
+            node,
+            state,
+        } = ops;
+        unary::<B, _>(parents, node, grads, |g| {
+            let modes = state.modes.adjoint_of_inverse();
+            B::sht_analysis(g, Fused { modes, ..state })
+        });
+    }
+}
+
+impl<B: FusedSht, C: CheckpointStrategy> FusedSht for Autodiff<B, C> {
+    fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
+        let (x, guard) = x.into_parts();
+        let out = B::sht_analysis(x, f.clone());
+        match AnalysisBackward
+            .prepare::<C>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(f, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
+        let (c, guard) = c.into_parts();
+        let out = B::sht_synthesis(c, f.clone());
+        match SynthesisBackward
+            .prepare::<C>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(f, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}
