@@ -1,6 +1,8 @@
 //! `ruda demo`: train a spectral model on the sphere distributed over a
 //! polar × azimuth grid of ranks, train the same model serially, and
-//! compare every step's loss and gradients.
+//! compare every step's loss and gradients — in turns, step by step, so
+//! that only the comparisons are kept and the demo's memory does not grow
+//! with the number of steps.
 //!
 //! The data ([`problem`]) is a band-limited random field of several
 //! channels on an equiangular grid and its image under one and two steps
@@ -22,9 +24,9 @@
 
 pub mod model;
 pub mod problem;
+mod turns;
 
 use std::io::Write;
-use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{Communicator, LocalCommunicator, LocalWorld, WorldError};
@@ -207,7 +209,7 @@ pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
     let clock = comm.clock();
     let lead = comm.rank() == 0;
     let grid = ProcessGrid::new(comm, cfg.polar, cfg.azimuth)?;
-    model::train(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
+    model::train_all(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
 }
 
 /// Train as one rank of a `polar × azimuth` grid built on a device-resident
@@ -226,7 +228,7 @@ pub fn train_rank_device(
     let clock = group.clock();
     let lead = group.rank() == 0;
     let grid = ProcessGrid::from_group(group, cfg.polar, cfg.azimuth)?;
-    model::train(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
+    model::train_all(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
 }
 
 /// [`train`] with the distributed run's ranks moving tensors by
@@ -271,7 +273,7 @@ fn train_problem(
 ) -> Result<Run, DemoError> {
     let grid_name = format!("{polar}x{azimuth}");
     if (polar, azimuth) == (1, 1) {
-        let (records, timings) = model::train::<HostCollective<LocalCommunicator>>(
+        let (records, timings) = model::train_all::<HostCollective<LocalCommunicator>>(
             problem, None, cfg.steps, None, progress, true,
         )
         .map_err(|e| DemoError::Rank {
@@ -365,32 +367,45 @@ pub fn compare(distributed: &[StepRecord], serial: &[StepRecord], tolerance: f64
     let steps: Vec<StepComparison> = distributed
         .iter()
         .zip(serial)
-        .map(|(d, s)| StepComparison {
-            distributed: d.loss,
-            serial: s.loss,
-            grad_diff: if d.grads.len() == s.grads.len() {
-                let diff = d
-                    .grads
-                    .iter()
-                    .zip(&s.grads)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0, f64::max);
-                let scale = s.grads.iter().map(|g| g.abs()).fold(0.0, f64::max);
-                if d.grads.iter().chain(&s.grads).any(|g| g.is_nan()) {
-                    f64::INFINITY
-                } else {
-                    rel(diff, scale)
-                }
-            } else {
-                f64::INFINITY
-            },
-        })
+        .map(|(d, s)| compare_step(d, s))
         .collect();
+    let same_length = distributed.len() == serial.len();
+    verdict(steps, same_length, tolerance)
+}
+
+/// One step of [`compare`].
+pub fn compare_step(d: &StepRecord, s: &StepRecord) -> StepComparison {
+    StepComparison {
+        distributed: d.loss,
+        serial: s.loss,
+        grad_diff: if d.grads.len() == s.grads.len() {
+            let diff = d
+                .grads
+                .iter()
+                .zip(&s.grads)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            let scale = s.grads.iter().map(|g| g.abs()).fold(0.0, f64::max);
+            if d.grads.iter().chain(&s.grads).any(|g| g.is_nan()) {
+                f64::INFINITY
+            } else {
+                rel(diff, scale)
+            }
+        } else {
+            f64::INFINITY
+        },
+    }
+}
+
+/// The verdict on compared steps: they agree when there is at least one,
+/// both runs ran as many (`same_length`), and every loss and gradient is
+/// within `tolerance`.
+fn verdict(steps: Vec<StepComparison>, same_length: bool, tolerance: f64) -> Verdict {
     let worst = steps
         .iter()
         .map(|c| rel((c.distributed - c.serial).abs(), c.serial.abs()).max(c.grad_diff))
         .fold(0.0, f64::max);
-    let agree = distributed.len() == serial.len() && !distributed.is_empty() && worst <= tolerance;
+    let agree = same_length && !steps.is_empty() && worst <= tolerance;
     Verdict {
         steps,
         worst,
@@ -429,14 +444,11 @@ pub fn run_on(
     };
     header(cfg, ranks, out)?;
     let bar = progress(cfg);
-    let t = Instant::now();
-    let distributed = train_problem(&problem, cfg, cfg.polar, cfg.azimuth, transport, &bar)?;
-    let t_dist = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let serial = train_problem(&problem, cfg, 1, 1, transport, &bar)?;
-    let t_serial = t.elapsed().as_secs_f64();
+    let compared = turns::in_turns(&problem, cfg, transport, &bar)?;
     bar.finish_and_clear();
-    report(cfg, &distributed, &serial, (t_dist, t_serial), out)
+    let same_length = compared.steps.len() == cfg.steps;
+    let v = verdict(compared.steps, same_length, TOLERANCE);
+    report(cfg, v, &compared.distributed, &compared.serial, out)
 }
 
 /// Run the demo with one rank per MPI process (every process calls this);
@@ -479,9 +491,7 @@ pub fn run_mpi(
     } else {
         ProgressBar::hidden()
     };
-    let t = Instant::now();
     let (records, timings) = train_rank(world, &problem, cfg, &bar).map_err(|e| rank_err(&e))?;
-    let t_dist = t.elapsed().as_secs_f64();
     // Replicated: the same numbers on every rank.
     let flat: Vec<f64> = records
         .iter()
@@ -519,11 +529,10 @@ pub fn run_mpi(
     };
     let mut agree = [0u8];
     let verdict = if me == 0 {
-        let t = Instant::now();
         let serial = train_problem(&problem, cfg, 1, 1, DemoTransport::Threads, &bar)?;
-        let t_serial = t.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        let v = report(cfg, &distributed, &serial, (t_dist, t_serial), out)?;
+        let v = compare(&distributed.records, &serial.records, TOLERANCE);
+        let v = report(cfg, v, &distributed.timings, &serial.timings, out)?;
         agree[0] = u8::from(v.agree);
         Some(v)
     } else {
@@ -566,15 +575,14 @@ fn header(cfg: &DemoConfig, ranks: &str, out: &mut impl Write) -> std::io::Resul
     )
 }
 
-/// Compare the runs, print the table and the verdict line.
+/// Print the compared steps' table and the verdict line.
 fn report(
     cfg: &DemoConfig,
-    distributed: &Run,
-    serial: &Run,
-    (t_dist, t_serial): (f64, f64),
+    verdict: Verdict,
+    distributed: &[StepTiming],
+    serial: &[StepTiming],
     out: &mut impl Write,
 ) -> Result<Verdict, DemoError> {
-    let verdict = compare(&distributed.records, &serial.records, TOLERANCE);
     writeln!(
         out,
         "{:>5} {:>22} {:>22} {:>14} {:>27} {:>10}",
@@ -586,7 +594,7 @@ fn report(
         "serial ms"
     )?;
     for (i, s) in verdict.steps.iter().enumerate() {
-        let (d, t) = (distributed.timings[i], serial.timings[i]);
+        let (d, t) = (distributed[i], serial[i]);
         writeln!(
             out,
             "{:>5} {:>22.15e} {:>22.15e} {:>14.2e} {:>17.1} {:>9} {:>10.1}",
@@ -600,12 +608,12 @@ fn report(
         )?;
     }
     let (wall, comm): (f64, f64) = distributed
-        .timings
         .iter()
         .fold((0.0, 0.0), |(w, c), t| (w + t.wall, c + t.comm));
+    let serial_wall: f64 = serial.iter().map(|t| t.wall).sum();
     writeln!(
         out,
-        "distributed run {t_dist:.2} s (steps: {:.2} s compute + {:.2} s communication, {:.0}%), serial run {t_serial:.2} s",
+        "distributed steps {wall:.2} s ({:.2} s compute + {:.2} s communication, {:.0}%), serial steps {serial_wall:.2} s",
         wall - comm,
         comm,
         100.0 * comm / wall.max(f64::MIN_POSITIVE)

@@ -276,19 +276,20 @@ pub fn initial_params(p: &Problem) -> Vec<f64> {
 }
 
 /// Train for `steps` steps on `grid` (`None`: serially), timing each step
-/// (with `clock`, the time in collectives).
-pub(crate) fn train<G: Group>(
+/// (with `clock`, the time in collectives), and hand each step's record
+/// and timing to `after` (which may stop the training with its error).
+pub(crate) fn train<G: Group, E: From<SphereError>>(
     p: &Problem,
     grid: Option<ProcessGrid<G>>,
     steps: usize,
     clock: Option<&CommClock>,
     progress: &ProgressBar,
     lead: bool,
-) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
+    mut after: impl FnMut(StepRecord, StepTiming) -> Result<(), E>,
+) -> Result<(), E> {
     let rank = Rank::new(p, grid)?;
     let mut params = initial_params(p);
     let mut adam = Adam::new(params.len());
-    let (mut records, mut timings) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
     for _ in 0..steps {
         let comm0 = clock.map(CommClock::spent);
         let t = Instant::now();
@@ -299,11 +300,28 @@ pub(crate) fn train<G: Group>(
             _ => 0.0,
         };
         adam.step(&mut params, &grads);
-        records.push(StepRecord { loss, grads });
-        timings.push(StepTiming { wall, comm });
         if lead {
             progress.inc(1);
         }
+        after(StepRecord { loss, grads }, StepTiming { wall, comm })?;
     }
+    Ok(())
+}
+
+/// [`train`] keeping every step's record and timing.
+pub(crate) fn train_all<G: Group>(
+    p: &Problem,
+    grid: Option<ProcessGrid<G>>,
+    steps: usize,
+    clock: Option<&CommClock>,
+    progress: &ProgressBar,
+    lead: bool,
+) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
+    let (mut records, mut timings) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
+    train::<G, SphereError>(p, grid, steps, clock, progress, lead, |r, t| {
+        records.push(r);
+        timings.push(t);
+        Ok(())
+    })?;
     Ok((records, timings))
 }
