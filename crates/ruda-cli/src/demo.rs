@@ -7,11 +7,14 @@
 //! The data ([`problem`]) is a band-limited random field of several
 //! channels on an equiangular grid and its image under one and two steps
 //! of a linear map: solid-body rotation about the polar axis, diffusion,
-//! and a coupling of the channels. The model ([`model`]) is a spectral
+//! and a coupling of the channels; and a band-limited random wind under the
+//! same rotation and diffusion. The model ([`model`]) is a spectral
 //! block — forward transform, a learnable complex filter per mode `(l, m)`
-//! and channel, inverse transform — plus a learnable pointwise channel mix;
-//! it can represent the map exactly, and Adam fits it on the one-step and
-//! two-step (rollout) error, so gradients flow through both transforms.
+//! and channel, inverse transform — plus a learnable pointwise channel mix,
+//! and a vector spectral block for the wind (vector transforms, a
+//! learnable filter per mode on the spheroidal and toroidal coefficients);
+//! it can represent the maps exactly, and Adam fits it on the one-step and
+//! two-step (rollout) error, so gradients flow through all four transforms.
 //!
 //! The distributed run uses ruda-sphere's distributed transforms (azimuth
 //! transposes, polar reduce-scatter and all-gather) with the parameters
@@ -565,7 +568,7 @@ fn header(cfg: &DemoConfig, ranks: &str, out: &mut impl Write) -> std::io::Resul
     )?;
     writeln!(
         out,
-        "it learns one step of solid-body rotation ({:.2} rad about the polar axis), diffusion and channel coupling, on one- and two-step rollouts",
+        "it learns one step of solid-body rotation ({:.2} rad about the polar axis), diffusion and channel coupling, and the same rotation and diffusion of a wind (a tangential vector field, through the vector transforms), on one- and two-step rollouts",
         problem::ROTATION
     )?;
     writeln!(

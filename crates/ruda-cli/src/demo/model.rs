@@ -1,8 +1,10 @@
 //! The demo's model and its training on one rank: a spectral block on the
 //! sphere — a learnable complex filter per spectral mode `(l, m)` and
 //! channel applied between the forward and inverse transforms, plus a
-//! learnable pointwise channel mix — trained by Adam on the one-step and
-//! two-step (rollout) error. The same code runs serially (ruda-sphere's
+//! learnable pointwise channel mix — and a vector spectral block for the
+//! wind — a learnable complex filter per mode on its spheroidal and
+//! toroidal coefficients between the vector transforms — trained by Adam
+//! on the one-step and two-step (rollout) error of both. The same code runs serially (ruda-sphere's
 //! serial transforms) and on a process grid (its distributed transforms,
 //! parameters entering through `copy_to` regions and the loss leaving
 //! through `reduce_from` regions).
@@ -13,7 +15,9 @@ use std::time::Instant;
 use burn_tensor::{DType, Device, Int, Tensor, TensorData};
 use indicatif::ProgressBar;
 use ruda_sphere::{
-    DistributedInverseRealSht, DistributedRealSht, InverseRealSht, RealSht, SphereError,
+    DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, RealSht, RealVectorSht,
+    SphereError,
 };
 use ruda_tensor::tensor_api as ta;
 use ruda_tensor::{Group, ProcessGrid};
@@ -25,9 +29,17 @@ use crate::timed_comm::CommClock;
 /// Adam's step size.
 pub const LEARNING_RATE: f64 = 0.02;
 
+/// The serial transforms, scalar and vector.
+struct SerialTransforms {
+    sht: RealSht,
+    isht: InverseRealSht,
+    vsht: RealVectorSht,
+    ivsht: InverseRealVectorSht,
+}
+
 /// Where a rank's transforms come from.
 enum Transforms<G> {
-    Serial(Box<(RealSht, InverseRealSht)>),
+    Serial(Box<SerialTransforms>),
     Grid(Box<GridTransforms<G>>),
 }
 
@@ -36,6 +48,8 @@ struct GridTransforms<G> {
     grid: ProcessGrid<G>,
     sht: DistributedRealSht<G>,
     isht: DistributedInverseRealSht<G>,
+    vsht: DistributedRealVectorSht<G>,
+    ivsht: DistributedInverseRealVectorSht<G>,
 }
 
 /// One rank's view of the problem.
@@ -48,6 +62,10 @@ struct Rank<G> {
     field: Tensor<3>,
     one_step: Tensor<3>,
     two_steps: Tensor<3>,
+    /// This rank's patch of the wind `[2, lat, lon]` and its targets.
+    wind: Tensor<3>,
+    wind_one_step: Tensor<3>,
+    wind_two_steps: Tensor<3>,
     /// Quadrature weights `[1, lat, 1]` including `2π/nlon` and the mean's
     /// `1/(4π channels)`.
     weights: Tensor<3>,
@@ -79,7 +97,12 @@ impl<G: Group> Rank<G> {
         let (h, w) = (spec.nlat(), spec.nlon());
         let (transforms, lat, lon, l, orders) = match grid {
             None => (
-                Transforms::Serial(Box::new((RealSht::new(spec), InverseRealSht::new(spec)))),
+                Transforms::Serial(Box::new(SerialTransforms {
+                    sht: RealSht::new(spec),
+                    isht: InverseRealSht::new(spec),
+                    vsht: RealVectorSht::new(spec),
+                    ivsht: InverseRealVectorSht::new(spec),
+                })),
                 0..h,
                 0..w,
                 0..spec.lmax(),
@@ -88,9 +111,17 @@ impl<G: Group> Rank<G> {
             Some(grid) => {
                 let sht = DistributedRealSht::new(&grid, spec)?;
                 let isht = DistributedInverseRealSht::new(&grid, spec)?;
+                let vsht = DistributedRealVectorSht::new(&grid, spec)?;
+                let ivsht = DistributedInverseRealVectorSht::new(&grid, spec)?;
                 let lay = sht.layout().clone();
                 (
-                    Transforms::Grid(Box::new(GridTransforms { grid, sht, isht })),
+                    Transforms::Grid(Box::new(GridTransforms {
+                        grid,
+                        sht,
+                        isht,
+                        vsht,
+                        ivsht,
+                    })),
                     lay.lat_range(),
                     lay.lon_range(),
                     lay.l_range(),
@@ -99,11 +130,10 @@ impl<G: Group> Rank<G> {
             }
         };
         let device = Device::flex();
-        let dims = [p.channels, h, w];
-        let local = |v: &[f64]| {
+        let local = |v: &[f64], c: usize| {
             f64_tensor(
-                patch(v, dims, &lat, &lon),
-                [p.channels, lat.len(), lon.len()],
+                patch(v, [c, h, w], &lat, &lon),
+                [c, lat.len(), lon.len()],
                 &device,
             )
         };
@@ -120,24 +150,41 @@ impl<G: Group> Rank<G> {
             channels: p.channels,
             l,
             orders,
-            field: local(&p.field),
-            one_step: local(&p.one_step),
-            two_steps: local(&p.two_steps),
+            field: local(&p.field, p.channels),
+            one_step: local(&p.one_step, p.channels),
+            two_steps: local(&p.two_steps, p.channels),
+            wind: local(&p.wind, 2),
+            wind_one_step: local(&p.wind_one_step, 2),
+            wind_two_steps: local(&p.wind_two_steps, 2),
             weights: f64_tensor(weights, [1, lat.len(), 1], &device),
         })
     }
 
     fn sht(&self, x: Tensor<3>) -> Result<Tensor<4>, SphereError> {
         match &self.transforms {
-            Transforms::Serial(s) => s.0.forward(x),
+            Transforms::Serial(s) => s.sht.forward(x),
             Transforms::Grid(g) => g.sht.forward(x),
         }
     }
 
     fn isht(&self, c: Tensor<4>) -> Result<Tensor<3>, SphereError> {
         match &self.transforms {
-            Transforms::Serial(s) => s.1.forward(c),
+            Transforms::Serial(s) => s.isht.forward(c),
             Transforms::Grid(g) => g.isht.forward(c),
+        }
+    }
+
+    fn vsht(&self, x: Tensor<3>) -> Result<Tensor<4>, SphereError> {
+        match &self.transforms {
+            Transforms::Serial(s) => s.vsht.forward(x),
+            Transforms::Grid(g) => g.vsht.forward(x),
+        }
+    }
+
+    fn ivsht(&self, c: Tensor<4>) -> Result<Tensor<3>, SphereError> {
+        match &self.transforms {
+            Transforms::Serial(s) => s.ivsht.forward(c),
+            Transforms::Grid(g) => g.ivsht.forward(c),
         }
     }
 
@@ -177,17 +224,7 @@ impl<G: Group> Rank<G> {
         w: &Tensor<4>,
         mix: &Tensor<2>,
     ) -> Result<Tensor<3>, SphereError> {
-        let c = self.sht(u.clone())?;
-        let (cr, ci) = (c.clone().narrow(3, 0, 1), c.narrow(3, 1, 1));
-        let (wr, wi) = (w.clone().narrow(3, 0, 1), w.clone().narrow(3, 1, 1));
-        let filtered = Tensor::cat(
-            vec![
-                cr.clone() * wr.clone() - ci.clone() * wi.clone(),
-                cr * wi + ci * wr,
-            ],
-            3,
-        );
-        let s = self.isht(filtered)?;
+        let s = self.isht(filter(self.sht(u.clone())?, w))?;
         let [ch, h, wd] = u.dims();
         let mixed = mix
             .clone()
@@ -196,7 +233,22 @@ impl<G: Group> Rank<G> {
         Ok(s + mixed)
     }
 
-    /// The loss and the gradient of every parameter (filter, then mix).
+    /// The vector spectral block: `ivsht(V ⊙ vsht(u))` of a wind `u`.
+    fn wind_block(&self, u: Tensor<3>, v: &Tensor<4>) -> Result<Tensor<3>, SphereError> {
+        self.ivsht(filter(self.vsht(u)?, v))
+    }
+
+    /// A replicated `[c, lmax, mmax, 2]` filter's block of this rank's
+    /// degrees and orders.
+    fn local_filter(&self, f: Tensor<4>, device: &Device) -> Result<Tensor<4>, SphereError> {
+        Ok(self
+            .replicated(f)?
+            .narrow(1, self.l.start, self.l.len())
+            .select(2, self.order_index(device)))
+    }
+
+    /// The loss and the gradient of every parameter (filter, mix, then the
+    /// wind's filter).
     fn loss_and_grads(
         &self,
         params: &[f64],
@@ -206,28 +258,51 @@ impl<G: Group> Rank<G> {
         let device = Device::flex().autodiff();
         let ch = self.channels;
         let n_filter = ch * lmax * mmax * 2;
+        let n_mix = n_filter + ch * ch;
         let filter =
             f64_tensor(params[..n_filter].to_vec(), [ch, lmax, mmax, 2], &device).require_grad();
-        let mix = f64_tensor(params[n_filter..].to_vec(), [ch, ch], &device).require_grad();
-        let w = self
-            .replicated(filter.clone())?
-            .narrow(1, self.l.start, self.l.len())
-            .select(2, self.order_index(&device));
+        let mix = f64_tensor(params[n_filter..n_mix].to_vec(), [ch, ch], &device).require_grad();
+        let wind_filter =
+            f64_tensor(params[n_mix..].to_vec(), [2, lmax, mmax, 2], &device).require_grad();
+        let w = self.local_filter(filter.clone(), &device)?;
+        let v = self.local_filter(wind_filter.clone(), &device)?;
         let mx = self.replicated(mix.clone())?;
-        let u = self.field.clone();
-        let y1 = self.block(u, &w, &mx)?;
+        let y1 = self.block(self.field.clone(), &w, &mx)?;
         let y2 = self.block(y1.clone(), &w, &mx)?;
         let r1 = y1 - self.one_step.clone();
         let r2 = y2 - self.two_steps.clone();
+        let z1 = self.wind_block(self.wind.clone(), &v)?;
+        let z2 = self.wind_block(z1.clone(), &v)?;
+        let q1 = z1 - self.wind_one_step.clone();
+        let q2 = z2 - self.wind_two_steps.clone();
         let sq = r1.clone() * r1 + r2.clone() * r2;
-        let partial = (sq * self.weights.clone()).sum();
+        let wind_sq = q1.clone() * q1 + q2.clone() * q2;
+        let partial = (sq * self.weights.clone()).sum() + (wind_sq * self.weights.clone()).sum();
         let loss = self.total(partial)?;
         let value = values(loss.clone().inner())[0];
         let grads = loss.backward();
         let mut g = values(filter.grad(&grads).expect("the filter reaches the loss"));
         g.extend(values(mix.grad(&grads).expect("the mix reaches the loss")));
+        g.extend(values(
+            wind_filter
+                .grad(&grads)
+                .expect("the wind's filter reaches the loss"),
+        ));
         Ok((value, g))
     }
+}
+
+/// `c ⊙ w` of complex `[.., 2]` values (`w` broadcast or not).
+fn filter(c: Tensor<4>, w: &Tensor<4>) -> Tensor<4> {
+    let (cr, ci) = (c.clone().narrow(3, 0, 1), c.narrow(3, 1, 1));
+    let (wr, wi) = (w.clone().narrow(3, 0, 1), w.clone().narrow(3, 1, 1));
+    Tensor::cat(
+        vec![
+            cr.clone() * wr.clone() - ci.clone() * wi.clone(),
+            cr * wi + ci * wr,
+        ],
+        3,
+    )
 }
 
 /// Adam over a flat parameter vector.
@@ -265,11 +340,17 @@ impl Adam {
     }
 }
 
-/// The initial parameters: the identity filter (`W = 1`) and no mix.
+/// The initial parameters: the identity filter (`W = 1`), no mix, and the
+/// identity filter of the wind (`V = 1`).
 pub fn initial_params(p: &Problem) -> Vec<f64> {
     let (ch, l, m) = (p.channels, p.spec.lmax(), p.spec.mmax());
-    let mut v = vec![0.0; ch * l * m * 2 + ch * ch];
-    for re in v[..ch * l * m * 2].iter_mut().step_by(2) {
+    let n_filter = ch * l * m * 2;
+    let n_mix = n_filter + ch * ch;
+    let mut v = vec![0.0; n_mix + 2 * l * m * 2];
+    for re in v[..n_filter].iter_mut().step_by(2) {
+        *re = 1.0;
+    }
+    for re in v[n_mix..].iter_mut().step_by(2) {
         *re = 1.0;
     }
     v

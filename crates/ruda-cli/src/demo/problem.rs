@@ -1,9 +1,16 @@
 //! The demo's data: a band-limited random field on the sphere and its
 //! image under one and two steps of a linear map — solid-body rotation
-//! about the polar axis, diffusion, and a linear coupling of the channels.
+//! about the polar axis, diffusion, and a linear coupling of the channels —
+//! and a band-limited random wind (a tangential vector field) and its image
+//! under one and two steps of the same rotation (advection by a solid-body
+//! wind) and diffusion, which acts on its spheroidal and toroidal parts
+//! alike.
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_sphere::{InverseRealSht, LatitudeGrid, Latitudes, RealSht, ShtSpec, SphereError};
+use ruda_sphere::{
+    InverseRealSht, InverseRealVectorSht, LatitudeGrid, Latitudes, RealSht, RealVectorSht, ShtSpec,
+    SphereError,
+};
 
 /// Rotation per step about the polar axis, in radians.
 pub const ROTATION: f64 = 0.1;
@@ -23,6 +30,13 @@ pub struct Problem {
     pub one_step: Vec<f64>,
     /// Two steps.
     pub two_steps: Vec<f64>,
+    /// The input wind `[2, nlat, nlon]` (colatitude and longitude
+    /// components).
+    pub wind: Vec<f64>,
+    /// One step of the wind's map applied to it.
+    pub wind_one_step: Vec<f64>,
+    /// Two steps.
+    pub wind_two_steps: Vec<f64>,
     /// Quadrature weights of the latitudes (`∫ f dx` on `[-1, 1]`).
     pub lat_weights: Vec<f64>,
 }
@@ -64,6 +78,37 @@ pub fn coupling(channels: usize) -> Vec<f64> {
     (0..channels * channels).map(|_| rng.next()).collect()
 }
 
+/// `c [.., lmax, mmax, 2]` (flattened, `fields` fields) times the map's
+/// multiplier of each mode, in place.
+fn multiply(spec: &ShtSpec, fields: usize, c: &mut [f64]) {
+    let (l, m) = (spec.lmax(), spec.mmax());
+    for f in 0..fields {
+        for li in 0..l {
+            for mi in 0..m {
+                let i = ((f * l + li) * m + mi) * 2;
+                let (a, b) = multiplier(spec, li, mi);
+                let (re, im) = (c[i], c[i + 1]);
+                c[i] = re * a - im * b;
+                c[i + 1] = re * b + im * a;
+            }
+        }
+    }
+}
+
+/// One step of the wind's map on `[2, nlat, nlon]` values.
+fn wind_step(
+    spec: &ShtSpec,
+    vsht: &RealVectorSht,
+    ivsht: &InverseRealVectorSht,
+    v: &[f64],
+) -> Result<Vec<f64>, SphereError> {
+    let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
+    let c: Tensor<4> = vsht.forward(tensor(v.to_vec(), [2, h, w]))?;
+    let mut c = values(c);
+    multiply(spec, 2, &mut c);
+    Ok(values(ivsht.forward::<4, 3>(tensor(c, [2, l, m, 2]))?))
+}
+
 /// One step of the map on `[c, nlat, nlon]` values.
 fn step(
     spec: &ShtSpec,
@@ -75,17 +120,7 @@ fn step(
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
     let c: Tensor<4> = sht.forward(tensor(v.to_vec(), [channels, h, w]))?;
     let mut c = values(c);
-    for ch in 0..channels {
-        for li in 0..l {
-            for mi in 0..m {
-                let i = ((ch * l + li) * m + mi) * 2;
-                let (a, b) = multiplier(spec, li, mi);
-                let (re, im) = (c[i], c[i + 1]);
-                c[i] = re * a - im * b;
-                c[i + 1] = re * b + im * a;
-            }
-        }
-    }
+    multiply(spec, channels, &mut c);
     let s: Tensor<3> = isht.forward(tensor(c, [channels, l, m, 2]))?;
     let mut out = values(s);
     let a = coupling(channels);
@@ -129,6 +164,29 @@ impl Problem {
         let field = values(field);
         let one_step = step(&spec, &sht, &isht, channels, &field)?;
         let two_steps = step(&spec, &sht, &isht, channels, &one_step)?;
+        // A random wind: spheroidal and toroidal coefficients falling as
+        // 1/(1 + l), none at degree 0 (no vector harmonic there) or at the
+        // Nyquist order (which a real field cannot carry).
+        let (vsht, ivsht) = (RealVectorSht::new(spec), InverseRealVectorSht::new(spec));
+        let mut c = vec![0.0; 2 * l * m * 2];
+        for part in 0..2 {
+            for li in 1..l {
+                for mi in 0..=li.min(m - 1) {
+                    if 2 * mi == nlon {
+                        continue;
+                    }
+                    let i = ((part * l + li) * m + mi) * 2;
+                    let a = 1.0 / (1.0 + li as f64);
+                    c[i] = a * rng.next();
+                    if mi > 0 {
+                        c[i + 1] = a * rng.next();
+                    }
+                }
+            }
+        }
+        let wind = values(ivsht.forward::<4, 3>(tensor(c, [2, l, m, 2]))?);
+        let wind_one_step = wind_step(&spec, &vsht, &ivsht, &wind)?;
+        let wind_two_steps = wind_step(&spec, &vsht, &ivsht, &wind_one_step)?;
         let lat_weights = Latitudes::new(nlat, LatitudeGrid::Equiangular)?.weights;
         Ok(Problem {
             spec,
@@ -136,6 +194,9 @@ impl Problem {
             field,
             one_step,
             two_steps,
+            wind,
+            wind_one_step,
+            wind_two_steps,
             lat_weights,
         })
     }
