@@ -34,8 +34,12 @@ fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
     let v = compare(&dist, &serial, TOLERANCE);
     assert!(v.agree, "worst {}", v.worst);
     assert_eq!(v.steps.len(), 3);
-    // Filter (2 channels × 9 × 9 × 2) and mix (2 × 2) gradients.
-    assert_eq!(dist[0].grads.len(), 2 * 9 * 9 * 2 + 4);
+    // Filter (2 channels × 9 × 9 × 2), mix (2 × 2) and wind filter
+    // (spheroidal and toroidal × 9 × 9 × 2) gradients; the wind's reach
+    // the loss through the vector transforms.
+    let wind = 2 * 9 * 9 * 2 + 4;
+    assert_eq!(dist[0].grads.len(), wind + 2 * 9 * 9 * 2);
+    assert!(dist[0].grads[wind..].iter().any(|g| g.abs() > 1e-6));
     // The loss goes down under Adam.
     assert!(dist[2].loss < dist[0].loss);
     // A deliberately wrong gradient (one element off by 1e-8 of the
@@ -45,6 +49,9 @@ fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
     wrong[1].grads[3] += 1e-8 * largest;
     let v = compare(&wrong, &serial, TOLERANCE);
     assert!(!v.agree && v.worst >= 1e-8 / 2.0);
+    let mut wrong = dist.clone();
+    wrong[1].grads[wind + 5] += 1e-8 * largest;
+    assert!(!compare(&wrong, &serial, TOLERANCE).agree);
     // So are a wrong loss, a missing step and a NaN.
     let mut wrong = dist.clone();
     wrong[0].loss *= 1.0 + 1e-9;
