@@ -1,7 +1,7 @@
 """ducc0's side of `ruda bench sht --ducc0 PYTHON`.
 
-Times ducc0.sht.experimental.analysis_2d followed by synthesis_2d (spin 0)
-on equiangular grids with poles (geometry "CC", Clenshaw-Curtis, as
+Times ducc0.sht.experimental.analysis_2d followed by synthesis_2d (spin 0;
+with --vector, spin 1 on fields of two components) on equiangular grids with poles (geometry "CC", Clenshaw-Curtis, as
 ruda-sphere's and torch-harmonics' equiangular grids), band limit
 lmax = mmax = (nlat + 1) // 2 - 1 (the same modes as ruda-sphere's
 (nlat + 1) / 2 degrees), one call per channel, with --threads threads, the
@@ -30,7 +30,9 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vector", action="store_true")
     a = p.parse_args()
+    spin, ncomp = (1, 2) if a.vector else (0, 1)
     sht = ducc0.sht.experimental
     rng = np.random.default_rng(1)
     out = []
@@ -43,17 +45,17 @@ def main():
             continue
         for name in a.dtypes.split(","):
             dtype = {"f32": np.float32, "f64": np.float64}[name]
-            x = rng.standard_normal((a.channels, 1, nlat, nlon)).astype(dtype)
+            x = rng.standard_normal((a.channels, ncomp, nlat, nlon)).astype(dtype)
             times = []
             for i in range(a.warmup + a.iters):
                 t = time.perf_counter()
                 for c in range(a.channels):
                     alm = sht.analysis_2d(
-                        map=x[c], spin=0, lmax=lmax, mmax=lmax,
+                        map=x[c], spin=spin, lmax=lmax, mmax=lmax,
                         geometry="CC", nthreads=a.threads,
                     )
                     y = sht.synthesis_2d(
-                        alm=alm, spin=0, lmax=lmax, mmax=lmax,
+                        alm=alm, spin=spin, lmax=lmax, mmax=lmax,
                         geometry="CC", ntheta=nlat, nphi=nlon, nthreads=a.threads,
                     )
                 dt = time.perf_counter() - t

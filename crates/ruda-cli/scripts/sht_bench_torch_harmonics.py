@@ -1,7 +1,8 @@
 """torch-harmonics' side of `ruda bench sht --torch-harmonics PYTHON`.
 
-Times RealSHT followed by InverseRealSHT (torch-harmonics 0.9.3, CPU, no
-autograd) on equiangular grids, the same channels, iterations and warm-up
+Times RealSHT followed by InverseRealSHT (with --vector, RealVectorSHT and
+InverseRealVectorSHT on fields of two components; torch-harmonics 0.9.3,
+CPU, no autograd) on equiangular grids, the same channels, iterations and warm-up
 as the ruda side, with torch limited to --threads threads, and prints a JSON
 list of {nlat, nlon, lmax, dtype, threads, ms} (the median time).
 
@@ -30,6 +31,7 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vector", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     if not th.__version__.startswith("0.9.3"):
@@ -39,9 +41,14 @@ def main():
         nlat, nlon = (int(v) for v in size.split("x"))
         for name in a.dtypes.split(","):
             dtype = {"f32": torch.float32, "f64": torch.float64}[name]
-            sht = th.RealSHT(nlat, nlon, grid="equiangular").to(dtype)
-            isht = th.InverseRealSHT(nlat, nlon, grid="equiangular").to(dtype)
-            x = torch.randn(a.channels, nlat, nlon, dtype=dtype)
+            if a.vector:
+                sht = th.RealVectorSHT(nlat, nlon, grid="equiangular").to(dtype)
+                isht = th.InverseRealVectorSHT(nlat, nlon, grid="equiangular").to(dtype)
+                x = torch.randn(a.channels, 2, nlat, nlon, dtype=dtype)
+            else:
+                sht = th.RealSHT(nlat, nlon, grid="equiangular").to(dtype)
+                isht = th.InverseRealSHT(nlat, nlon, grid="equiangular").to(dtype)
+                x = torch.randn(a.channels, nlat, nlon, dtype=dtype)
             times = []
             with torch.no_grad():
                 for i in range(a.warmup + a.iters):

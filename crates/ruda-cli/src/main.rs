@@ -152,6 +152,10 @@ struct ShtArgs {
     /// interpreter.
     #[arg(long, value_name = "PYTHON")]
     ducc0: Option<PathBuf>,
+    /// Time the vector transforms instead: each channel a tangential field
+    /// of two components (torch-harmonics' RealVectorSHT, ducc0's spin 1)
+    #[arg(long)]
+    vector: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -199,6 +203,7 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
         channels: args.channels as usize,
         iters: args.iters as usize,
         warmup: args.warmup as usize,
+        vector: args.vector,
     };
     let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.grids.len()) as u64);
     let rows = sht_bench::run(&cfg, &bar);

@@ -2,7 +2,9 @@
 //! serial and on process grids of in-process ranks, with the share of time
 //! spent in communication, a round-trip check of every configuration, and
 //! (optionally) torch-harmonics' `RealSHT` / `InverseRealSHT` on CPU timed
-//! in the same run by a Python script shipped inside the binary.
+//! in the same run by a Python script shipped inside the binary; with
+//! `--vector`, the vector transforms of tangential fields (and the anchors'
+//! vector transforms: torch-harmonics' `RealVectorSHT`, ducc0's spin 1).
 
 use std::io::Write;
 use std::path::Path;
@@ -14,10 +16,11 @@ use indicatif::ProgressBar;
 use ruda_comm::{Communicator, LocalWorld};
 use ruda_sphere::profile::{Stage, profile};
 use ruda_sphere::{
-    DistributedInverseRealSht, DistributedRealSht, InverseRealSht, LatitudeGrid, RealSht, ShtSpec,
-    SphereError, SphereLayout,
+    DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
+    RealVectorSht, ShtSpec, SphereError, SphereLayout,
 };
-use ruda_tensor::ProcessGrid;
+use ruda_tensor::{Group, ProcessGrid};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -71,6 +74,9 @@ pub struct ShtBenchConfig {
     pub iters: usize,
     /// Untimed iterations first.
     pub warmup: usize,
+    /// Time the vector transforms: each channel a tangential field of two
+    /// components.
+    pub vector: bool,
 }
 
 impl Default for ShtBenchConfig {
@@ -84,6 +90,7 @@ impl Default for ShtBenchConfig {
             channels: 4,
             iters: 10,
             warmup: 2,
+            vector: false,
         }
     }
 }
@@ -197,13 +204,16 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// A band-limited f64 field `[channels, nlat, nlon]` (the inverse
-/// transform of random coefficients), as values.
-fn band_limited_field(spec: ShtSpec, channels: usize) -> Vec<f64> {
+/// A band-limited f64 field `[channels, nlat, nlon]` (vector:
+/// `[channels, 2, nlat, nlon]`; the inverse transform of random
+/// coefficients, none at degree 0 or at the Nyquist order for a vector
+/// field), as values.
+fn band_limited_field(spec: ShtSpec, channels: usize, vector: bool) -> Vec<f64> {
     let (l, m) = (spec.lmax(), spec.mmax());
+    let parts = if vector { 2 } else { 1 };
     let mut s = 0x2545_F491_4F6C_DD1Du64;
-    let mut c = Vec::with_capacity(channels * l * m * 2);
-    for _ in 0..channels {
+    let mut c = Vec::with_capacity(channels * parts * l * m * 2);
+    for _ in 0..channels * parts {
         for li in 0..l {
             for mi in 0..m {
                 for part in 0..2 {
@@ -211,20 +221,66 @@ fn band_limited_field(spec: ShtSpec, channels: usize) -> Vec<f64> {
                     s ^= s >> 7;
                     s ^= s << 17;
                     let v = (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-                    let zero = mi > li || (part == 1 && (mi == 0 || 2 * mi == spec.nlon()));
+                    let nyquist = 2 * mi == spec.nlon();
+                    let zero = mi > li
+                        || (part == 1 && (mi == 0 || nyquist))
+                        || (vector && (li == 0 || nyquist));
                     c.push(if zero { 0.0 } else { v });
                 }
             }
         }
     }
-    let c = Tensor::<4>::from_data(
-        TensorData::new(c, [channels, l, m, 2]),
+    let c = Tensor::<5>::from_data(
+        TensorData::new(c, [channels, parts, l, m, 2]),
         (&Device::flex(), DType::F64),
     );
-    let x: Tensor<3> = InverseRealSht::new(spec)
-        .forward(c)
-        .expect("a valid spec and shape");
+    let x: Tensor<4> = if vector {
+        InverseRealVectorSht::new(spec).forward(c)
+    } else {
+        InverseRealSht::new(spec).forward(c)
+    }
+    .expect("a valid spec and shape");
     x.into_data().try_to_vec::<f64>().expect("f64 values")
+}
+
+/// A rank's transforms, scalar (fields `[c, 1, lat, lon]`) or vector
+/// (`[c, 2, lat, lon]`).
+enum Transforms<G> {
+    Scalar(DistributedRealSht<G>, DistributedInverseRealSht<G>),
+    Vector(
+        DistributedRealVectorSht<G>,
+        DistributedInverseRealVectorSht<G>,
+    ),
+}
+
+impl<G: Group> Transforms<G> {
+    fn new(grid: &ProcessGrid<G>, spec: ShtSpec, vector: bool) -> Result<Self, SphereError> {
+        Ok(if vector {
+            Transforms::Vector(
+                DistributedRealVectorSht::new(grid, spec)?,
+                DistributedInverseRealVectorSht::new(grid, spec)?,
+            )
+        } else {
+            Transforms::Scalar(
+                DistributedRealSht::new(grid, spec)?,
+                DistributedInverseRealSht::new(grid, spec)?,
+            )
+        })
+    }
+
+    fn layout(&self) -> &SphereLayout {
+        match self {
+            Transforms::Scalar(f, _) => f.layout(),
+            Transforms::Vector(f, _) => f.layout(),
+        }
+    }
+
+    fn round_trip(&self, x: Tensor<4>) -> Result<Tensor<4>, SphereError> {
+        match self {
+            Transforms::Scalar(f, i) => i.forward::<5, 4>(f.forward(x)?),
+            Transforms::Vector(f, i) => i.forward::<5, 4>(f.forward(x)?),
+        }
+    }
 }
 
 /// `[c, h, w]` values restricted to rows and columns.
@@ -259,12 +315,16 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     let comm = TimedComm::new(comm);
     let clock = comm.clock();
     let grid = ProcessGrid::new(comm, p, a)?;
-    let sht = DistributedRealSht::new(&grid, spec)?;
-    let isht = DistributedInverseRealSht::new(&grid, spec)?;
-    let (rows, cols) = (sht.layout().lat_range(), sht.layout().lon_range());
-    let dims = [cfg.channels, rows.len(), cols.len()];
-    let local = patch(field, [cfg.channels, spec.nlat(), spec.nlon()], rows, cols);
-    let x = Tensor::<3>::from_data(
+    let transforms = Transforms::new(&grid, spec, cfg.vector)?;
+    let (rows, cols) = (
+        transforms.layout().lat_range(),
+        transforms.layout().lon_range(),
+    );
+    let parts = if cfg.vector { 2 } else { 1 };
+    let dims = [cfg.channels, parts, rows.len(), cols.len()];
+    let fields = cfg.channels * parts;
+    let local = patch(field, [fields, spec.nlat(), spec.nlon()], rows, cols);
+    let x = Tensor::<4>::from_data(
         TensorData::new(local.clone(), dims),
         (&Device::flex(), dtype),
     );
@@ -276,8 +336,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
             .barrier()
             .map_err(ruda_tensor::Error::from)?;
         let (t, c0) = (Instant::now(), clock.spent());
-        let c: Tensor<4> = sht.forward(x.clone())?;
-        let y: Tensor<3> = isht.forward(c)?;
+        let y = transforms.round_trip(x.clone())?;
         let (secs, comm_secs) = (
             t.elapsed().as_secs_f64(),
             (clock.spent() - c0).as_secs_f64(),
@@ -312,8 +371,13 @@ fn serial_timing(
     cfg: &ShtBenchConfig,
 ) -> Result<(RankTiming, StageSplit), SphereError> {
     let (sht, isht) = (RealSht::new(spec), InverseRealSht::new(spec));
-    let x = Tensor::<3>::from_data(
-        TensorData::new(field.to_vec(), [cfg.channels, spec.nlat(), spec.nlon()]),
+    let (vsht, ivsht) = (RealVectorSht::new(spec), InverseRealVectorSht::new(spec));
+    let parts = if cfg.vector { 2 } else { 1 };
+    let x = Tensor::<4>::from_data(
+        TensorData::new(
+            field.to_vec(),
+            [cfg.channels, parts, spec.nlat(), spec.nlon()],
+        ),
         (&Device::flex(), dtype),
     );
     let mut times = Vec::with_capacity(cfg.iters);
@@ -322,8 +386,11 @@ fn serial_timing(
     for i in 0..cfg.warmup + cfg.iters {
         let t = Instant::now();
         let (y, stages) = profile(|| {
-            let c: Tensor<4> = sht.forward(x.clone())?;
-            isht.forward::<4, 3>(c)
+            if cfg.vector {
+                ivsht.forward::<5, 4>(vsht.forward(x.clone())?)
+            } else {
+                isht.forward::<5, 4>(sht.forward(x.clone())?)
+            }
         });
         let y = y?;
         let wall = t.elapsed().as_secs_f64();
@@ -384,7 +451,7 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
     let mut rows = Vec::new();
     for &(nlat, nlon) in &cfg.sizes {
         let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
-        let field = band_limited_field(spec, cfg.channels);
+        let field = band_limited_field(spec, cfg.channels, cfg.vector);
         for &dtype in &cfg.dtypes {
             let name = dtype_name(dtype);
             let mut serial_ms = None;
@@ -519,6 +586,7 @@ pub fn add_anchor(
         .args(["--iters", &cfg.iters.to_string()])
         .args(["--warmup", &cfg.warmup.to_string()])
         .args(["--threads", &threads.to_string()])
+        .args(if cfg.vector { &["--vector"][..] } else { &[] })
         .output();
     let _ = std::fs::remove_file(&script);
     let out = out.map_err(|e| fail(format!("starting {}: {e}", python.display())))?;
@@ -595,8 +663,12 @@ pub fn print_table(
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "# forward + inverse real SHT, equiangular grid, {} channels, median of {} (after {} warm-up), slowest rank",
-        cfg.channels, cfg.iters, cfg.warmup
+        "# forward + inverse real {}SHT, equiangular grid, {} channels{}, median of {} (after {} warm-up), slowest rank",
+        if cfg.vector { "vector " } else { "" },
+        cfg.channels,
+        if cfg.vector { " of 2 components" } else { "" },
+        cfg.iters,
+        cfg.warmup
     )?;
     writeln!(
         out,

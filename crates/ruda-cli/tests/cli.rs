@@ -109,6 +109,57 @@ fn demo_command_prints_steps_timings_and_a_verdict() {
 }
 
 #[test]
+fn bench_sht_vector_times_and_checks_the_vector_transforms() {
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--vector",
+        "--sizes",
+        "9x16,13x22",
+        "--dtype",
+        "f32,f64",
+        "--grids",
+        "2x2",
+        "--channels",
+        "2",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = rows.as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 2,
+        "serial and 2x2 for each size and type"
+    );
+    for r in rows {
+        // The round trip of a band-limited wind through the vector
+        // transforms, serially and on 4 ranks.
+        let err = r["round_trip_err"].as_f64().unwrap();
+        let tol = if r["dtype"] == "f32" { 1e-5 } else { 1e-12 };
+        assert!(err < tol, "{r}");
+        assert_eq!(r["wrong"], false);
+    }
+    let out = ruda(&[
+        "bench", "sht", "--vector", "--sizes", "9x16", "--dtype", "f64", "--grids", "1x1",
+        "--iters", "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("real vector SHT") && text.contains("of 2 components"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bench_sht_times_and_checks_every_configuration() {
     let out = ruda(&[
         "bench",
