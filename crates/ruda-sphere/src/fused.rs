@@ -54,7 +54,7 @@ pub(crate) trait FusedSht: Backend {
 }
 
 /// The element types the host kernels run on.
-trait Real: FftNum + Into<f64> {
+pub(crate) trait Real: FftNum + Into<f64> {
     fn narrow(v: f64) -> Self;
 }
 impl Real for f64 {
@@ -136,7 +136,7 @@ const SCATTER_ROWS: usize = 16;
 
 /// One order's `[r, b, 2]` kernel result as `[b, r, 2]` (in cache, in the
 /// order's own task), so that [`scatter_orders`] reads it contiguously.
-fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
+pub(crate) fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
     let mut t = vec![0.0; o.len()];
     for x in 0..r {
         for bi in 0..b {
@@ -151,7 +151,7 @@ fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
 /// `[b, r, m, 2]` values (`r` rows per field) from each order's `[b, r, 2]`
 /// block, in parallel over runs of rows; within a run, order by order, so
 /// that each block is read along consecutive rows.
-fn scatter_orders<T: Real>(blocks: &[Vec<f64>], rows_in_all: usize) -> Vec<T> {
+pub(crate) fn scatter_orders<T: Real>(blocks: &[Vec<f64>], rows_in_all: usize) -> Vec<T> {
     let nm = blocks.len();
     let mut out = vec![T::zero(); rows_in_all * nm * 2];
     if out.is_empty() {
@@ -176,7 +176,7 @@ fn scatter_orders<T: Real>(blocks: &[Vec<f64>], rows_in_all: usize) -> Vec<T> {
 
 /// Run `kernel` on the values of `x` (read in place when contiguous) and
 /// make its result a tensor of `shape`.
-fn on_values(
+pub(crate) fn on_values(
     x: FloatTensor<Flex>,
     out_shape: Vec<usize>,
     f64_kernel: impl FnOnce(&[f64]) -> Vec<f64>,

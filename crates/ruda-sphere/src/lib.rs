@@ -59,6 +59,7 @@ mod error;
 mod fft_plans;
 pub mod fourier;
 mod fused;
+mod fused_vector;
 mod layout;
 mod legendre;
 mod legendre_fly;

@@ -12,11 +12,12 @@ use burn_tensor::{DType, Tensor};
 use crate::SphereError;
 use crate::fourier::{LongitudeFourier, Modes};
 use crate::fused::{Fused, FusedSht};
+use crate::fused_vector::{FusedVector, FusedVectorSht};
 use crate::legendre_fly::{LegendreOnTheFly, Step};
 
 /// The backends the transforms' kernels are implemented for.
-trait Kernels: LongitudeFourier + LegendreOnTheFly + FusedSht {}
-impl<B: LongitudeFourier + LegendreOnTheFly + FusedSht> Kernels for B {}
+trait Kernels: LongitudeFourier + LegendreOnTheFly + FusedSht + FusedVectorSht {}
+impl<B: LongitudeFourier + LegendreOnTheFly + FusedSht + FusedVectorSht> Kernels for B {}
 
 /// The element types the transforms accept.
 pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereError> {
@@ -165,4 +166,38 @@ pub(crate) fn sht_synthesis(
     f: Fused,
 ) -> Result<Tensor<3>, SphereError> {
     route(op, c, FusedSynthesis(f))
+}
+
+struct FusedVectorAnalysis(FusedVector);
+impl PrimOp for FusedVectorAnalysis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::vsht_analysis(x, self.0)
+    }
+}
+
+struct FusedVectorSynthesis(FusedVector);
+impl PrimOp for FusedVectorSynthesis {
+    fn apply<B: Kernels>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        B::vsht_synthesis(x, self.0)
+    }
+}
+
+/// `[2b, nlat, nlon] → [2b, lmax, mmax, 2]` by the fused serial vector
+/// analysis; the caller has checked the shape.
+pub(crate) fn vsht_analysis(
+    op: &'static str,
+    x: Tensor<3>,
+    f: FusedVector,
+) -> Result<Tensor<4>, SphereError> {
+    route(op, x, FusedVectorAnalysis(f))
+}
+
+/// `[2b, lmax, mmax, 2] → [2b, nlat, nlon]` by the fused serial vector
+/// synthesis; the caller has checked the shape.
+pub(crate) fn vsht_synthesis(
+    op: &'static str,
+    c: Tensor<4>,
+    f: FusedVector,
+) -> Result<Tensor<3>, SphereError> {
+    route(op, c, FusedVectorSynthesis(f))
 }

@@ -3,11 +3,12 @@
 use burn_tensor::Tensor;
 
 use crate::fourier::Modes;
-use crate::fourier::SpectralLayout::{OrdersFirst, RowsFirst};
+use crate::fourier::SpectralLayout::RowsFirst;
 use crate::fused::Fused;
+use crate::fused_vector::FusedVector;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
-use crate::route::{check_dtype, lon_forward, lon_inverse, sht_analysis, sht_synthesis};
-use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
+use crate::route::{check_dtype, sht_analysis, sht_synthesis, vsht_analysis, vsht_synthesis};
+use crate::shapes::{check_rank, flatten_coefficients, flatten_field, unflatten};
 use crate::{ShtSpec, SphereError};
 
 /// The Legendre stage of a serial transform of `spec`: every order, every
@@ -29,14 +30,23 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
     check_rank::<D, E>(op, 1)?;
     let (x, lead) = flatten_field(op, 0, x, [s.nlat(), s.nlon()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.nlat(), s.nlon()])?;
-    let c = if let LegendreStage::Scalar(step) = stage {
-        // One operation from field to coefficients.
-        let modes = Modes::analysis(s.nlon(), s.mmax(), RowsFirst);
-        let step = step.clone();
-        sht_analysis(op, x, Fused { step, modes })?
-    } else {
-        let f = lon_forward(op, x, Modes::analysis(s.nlon(), s.mmax(), OrdersFirst))?;
-        swap_orders(stage.analysis(op, f)?)
+    // One operation from field to coefficients.
+    let modes = Modes::analysis(s.nlon(), s.mmax(), RowsFirst);
+    let c = match stage {
+        LegendreStage::Scalar(step) => {
+            let step = step.clone();
+            sht_analysis(op, x, Fused { step, modes })?
+        }
+        LegendreStage::Vector(v) => {
+            let (step, factors) = (v.step.clone(), v.f.clone());
+            let f = FusedVector {
+                step,
+                factors,
+                modes,
+                scaled: true,
+            };
+            vsht_analysis(op, x, f)?
+        }
     };
     Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
 }
@@ -53,13 +63,22 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
     let (c, lead) = flatten_coefficients(op, 0, c, [s.lmax(), s.mmax()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.lmax(), s.mmax(), 2])?;
     check_dtype(op, c.dtype())?;
-    let x = if let LegendreStage::Scalar(step) = stage {
-        let modes = Modes::synthesis(s.nlon(), s.mmax(), RowsFirst);
-        let step = step.clone();
-        sht_synthesis(op, c, Fused { step, modes })?
-    } else {
-        let f = stage.synthesis(op, swap_orders(c))?;
-        lon_inverse(op, f, Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst))?
+    let modes = Modes::synthesis(s.nlon(), s.mmax(), RowsFirst);
+    let x = match stage {
+        LegendreStage::Scalar(step) => {
+            let step = step.clone();
+            sht_synthesis(op, c, Fused { step, modes })?
+        }
+        LegendreStage::Vector(v) => {
+            let (step, factors) = (v.step.clone(), v.f.clone());
+            let f = FusedVector {
+                step,
+                factors,
+                modes,
+                scaled: false,
+            };
+            vsht_synthesis(op, c, f)?
+        }
     };
     Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
 }

@@ -26,6 +26,7 @@
 //! degree and the products with `i`, so that autodiff records the adjoint
 //! of every piece.
 
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -44,18 +45,26 @@ pub(crate) struct VectorStep {
     ///
     /// [`Seeds::OverSine`]: crate::legendre_kernel::Seeds::OverSine
     pub(crate) step: Step,
+    /// The factors around it (shared).
+    pub(crate) f: Arc<VectorFactors>,
+}
+
+/// The factors that make the derivative functions of `Q̄` (module docs),
+/// for some orders, latitudes and degrees.
+#[derive(Debug)]
+pub(crate) struct VectorFactors {
     /// `μ` per order and latitude, `[m, k]`.
-    mu: Vec<f64>,
+    pub(crate) mu: Vec<f64>,
     /// `α` per order and degree, `[m, l]`.
-    alpha: Vec<f64>,
+    pub(crate) alpha: Vec<f64>,
     /// `e_l^m` per order and degree, `[m, l]`.
-    e: Vec<f64>,
+    pub(crate) e: Vec<f64>,
     /// `e_{l+1}^m` at `l` (0 at the last degree), `[m, l]`.
-    e_next: Vec<f64>,
+    pub(crate) e_next: Vec<f64>,
     /// The order `m` per order, `[m]`.
-    m: Vec<f64>,
+    pub(crate) m: Vec<f64>,
     /// `1 / (l (l+1))`, 1 at `l = 0`, `[l]`.
-    inv_ll: Vec<f64>,
+    pub(crate) inv_ll: Vec<f64>,
 }
 
 impl VectorStep {
@@ -111,12 +120,14 @@ impl VectorStep {
             .collect();
         VectorStep {
             step,
-            mu,
-            alpha,
-            e,
-            e_next,
-            m: orders.iter().map(|&m| m as f64).collect(),
-            inv_ll,
+            f: Arc::new(VectorFactors {
+                mu,
+                alpha,
+                e,
+                e_next,
+                m: orders.iter().map(|&m| m as f64).collect(),
+                inv_ll,
+            }),
         }
     }
 
@@ -137,7 +148,7 @@ impl VectorStep {
             return Ok(reshape(f, [nm, nl, 0, 2]));
         }
         let b = b2 / 2;
-        let mu = self.constant(&self.mu, [nm, nk, 1, 1], &f);
+        let mu = self.constant(&self.f.mu, [nm, nk, 1, 1], &f);
         let both = Tensor::cat(vec![f.clone() * mu, f], 2);
         // [m, l, (μX | X), b, (θ | φ), 2]
         let q = reshape(
@@ -148,10 +159,10 @@ impl VectorStep {
             reshape(q.clone().narrow(2, j, 1).narrow(4, comp, 1), [nm, nl, b, 2])
         };
         let (g0, g1, h0, h1) = (part(0, 0), part(0, 1), part(1, 0), part(1, 1));
-        let alpha = self.constant(&self.alpha, [nm, nl, 1, 1], &g0);
-        let e = self.constant(&self.e, [nm, nl, 1, 1], &g0);
-        let m = self.constant(&self.m, [nm, 1, 1, 1], &g0);
-        let inv = self.constant(&self.inv_ll, [1, nl, 1, 1], &g0);
+        let alpha = self.constant(&self.f.alpha, [nm, nl, 1, 1], &g0);
+        let e = self.constant(&self.f.e, [nm, nl, 1, 1], &g0);
+        let m = self.constant(&self.f.m, [nm, 1, 1, 1], &g0);
+        let inv = self.constant(&self.f.inv_ll, [1, nl, 1, 1], &g0);
         // A0(X) = α Q̄(μX) − e shift(Q̄X), A1(X) = m Q̄X.
         let a0_x0 = g0 * alpha.clone() - shift_down(h0.clone()) * e.clone();
         let a0_x1 = g1 * alpha - shift_down(h1.clone()) * e;
@@ -171,7 +182,7 @@ impl VectorStep {
         c: Tensor<4>,
     ) -> Result<Tensor<4>, SphereError> {
         let [nm, nl, b2, _] = c.dims();
-        let nk = self.mu.len().checked_div(nm).unwrap_or(0);
+        let nk = self.f.mu.len().checked_div(nm).unwrap_or(0);
         if b2 == 0 {
             return Ok(reshape(c, [nm, nk, 0, 2]));
         }
@@ -180,9 +191,9 @@ impl VectorStep {
         let part =
             |comp: usize| -> Tensor<4> { reshape(st.clone().narrow(3, comp, 1), [nm, nl, b, 2]) };
         let (s, t) = (part(0), part(1));
-        let alpha = self.constant(&self.alpha, [nm, nl, 1, 1], &s);
-        let e_next = self.constant(&self.e_next, [nm, nl, 1, 1], &s);
-        let m = self.constant(&self.m, [nm, 1, 1, 1], &s);
+        let alpha = self.constant(&self.f.alpha, [nm, nl, 1, 1], &s);
+        let e_next = self.constant(&self.f.e_next, [nm, nl, 1, 1], &s);
+        let m = self.constant(&self.f.m, [nm, 1, 1, 1], &s);
         // S0(C) = μ Q̄(αC) − Q̄(e▷C), (e▷C)_l = e_{l+1} C_{l+1}; S1(C) = m Q̄C.
         // F0 = μ Q̄(αs) + Q̄(i m t − e▷s), F1 = −μ Q̄(αt) + Q̄(i m s + e▷t).
         let u = s.clone() * alpha.clone();
@@ -198,7 +209,7 @@ impl VectorStep {
             [nm, nk, 4, b, 2],
         );
         let part = |j: usize| -> Tensor<4> { reshape(q.clone().narrow(2, j, 1), [nm, nk, b, 2]) };
-        let mu = self.constant(&self.mu, [nm, nk, 1, 1], &part(0));
+        let mu = self.constant(&self.f.mu, [nm, nk, 1, 1], &part(0));
         let f0 = part(0) * mu.clone() + part(2);
         let f1 = part(3) - part(1) * mu;
         Ok(reshape(
@@ -332,9 +343,10 @@ mod tests {
                                 (0.0, 0.0)
                             };
                             let below = if l == 0 { 0.0 } else { qv[m][l - 1][k] };
-                            let ours0 = vs.alpha[m * lmax + l] * vs.mu[m * nlat + k] * qv[m][l][k]
-                                - vs.e[m * lmax + l] * below;
-                            let ours1 = vs.m[m] * qv[m][l][k];
+                            let ours0 =
+                                vs.f.alpha[m * lmax + l] * vs.f.mu[m * nlat + k] * qv[m][l][k]
+                                    - vs.f.e[m * lmax + l] * below;
+                            let ours1 = vs.f.m[m] * qv[m][l][k];
                             let scale = 1.0 + lf * lf;
                             assert!(
                                 (ours0 - d0).abs() < 1e-12 * scale,
