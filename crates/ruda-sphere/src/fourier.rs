@@ -209,7 +209,7 @@ impl Modes {
     /// out as [`Modes::layout`] says); gives `b_len × k_len` rows of
     /// `nlon` values. Rows are transformed in parallel (rayon).
     pub fn inverse<T: FftNum>(&self, input: &[T], b_len: usize, k_len: usize) -> Vec<T> {
-        let (n, mmax) = (self.nlon, self.mmax);
+        let mmax = self.mmax;
         debug_assert_eq!(input.len(), b_len * k_len * mmax * 2);
         if b_len == 0 || k_len == 0 {
             return Vec::new();
@@ -236,31 +236,48 @@ impl Modes {
             })),
         };
         let rows: &[T] = gathered.as_deref().unwrap_or(input);
+        self.inverse_with(b_len * k_len, |row, m| {
+            let at = (row * mmax + m) * 2;
+            (rows[at], rows[at + 1])
+        })
+    }
+
+    /// The inverse kernel on `rows` rows whose order-`m` value `fill(row,
+    /// m)` gives (real, imaginary), read as the FFT needs it (no spectral
+    /// buffer of every row first). Rows are transformed in parallel.
+    pub(crate) fn inverse_with<T: FftNum>(
+        &self,
+        rows: usize,
+        fill: impl Fn(usize, usize) -> (T, T) + Sync,
+    ) -> Vec<T> {
+        let n = self.nlon;
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
-        let mut out = alloc::vec![T::zero(); b_len * k_len * n];
+        let mut out = alloc::vec![T::zero(); rows * n];
+        if out.is_empty() {
+            return out;
+        }
         timed(Stage::Fourier, || {
-            out.par_chunks_mut(n)
-                .zip(rows.par_chunks(mmax * 2))
-                .for_each_init(
-                    || {
-                        (
-                            plan.make_input_vec(),
-                            plan.make_output_vec(),
-                            plan.make_scratch_vec(),
-                        )
-                    },
-                    |(spec, buf, scratch), (o, row)| {
-                        spec.fill(Complex::new(T::zero(), T::zero()));
-                        for (m, &(f, edge)) in factors.iter().enumerate() {
-                            let im = if edge { T::zero() } else { row[2 * m + 1] * f };
-                            spec[m] = Complex::new(row[2 * m] * f, im);
-                        }
-                        plan.process_with_scratch(spec, buf, scratch)
-                            .expect("real edge orders and buffers made by the plan");
-                        o.copy_from_slice(buf);
-                    },
-                )
+            out.par_chunks_mut(n).enumerate().for_each_init(
+                || {
+                    (
+                        plan.make_input_vec(),
+                        plan.make_output_vec(),
+                        plan.make_scratch_vec(),
+                    )
+                },
+                |(spec, buf, scratch), (row, o)| {
+                    spec.fill(Complex::new(T::zero(), T::zero()));
+                    for (m, &(f, edge)) in factors.iter().enumerate() {
+                        let (re, im) = fill(row, m);
+                        let im = if edge { T::zero() } else { im * f };
+                        spec[m] = Complex::new(re * f, im);
+                    }
+                    plan.process_with_scratch(spec, buf, scratch)
+                        .expect("real edge orders and buffers made by the plan");
+                    o.copy_from_slice(buf);
+                },
+            )
         });
         out
     }

@@ -3,7 +3,8 @@
 //! the Legendre kernel reading that order's values straight from the FFT's
 //! rows (gathered and widened to f64 in the order's own task), then the
 //! orders' results scattered into the coefficients' `[b, l, m, 2]`
-//! layout. Compared with the three operations it replaces (FFT, Legendre
+//! layout; the synthesis is the mirror image, each row's inverse FFT
+//! reading its orders straight from the orders' blocks. Compared with the three operations it replaces (FFT, Legendre
 //! step, and the permutes between them), it skips two passes over the
 //! spectrum (the orders-first reorder and the f64 copy), the coefficient
 //! permute, and the copies of tensors read back from Burn (an input is
@@ -124,10 +125,11 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
             })
             .collect()
     });
-    // [b, k, m, 2]
-    let rows = timed(Stage::Reorder, || scatter_orders(&blocks, b * nk));
-    drop(blocks);
-    f.modes.inverse(&rows, b, nk)
+    // Each row's orders read from the blocks as its FFT fills its spectrum.
+    f.modes.inverse_with(b * nk, |row, m| {
+        let block = &blocks[m];
+        (T::narrow(block[2 * row]), T::narrow(block[2 * row + 1]))
+    })
 }
 
 /// Rows per task of [`scatter_orders`]: their outputs stay in cache while

@@ -3,7 +3,9 @@
 //! components' rows, then per order the `Q̄` kernel on `μ X` and `X` read
 //! straight from the FFT's rows, the degree factors, the shift by one
 //! degree and the products with `i` of [`crate::vector_step`] on that
-//! order's block, and one scatter into `[b, 2, l, m, 2]`.
+//! order's block, and one scatter into `[b, 2, l, m, 2]` (the synthesis:
+//! the mirror image, each row's inverse FFT reading its orders from the
+//! blocks).
 //!
 //! | op | maps |
 //! |---|---|
@@ -199,10 +201,11 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
             })
             .collect()
     });
-    // [2b, k, m, 2]
-    let rows = timed(Stage::Reorder, || scatter_orders(&blocks, 2 * b * nk));
-    drop(blocks);
-    f.modes.inverse(&rows, 2 * b, nk)
+    // Each row's orders read from the blocks as its FFT fills its spectrum.
+    f.modes.inverse_with(2 * b * nk, |row, m| {
+        let block = &blocks[m];
+        (T::narrow(block[2 * row]), T::narrow(block[2 * row + 1]))
+    })
 }
 
 impl FusedVectorSht for Flex {
