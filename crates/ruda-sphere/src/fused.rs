@@ -39,7 +39,8 @@ use crate::profile::{Stage, timed};
 
 /// One serial transform's parameters: its Legendre step (every order,
 /// mirrored latitude pairs) and its longitude kernel (natural order
-/// sequence; the layout field is not used).
+/// sequence, [`crate::fourier::SpectralLayout::RowsFirst`]: the gathers
+/// below read its rows as `[b, k, m, 2]`).
 #[derive(Clone, Debug)]
 pub(crate) struct Fused {
     pub(crate) step: Step,
@@ -75,6 +76,7 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     debug_assert_eq!(rec.orders().len(), nm);
     // [b, k, m, 2]
+    debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
     let rows = f.modes.forward(x, b, nk);
     let cols = 2 * b;
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {

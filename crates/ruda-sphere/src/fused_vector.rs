@@ -75,6 +75,7 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let fc = &*f.factors;
     // [2b, k, m, 2]
+    debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
     let rows = f.modes.forward(x, 2 * b, nk);
     // Columns: μX of the 2b fields (re, im), then X.
     let half = 4 * b;

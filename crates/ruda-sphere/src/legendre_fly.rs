@@ -1,5 +1,6 @@
 //! The Legendre step without tables ([`crate::legendre_kernel`]) as a
-//! differentiable backend operation on Flex, for the serial transforms:
+//! differentiable backend operation on Flex, for a rank of the distributed
+//! transforms (the serial ones run fused, [`crate::fused`]):
 //! `[m, nlat, b, 2] ↔ [m, lmax, b, 2]` (the orders-first spectral layout of
 //! [`crate::fourier::SpectralLayout::OrdersFirst`]), each direction's
 //! adjoint the other with the same weighting (recorded on `Autodiff`).

@@ -19,8 +19,10 @@
 //! components) to spheroidal and toroidal coefficients `[.., 2, lmax,
 //! mmax, 2]`, in torch-harmonics' conventions (`RealVectorSHT`).
 //!
-//! The longitude transform is a real FFT (`realfft`) recorded as a Burn
-//! operation with its adjoint; the Legendre step generates `P̄_l^m` (or
+//! The longitude transform is a real FFT (`realfft`); serially it runs
+//! inside one fused operation per direction with the Legendre step (and
+//! its adjoint recorded for autodiff), distributed as a Burn operation of
+//! its own. The Legendre step generates `P̄_l^m` (or
 //! the vector transforms' derivative functions) by the three-term
 //! recurrence inside the kernel, no tables, serially over mirrored
 //! latitude pairs and on a rank of a distributed transform over its own

@@ -142,8 +142,8 @@ impl VectorStep {
         let [nm, nk, b2, _] = f.dims();
         let nl = self.step.rec.lmax();
         if b2 == 0 {
-            // An empty batch (see `legendre_op`: slices of an empty tensor
-            // leave the autodiff graph; a reshape keeps it). Every layout
+            // An empty batch: Burn's slices of an empty tensor are new
+            // tensors off the autodiff graph; a reshape keeps it. Every layout
             // gives each rank at least one order and latitude.
             return Ok(reshape(f, [nm, nl, 0, 2]));
         }

@@ -180,6 +180,74 @@ fn f32_fields_stay_f32_and_round_trip_to_single_precision() {
     assert!(err < 1e-5, "f32 round trip off by {err:e}");
 }
 
+/// f32 through the fused operations' backward and the distributed vector
+/// transforms: gradients and values equal the f64 ones to single
+/// precision.
+#[test]
+fn f32_gradients_and_distributed_values_match_f64() {
+    let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    let (nlat, nlon, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
+    let xv = random(2 * nlat * nlon, 3);
+    let yv = random(2 * l * m * 2, 4);
+    let device = Device::flex().autodiff();
+    let grad = |dtype: DType| -> (Vec<f64>, Vec<f64>) {
+        let x = tensor(xv.clone(), [2, nlat, nlon], &device)
+            .cast(dtype)
+            .require_grad();
+        let y = tensor(yv.clone(), [2, l, m, 2], &device).cast(dtype);
+        let c: Tensor<4> = RealVectorSht::new(spec).forward(x.clone()).unwrap();
+        let gx = values(x.grad(&(c * y.clone()).sum().backward()).unwrap());
+        let c = tensor(yv.clone(), [2, l, m, 2], &device)
+            .cast(dtype)
+            .require_grad();
+        let f: Tensor<3> = InverseRealVectorSht::new(spec).forward(c.clone()).unwrap();
+        let z = tensor(xv.clone(), [2, nlat, nlon], &device).cast(dtype);
+        let gc = values(c.grad(&(f * z).sum().backward()).unwrap());
+        (gx, gc)
+    };
+    let (gx64, gc64) = grad(DType::F64);
+    let (gx32, gc32) = grad(DType::F32);
+    assert!(rel_err(&gx32, &gx64) < 1e-5, "{:e}", rel_err(&gx32, &gx64));
+    assert!(rel_err(&gc32, &gc64) < 1e-5, "{:e}", rel_err(&gc32, &gc64));
+
+    let want: Tensor<4> = RealVectorSht::new(spec)
+        .forward(tensor(xv.clone(), [2, nlat, nlon], &Device::flex()))
+        .unwrap();
+    let want = values(want);
+    let errs = LocalWorld::new(4)
+        .run(|comm| {
+            let grid = ProcessGrid::new(comm, 2, 2)?;
+            let vsht = DistributedRealVectorSht::new(&grid, spec)?;
+            let lay = vsht.layout().clone();
+            let (lat, lon) = (lay.lat_range(), lay.lon_range());
+            let mut patch = Vec::new();
+            for comp in 0..2 {
+                for k in lat.clone() {
+                    let row = (comp * nlat + k) * nlon;
+                    patch.extend_from_slice(&xv[row + lon.start..row + lon.end]);
+                }
+            }
+            let x = tensor(patch, [2, lat.len(), lon.len()], &Device::flex()).cast(DType::F32);
+            let c: Tensor<4> = vsht.forward(x)?;
+            assert_eq!(c.dtype(), DType::F32);
+            let got = values(c);
+            let mut block = Vec::new();
+            for part in 0..2 {
+                for li in lay.l_range() {
+                    for &mi in &lay.orders() {
+                        let at = ((part * l + li) * m + mi) * 2;
+                        block.extend_from_slice(&want[at..at + 2]);
+                    }
+                }
+            }
+            Ok::<_, SphereError>(rel_err(&got, &block))
+        })
+        .unwrap();
+    for (rank, e) in errs.into_iter().enumerate() {
+        assert!(e < 1e-5, "rank {rank}: f32 distributed vs f64 serial {e:e}");
+    }
+}
+
 #[test]
 fn a_missing_component_axis_and_wrong_dtypes_are_errors() {
     let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular).unwrap();

@@ -5,10 +5,11 @@
 //! memory does not grow with `--steps`; and the two runs never compute at
 //! the same time, so each step's timing is its own.
 //!
-//! Every hand-over is a rendezvous on a channel of one rank and the serial
-//! thread: a side that fails or panics drops its ends, and the other side's
-//! next hand-over fails with [`TurnError::Stopped`] instead of waiting for
-//! ever.
+//! Every hand-over goes through a one-slot channel between one rank and
+//! the serial thread, and each side then waits for the other's: a side that
+//! fails or panics drops its ends (and ends that no rank took are dropped
+//! once the world returns or unwinds), and the other side's next hand-over
+//! fails with [`TurnError::Stopped`] instead of waiting for ever.
 
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -62,6 +63,19 @@ pub(crate) struct Compared {
 /// thread's go-ahead in.
 type RankEnds = (SyncSender<(StepRecord, StepTiming)>, Receiver<()>);
 
+/// Drops every rank's ends still in the slots when it goes.
+struct Release<'a>(&'a [Mutex<Option<RankEnds>>]);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        for slot in self.0 {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+        }
+    }
+}
+
 /// Train on `cfg`'s grid and serially in turns, comparing as they go.
 ///
 /// # Errors
@@ -90,8 +104,13 @@ pub(crate) fn in_turns(
             .take()
             .expect("each rank takes its own ends once")
     };
+    debug_assert!(n > 0, "check_grid refuses an empty grid");
     let (world, serial) = std::thread::scope(|scope| {
         let serial = scope.spawn(|| serial_side(problem, cfg.steps, progress, records, resume));
+        // Ends that no rank took (a world that failed before starting a
+        // rank, or a panic here) are dropped before the serial thread is
+        // joined, so that its next hand-over fails instead of waiting.
+        let release = Release(&ends);
         let world = match transport {
             DemoTransport::Threads => LocalWorld::new(n).run(|comm| {
                 let ends = take(comm.rank());
@@ -112,6 +131,7 @@ pub(crate) fn in_turns(
                 })
             }
         };
+        drop(release);
         (world, serial.join())
     });
     let serial_failed = |message: String| DemoError::Rank {
