@@ -1,11 +1,11 @@
 //! The serial vector transforms as one backend operation each (as
 //! [`crate::fused`] for the scalar ones): the longitude FFT of both
-//! components' rows, then per order the `Q̄` kernel on `μ X` and `X` read
-//! straight from the FFT's rows, the degree factors, the shift by one
-//! degree and the products with `i` of [`crate::vector_step`] on that
-//! order's block, and one scatter into `[b, 2, l, m, 2]` (the synthesis:
-//! the mirror image, each row's inverse FFT reading its orders from the
-//! blocks).
+//! components' rows, then per order the kernel of `R`
+//! ([`crate::vector_step`]) on `X` read straight from the FFT's rows, the
+//! degree factors over neighbouring degrees and the products with `i` on
+//! that order's block, and one scatter into `[b, 2, l, m, 2]` (the
+//! synthesis: the mirror image, each row's inverse FFT reading its orders
+//! from the blocks).
 //!
 //! | op | maps |
 //! |---|---|
@@ -44,8 +44,8 @@ use crate::vector_step::VectorFactors;
 /// One serial vector transform's parameters.
 #[derive(Clone, Debug)]
 pub(crate) struct FusedVector {
-    /// The `Q̄` recurrence of every order over the grid, and whether the
-    /// quadrature weights are applied.
+    /// The recurrence of `R` (every order, `lmax + 1` degrees, mirrored
+    /// latitude pairs), and whether the quadrature weights are applied.
     pub(crate) step: Step,
     /// The factors around it.
     pub(crate) factors: Arc<VectorFactors>,
@@ -72,51 +72,52 @@ fn at(row: &[f64], c: usize) -> (f64, f64) {
 /// The analysis on host values `x` (`[2b, k, nlon]`, fields of (θ, φ)).
 fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let rec = &f.step.rec;
-    let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let fc = &*f.factors;
-    // [2b, k, m, 2]
+    let (nk, nl, nm) = (rec.nlat(), fc.lmax, f.modes.mmax);
     debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
+    // [2b, k, m, 2]
     let rows = f.modes.forward(x, 2 * b, nk);
-    // Columns: μX of the 2b fields (re, im), then X.
-    let half = 4 * b;
-    let cols = 2 * half;
+    // Columns: (re, im) of the 2b fields.
+    let cols = 4 * b;
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
         (0..nm)
             .into_par_iter()
             .map(|m| {
                 let mut s = vec![0.0; nk * cols];
                 for k in 0..nk {
-                    let mu = fc.mu[m * nk + k];
                     for field in 0..2 * b {
                         let from = ((field * nk + k) * nm + m) * 2;
-                        let (re, im) = (rows[from].into(), rows[from + 1].into());
                         let to = k * cols + field * 2;
-                        s[to] = mu * re;
-                        s[to + 1] = mu * im;
-                        s[to + half] = re;
-                        s[to + half + 1] = im;
+                        s[to] = rows[from].into();
+                        s[to + 1] = rows[from + 1].into();
                     }
                 }
-                let mut o = vec![0.0; nl * cols];
+                // H = R̂(X) over degrees 0..=L.
+                let mut o = vec![0.0; (nl + 1) * cols];
                 rec.analysis_order(m, &s, &mut o, cols, f.step.weighted);
                 // [l, 2b, 2]: (s, t) of each field.
-                let mut st = vec![0.0; nl * half];
+                let mut st = vec![0.0; nl * cols];
                 let mf = fc.m[m];
                 for l in 0..nl {
-                    let (alpha, e) = (fc.alpha[m * nl + l], fc.e[m * nl + l]);
+                    let at_l = m * nl + l;
+                    let (c0, c1, c2) = (fc.c0[at_l], fc.c1[at_l], fc.c2[at_l]);
                     let inv = if f.scaled { fc.inv_ll[l] } else { 1.0 };
                     let row = &o[l * cols..(l + 1) * cols];
+                    let up = &o[(l + 1) * cols..(l + 2) * cols];
                     let below = (l > 0).then(|| &o[(l - 1) * cols..l * cols]);
+                    // A0(X) = c0 H_l + c1 H_{l+1} + c2 H_{l−1}.
+                    let a0 = |field: usize| -> (f64, f64) {
+                        let (h, u) = (at(row, field), at(up, field));
+                        let d = below.map_or((0.0, 0.0), |r| at(r, field));
+                        (
+                            c0 * h.0 + c1 * u.0 + c2 * d.0,
+                            c0 * h.1 + c1 * u.1 + c2 * d.1,
+                        )
+                    };
                     for bi in 0..b {
                         let (th, ph) = (2 * bi, 2 * bi + 1);
-                        let (g0, g1) = (at(row, th), at(row, ph));
-                        let (h0, h1) = (at(&row[half..], th), at(&row[half..], ph));
-                        let (p0, p1) = below.map_or(((0.0, 0.0), (0.0, 0.0)), |r| {
-                            (at(&r[half..], th), at(&r[half..], ph))
-                        });
-                        // A0(X) = α Q̄(μX) − e Q̄(X)_{l−1}, A1(X) = m Q̄(X).
-                        let a0x0 = (alpha * g0.0 - e * p0.0, alpha * g0.1 - e * p0.1);
-                        let a0x1 = (alpha * g1.0 - e * p1.0, alpha * g1.1 - e * p1.1);
+                        let (a0x0, a0x1) = (a0(th), a0(ph));
+                        let (h0, h1) = (at(row, th), at(row, ph));
                         let (a1x0, a1x1) = ((mf * h0.0, mf * h0.1), (mf * h1.0, mf * h1.1));
                         // s = A0(X0) − i A1(X1), t = −i A1(X0) − A0(X1).
                         let out = &mut st[(l * 2 * b + th) * 2..(l * 2 * b + ph + 1) * 2];
@@ -138,67 +139,56 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
 /// The synthesis on host values `c` (`[2b, l, m, 2]`, fields of (s, t)).
 fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let rec = &f.step.rec;
-    let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let fc = &*f.factors;
-    // Columns: αs, αt, i m t − e▷s, i m s + e▷t of each of the b fields.
-    let group = 2 * b;
-    let cols = 4 * group;
+    let (nk, nl, nm) = (rec.nlat(), fc.lmax, f.modes.mmax);
+    // Columns: (re, im) of F0's and F1's sums per field, over degrees 0..=L.
+    let cols = 4 * b;
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
         (0..nm)
             .into_par_iter()
             .map(|m| {
-                let coef = |field: usize, l: usize| -> (f64, f64) {
-                    if l >= nl {
+                // Field `field`'s coefficient of degree `l` (0 outside 0..L).
+                let coef = |field: usize, l: Option<usize>| -> (f64, f64) {
+                    let Some(l) = l.filter(|&l| l < nl) else {
                         return (0.0, 0.0);
-                    }
+                    };
                     let from = ((field * nl + l) * nm + m) * 2;
                     let inv = if f.scaled { fc.inv_ll[l] } else { 1.0 };
                     (inv * c[from].into(), inv * c[from + 1].into())
                 };
                 let mf = fc.m[m];
-                let mut a = vec![0.0; nl * cols];
-                for l in 0..nl {
-                    let (alpha, e_next) = (fc.alpha[m * nl + l], fc.e_next[m * nl + l]);
-                    let row = &mut a[l * cols..(l + 1) * cols];
+                let mut a = vec![0.0; (nl + 1) * cols];
+                for j in 0..=nl {
+                    let at_j = m * (nl + 1) + j;
+                    let (k0, k1, k2) = (fc.k0[at_j], fc.k1[at_j], fc.k2[at_j]);
+                    // E(C)_j = c0_j C_j + c1_{j−1} C_{j−1} + c2_{j+1} C_{j+1}.
+                    let e = |field: usize| -> (f64, f64) {
+                        let (h, d, u) = (
+                            coef(field, Some(j)),
+                            coef(field, j.checked_sub(1)),
+                            coef(field, Some(j + 1)),
+                        );
+                        (
+                            k0 * h.0 + k1 * d.0 + k2 * u.0,
+                            k0 * h.1 + k1 * d.1 + k2 * u.1,
+                        )
+                    };
+                    let row = &mut a[j * cols..(j + 1) * cols];
                     for bi in 0..b {
-                        let (s, t) = (coef(2 * bi, l), coef(2 * bi + 1, l));
-                        let (s1, t1) = (coef(2 * bi, l + 1), coef(2 * bi + 1, l + 1));
-                        let put = |row: &mut [f64], g: usize, v: (f64, f64)| {
-                            row[g * group + 2 * bi] = v.0;
-                            row[g * group + 2 * bi + 1] = v.1;
-                        };
-                        put(row, 0, (alpha * s.0, alpha * s.1));
-                        put(row, 1, (alpha * t.0, alpha * t.1));
-                        // i m t − e s_{l+1}, i m s + e t_{l+1}.
-                        put(
-                            row,
-                            2,
-                            (-mf * t.1 - e_next * s1.0, mf * t.0 - e_next * s1.1),
-                        );
-                        put(
-                            row,
-                            3,
-                            (-mf * s.1 + e_next * t1.0, mf * s.0 + e_next * t1.1),
-                        );
+                        let (sf, tf) = (2 * bi, 2 * bi + 1);
+                        let (s, t) = (coef(sf, Some(j)), coef(tf, Some(j)));
+                        let (es, et) = (e(sf), e(tf));
+                        // F0: E(s) + i m t; F1: i m s − E(t).
+                        row[2 * sf] = es.0 - mf * t.1;
+                        row[2 * sf + 1] = es.1 + mf * t.0;
+                        row[2 * tf] = -mf * s.1 - et.0;
+                        row[2 * tf + 1] = mf * s.0 - et.1;
                     }
                 }
+                // [k, 2b, 2]: (θ, φ) of each field.
                 let mut o = vec![0.0; nk * cols];
                 rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
-                // [k, 2b, 2]: (θ, φ) of each field.
-                let mut v = vec![0.0; nk * 2 * group];
-                for k in 0..nk {
-                    let mu = fc.mu[m * nk + k];
-                    let row = &o[k * cols..(k + 1) * cols];
-                    for bi in 0..b {
-                        for r in 0..2 {
-                            let q = |g: usize| row[g * group + 2 * bi + r];
-                            // F0 = μ P0 + P2, F1 = P3 − μ P1.
-                            v[(k * 2 * b + 2 * bi) * 2 + r] = mu * q(0) + q(2);
-                            v[(k * 2 * b + 2 * bi + 1) * 2 + r] = q(3) - mu * q(1);
-                        }
-                    }
-                }
-                fields_first(&v, nk, 2 * b)
+                fields_first(&o, nk, 2 * b)
             })
             .collect()
     });
@@ -221,7 +211,7 @@ impl FusedVectorSht for Flex {
             "a [2b, nlat, nlon] field (checked before routing)"
         );
         let b = shape[0] / 2;
-        let out = vec![2 * b, rec.lmax(), f.modes.mmax, 2];
+        let out = vec![2 * b, f.factors.lmax, f.modes.mmax, 2];
         on_values(x, out, |v| analysis(v, b, &f), |v| analysis(v, b, &f))
     }
 
@@ -231,7 +221,7 @@ impl FusedVectorSht for Flex {
         assert!(
             shape.len() == 4
                 && shape[0].is_multiple_of(2)
-                && shape[1] == rec.lmax()
+                && shape[1] == f.factors.lmax
                 && shape[2] == f.modes.mmax
                 && shape[3] == 2,
             "[2b, lmax, mmax, 2] coefficients (checked before routing)"

@@ -16,8 +16,9 @@
 //!
 //! A band of latitudes that is not symmetric (one rank's part of a
 //! distributed transform) is walked unpaired, latitude by latitude; and
-//! [`Seeds::OverSine`] generates `P̄_l^m / sin θ` instead, from which the
-//! vector transforms' derivative functions are made.
+//! [`Seeds::OverSine`] generates `P̄_l^m / sin θ` instead (`P̄_l^1` for
+//! the order-0 column), from which the vector transforms' derivative
+//! functions are made.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -32,7 +33,7 @@ pub enum Seeds {
     Plain,
     /// `Q̄_l^m(x) = P̄_l^m(x) / sin θ` for `m ≥ 1` (the same recurrence from
     /// the seed `P̄_m^m / sin θ ∝ sin^{m−1} θ`, finite at the poles), and for
-    /// the column of order 0 `Q̄_l^1` without the Condon–Shortley sign: what
+    /// the column of order 0 `P̄_l^1` without the Condon–Shortley sign: what
     /// the vector transforms' derivative functions are made of
     /// ([`crate::vector_step`]).
     OverSine,
@@ -149,8 +150,19 @@ impl Recurrence {
                     continue;
                 }
                 let sign = if csphase && order % 2 == 1 { -1.0 } else { 1.0 };
-                for (s, d) in seeds[i * walked..(i + 1) * walked].iter_mut().zip(&diag) {
-                    *s = sign * d;
+                // OverSine's order-0 column: P̄_1^1 = sin θ (P̄_1^1 / sin θ).
+                let times_sine = kind == Seeds::OverSine && order == 0;
+                for ((s, d), &xk) in seeds[i * walked..(i + 1) * walked]
+                    .iter_mut()
+                    .zip(&diag)
+                    .zip(&xs)
+                {
+                    let sine = if times_sine {
+                        ((1.0 + xk) * (1.0 - xk)).sqrt()
+                    } else {
+                        1.0
+                    };
+                    *s = sign * d * sine;
                 }
             }
         }

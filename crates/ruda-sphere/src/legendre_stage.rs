@@ -51,14 +51,20 @@ impl LegendreStage {
             Kind::Scalar => Seeds::Plain,
             Kind::Vector => Seeds::OverSine,
         };
-        let rec = Recurrence::new(orders, spec.lmax(), x, w, true, seeds, paired);
+        // The vector transforms' functions combine neighbouring degrees:
+        // one more is walked.
+        let degrees = match kind {
+            Kind::Scalar => spec.lmax(),
+            Kind::Vector => spec.lmax() + 1,
+        };
+        let rec = Recurrence::new(orders, degrees, x, w, true, seeds, paired);
         let step = Step {
             rec: Arc::new(rec),
             weighted,
         };
         match kind {
             Kind::Scalar => LegendreStage::Scalar(step),
-            Kind::Vector => LegendreStage::Vector(VectorStep::new(orders, x, step)),
+            Kind::Vector => LegendreStage::Vector(VectorStep::new(orders, spec.lmax(), step)),
         }
     }
 

@@ -4,27 +4,37 @@
 //! - `D0_l^m = ∂_θ P̄_l^m(cos θ)` and
 //! - `D1_l^m = m P̄_l^m(cos θ) / sin θ`
 //!
-//! (Condon–Shortley sign included), written with `Q̄_l^m = P̄_l^m / sin θ`
-//! ([`Seeds::OverSine`], finite at the poles) as
+//! (Condon–Shortley sign included), written with the functions `R_l` of
+//! [`Seeds::OverSine`] (`Q̄_l^m = P̄_l^m / sin θ` for `m ≥ 1`, finite at the
+//! poles; `P̄_l^1` without the sign for `m = 0`) as three-term combinations
+//! of neighbouring degrees:
 //!
-//! - `D1 = m Q̄_l^m`,
-//! - `D0 = α_l^m μ Q̄_l^m − e_l^m Q̄_{l−1}^m` for `m ≥ 1`, with `μ = cos θ`,
-//!   `α = l` and `e_l^m = sqrt((2l+1)/(2l−1) (l² − m²))`;
-//! - `D0 = −sqrt(l(l+1)) sin θ Q̄_l^1` (no sign) and `D1 = 0` for `m = 0`,
-//!   that is `μ = sin θ`, `α = −sqrt(l(l+1))`, `e = 0`.
+//! - `D1 = m R_l`;
+//! - `D0 = c1_l R_{l+1} + c2_l R_{l−1}` for `m ≥ 1` (`sin θ ∂_θ P̄_l =
+//!   l ε_{l+1} P̄_{l+1} − (l+1) ε_l P̄_{l−1}` with `ε_l = sqrt((l² −
+//!   m²)/(4l² − 1))`, divided by `sin θ`): `c1 = l ε_{l+1}`,
+//!   `c2 = −(l+1) ε_l`;
+//! - `D0 = c0_l R_l` with `c0 = −sqrt(l(l+1))` for `m = 0`.
 //!
-//! With `A_j(X)_l = Σ_k ω_k D_j X_k` and `S_j(C)_k = Σ_l D_j C_l` per order,
-//! the analysis of a tangential field's (θ, φ) spectra `(X0, X1)` is
+//! So the kernel runs over one extra degree (`lmax + 1` in all) and on the
+//! fields' columns alone. With `A_j(X)_l = Σ_k ω_k D_j X_k` and
+//! `S_j(C)_k = Σ_l D_j C_l` per order, the analysis of a tangential field's
+//! (θ, φ) spectra `(X0, X1)` is
 //!
 //! - `s = (A0(X0) − i A1(X1)) / (l(l+1))` (spheroidal),
 //! - `t = (−i A1(X0) − A0(X1)) / (l(l+1))` (toroidal),
 //!
 //! and the synthesis of `(s, t)` is `F0 = S0(s) + i S1(t)`,
-//! `F1 = i S1(s) − S0(t)` (torch-harmonics 0.9.3, `sht.py`). Both are one
-//! scalar-kernel call on twice the columns (`Q̄` of `μ X` and of `X`), and
-//! Burn tensor operations around it for the degree factors, the shift by one
-//! degree and the products with `i`, so that autodiff records the adjoint
-//! of every piece.
+//! `F1 = i S1(s) − S0(t)` (torch-harmonics 0.9.3, `sht.py`): per degree `j`
+//! of `R`, `F0 = Σ_j R_j (E(s)_j + i m t_j)` and
+//! `F1 = Σ_j R_j (i m s_j − E(t)_j)` with
+//! `E(C)_j = c0_j C_j + c1_{j−1} C_{j−1} + c2_{j+1} C_{j+1}`. Here each is
+//! one kernel call and Burn tensor operations around it for the degree
+//! factors, the shifts by one degree and the products with `i`, so that
+//! autodiff records the adjoint of every piece (the serial transforms run
+//! the same algebra fused, [`crate::fused_vector`]).
+//!
+//! [`Seeds::OverSine`]: crate::legendre_kernel::Seeds::OverSine
 
 use alloc::sync::Arc;
 use alloc::vec;
@@ -40,8 +50,8 @@ use crate::route::{leg_analysis, leg_synthesis};
 /// The Legendre step of a vector transform over some orders and latitudes.
 #[derive(Clone, Debug)]
 pub(crate) struct VectorStep {
-    /// The `Q̄` recurrence ([`Seeds::OverSine`]) of these orders and
-    /// latitudes, weighted for analysis.
+    /// The recurrence of [`Seeds::OverSine`] of these orders and latitudes
+    /// over `lmax + 1` degrees, weighted for analysis.
     ///
     /// [`Seeds::OverSine`]: crate::legendre_kernel::Seeds::OverSine
     pub(crate) step: Step,
@@ -49,85 +59,92 @@ pub(crate) struct VectorStep {
     pub(crate) f: Arc<VectorFactors>,
 }
 
-/// The factors that make the derivative functions of `Q̄` (module docs),
-/// for some orders, latitudes and degrees.
+/// The degree factors that make the derivative functions of `R` (module
+/// docs), for some orders; `L` is the transform's `lmax`.
 #[derive(Debug)]
 pub(crate) struct VectorFactors {
-    /// `μ` per order and latitude, `[m, k]`.
-    pub(crate) mu: Vec<f64>,
-    /// `α` per order and degree, `[m, l]`.
-    pub(crate) alpha: Vec<f64>,
-    /// `e_l^m` per order and degree, `[m, l]`.
-    pub(crate) e: Vec<f64>,
-    /// `e_{l+1}^m` at `l` (0 at the last degree), `[m, l]`.
-    pub(crate) e_next: Vec<f64>,
+    /// The transform's degrees `L` (the recurrence walks `L + 1`).
+    pub(crate) lmax: usize,
+    /// `c0`, `c1`, `c2` per order and degree, `[m, L]`.
+    pub(crate) c0: Vec<f64>,
+    pub(crate) c1: Vec<f64>,
+    pub(crate) c2: Vec<f64>,
+    /// The synthesis' `c0_j`, `c1_{j−1}`, `c2_{j+1}` per order and degree of
+    /// `R`, `[m, L + 1]` (zero where the degree falls outside `0..L`).
+    pub(crate) k0: Vec<f64>,
+    pub(crate) k1: Vec<f64>,
+    pub(crate) k2: Vec<f64>,
     /// The order `m` per order, `[m]`.
     pub(crate) m: Vec<f64>,
-    /// `1 / (l (l+1))`, 1 at `l = 0`, `[l]`.
+    /// `1 / (l (l+1))`, 1 at `l = 0`, `[L]`.
     pub(crate) inv_ll: Vec<f64>,
 }
 
-impl VectorStep {
-    /// The step of the `orders` over latitudes with cosines `x`, around
-    /// the `step` of their `Q̄` recurrence.
-    pub(crate) fn new(orders: &[usize], x: &[f64], step: Step) -> Self {
-        let lmax = step.rec.lmax();
-        let mu = orders
-            .iter()
-            .flat_map(|&m| {
-                x.iter().map(move |&x| {
-                    if m == 0 {
-                        // sin θ as the scalar seeds compute it.
-                        ((1.0 + x) * (1.0 - x)).sqrt()
-                    } else {
-                        x
-                    }
-                })
-            })
-            .collect();
-        let alpha = orders
-            .iter()
-            .flat_map(|&m| {
-                (0..lmax).map(move |l| {
-                    let l = l as f64;
-                    if m == 0 { -(l * (l + 1.0)).sqrt() } else { l }
-                })
-            })
-            .collect();
-        let e_of = |m: usize, l: usize| -> f64 {
-            if m == 0 || l <= m {
+impl VectorFactors {
+    /// The factors of the (ascending) `orders` for `lmax` degrees.
+    pub(crate) fn new(orders: &[usize], lmax: usize) -> Self {
+        let eps = |m: usize, l: usize| -> f64 {
+            if l < m {
                 return 0.0;
             }
             let (l, m) = (l as f64, m as f64);
-            ((2.0 * l + 1.0) / (2.0 * l - 1.0) * (l * l - m * m)).sqrt()
+            ((l * l - m * m) / (4.0 * l * l - 1.0)).sqrt()
         };
-        let e = orders
-            .iter()
-            .flat_map(|&m| (0..lmax).map(move |l| e_of(m, l)))
-            .collect();
-        let e_next = orders
-            .iter()
-            .flat_map(|&m| (0..lmax).map(move |l| if l + 1 < lmax { e_of(m, l + 1) } else { 0.0 }))
-            .collect();
-        let inv_ll = (0..lmax)
-            .map(|l| {
-                if l == 0 {
-                    1.0
-                } else {
-                    1.0 / (l as f64 * (l as f64 + 1.0))
-                }
-            })
-            .collect();
+        // (c0, c1, c2) of order m at degree l < lmax.
+        let c = |m: usize, l: usize| -> (f64, f64, f64) {
+            let lf = l as f64;
+            if m == 0 {
+                (-(lf * (lf + 1.0)).sqrt(), 0.0, 0.0)
+            } else if l < m {
+                (0.0, 0.0, 0.0)
+            } else {
+                (0.0, lf * eps(m, l + 1), -(lf + 1.0) * eps(m, l))
+            }
+        };
+        let table = |f: &dyn Fn(usize, usize) -> f64, degrees: usize| -> Vec<f64> {
+            orders
+                .iter()
+                .flat_map(|&m| (0..degrees).map(move |l| (m, l)))
+                .map(|(m, l)| f(m, l))
+                .collect()
+        };
+        let inside = |l: Option<usize>| l.filter(|&l| l < lmax);
+        VectorFactors {
+            lmax,
+            c0: table(&|m, l| c(m, l).0, lmax),
+            c1: table(&|m, l| c(m, l).1, lmax),
+            c2: table(&|m, l| c(m, l).2, lmax),
+            k0: table(&|m, j| inside(Some(j)).map_or(0.0, |l| c(m, l).0), lmax + 1),
+            k1: table(
+                &|m, j| inside(j.checked_sub(1)).map_or(0.0, |l| c(m, l).1),
+                lmax + 1,
+            ),
+            k2: table(
+                &|m, j| inside(Some(j + 1)).map_or(0.0, |l| c(m, l).2),
+                lmax + 1,
+            ),
+            m: orders.iter().map(|&m| m as f64).collect(),
+            inv_ll: (0..lmax)
+                .map(|l| {
+                    if l == 0 {
+                        1.0
+                    } else {
+                        1.0 / (l as f64 * (l as f64 + 1.0))
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl VectorStep {
+    /// The step of the `orders` of a transform of `lmax` degrees, around
+    /// the `step` of their recurrence (which walks `lmax + 1` degrees).
+    pub(crate) fn new(orders: &[usize], lmax: usize, step: Step) -> Self {
+        debug_assert_eq!(step.rec.lmax(), lmax + 1);
         VectorStep {
             step,
-            f: Arc::new(VectorFactors {
-                mu,
-                alpha,
-                e,
-                e_next,
-                m: orders.iter().map(|&m| m as f64).collect(),
-                inv_ll,
-            }),
+            f: Arc::new(VectorFactors::new(orders, lmax)),
         }
     }
 
@@ -139,36 +156,37 @@ impl VectorStep {
         op: &'static str,
         f: Tensor<4>,
     ) -> Result<Tensor<4>, SphereError> {
-        let [nm, nk, b2, _] = f.dims();
-        let nl = self.step.rec.lmax();
+        let [nm, _, b2, _] = f.dims();
+        let nl = self.f.lmax;
         if b2 == 0 {
             // An empty batch: Burn's slices of an empty tensor are new
-            // tensors off the autodiff graph; a reshape keeps it. Every layout
-            // gives each rank at least one order and latitude.
+            // tensors off the autodiff graph; a reshape keeps it. Every
+            // layout gives each rank at least one order and latitude.
             return Ok(reshape(f, [nm, nl, 0, 2]));
         }
         let b = b2 / 2;
-        let mu = self.constant(&self.f.mu, [nm, nk, 1, 1], &f);
-        let both = Tensor::cat(vec![f.clone() * mu, f], 2);
-        // [m, l, (μX | X), b, (θ | φ), 2]
+        // [m, l + 1, b, (θ | φ), 2]
         let q = reshape(
-            leg_analysis(op, both, self.step.clone())?,
-            [nm, nl, 2, b, 2, 2],
+            leg_analysis(op, f, self.step.clone())?,
+            [nm, nl + 1, b, 2, 2],
         );
-        let part = |j: usize, comp: usize| -> Tensor<4> {
-            reshape(q.clone().narrow(2, j, 1).narrow(4, comp, 1), [nm, nl, b, 2])
+        let comp =
+            |c: usize| -> Tensor<4> { reshape(q.clone().narrow(3, c, 1), [nm, nl + 1, b, 2]) };
+        let (h0, h1) = (comp(0), comp(1));
+        let c0 = self.constant(&self.f.c0, [nm, nl, 1, 1], &h0);
+        let c1 = self.constant(&self.f.c1, [nm, nl, 1, 1], &h0);
+        let c2 = self.constant(&self.f.c2, [nm, nl, 1, 1], &h0);
+        let m = self.constant(&self.f.m, [nm, 1, 1, 1], &h0);
+        let inv = self.constant(&self.f.inv_ll, [1, nl, 1, 1], &h0);
+        // A0(X)_l = c0 H_l + c1 H_{l+1} + c2 H_{l−1}, A1(X)_l = m H_l.
+        let a0 = |h: &Tensor<4>| -> Tensor<4> {
+            let here = h.clone().narrow(1, 0, nl);
+            let up = h.clone().narrow(1, 1, nl);
+            here.clone() * c0.clone() + up * c1.clone() + shift_down(here) * c2.clone()
         };
-        let (g0, g1, h0, h1) = (part(0, 0), part(0, 1), part(1, 0), part(1, 1));
-        let alpha = self.constant(&self.f.alpha, [nm, nl, 1, 1], &g0);
-        let e = self.constant(&self.f.e, [nm, nl, 1, 1], &g0);
-        let m = self.constant(&self.f.m, [nm, 1, 1, 1], &g0);
-        let inv = self.constant(&self.f.inv_ll, [1, nl, 1, 1], &g0);
-        // A0(X) = α Q̄(μX) − e shift(Q̄X), A1(X) = m Q̄X.
-        let a0_x0 = g0 * alpha.clone() - shift_down(h0.clone()) * e.clone();
-        let a0_x1 = g1 * alpha - shift_down(h1.clone()) * e;
-        let (a1_x0, a1_x1) = (h0 * m.clone(), h1 * m);
-        let s = (a0_x0 - times_i(a1_x1)) * inv.clone();
-        let t = (times_i(a1_x0).neg() - a0_x1) * inv;
+        let a1 = |h: &Tensor<4>| -> Tensor<4> { h.clone().narrow(1, 0, nl) * m.clone() };
+        let s = (a0(&h0) - times_i(a1(&h1))) * inv.clone();
+        let t = (times_i(a1(&h0)).neg() - a0(&h1)) * inv;
         Ok(reshape(Tensor::stack::<5>(vec![s, t], 3), [nm, nl, b2, 2]))
     }
 
@@ -182,40 +200,34 @@ impl VectorStep {
         c: Tensor<4>,
     ) -> Result<Tensor<4>, SphereError> {
         let [nm, nl, b2, _] = c.dims();
-        let nk = self.f.mu.len().checked_div(nm).unwrap_or(0);
+        let nk = self.step.rec.nlat();
         if b2 == 0 {
             return Ok(reshape(c, [nm, nk, 0, 2]));
         }
         let b = b2 / 2;
         let st = reshape(c, [nm, nl, b, 2, 2]);
-        let part =
-            |comp: usize| -> Tensor<4> { reshape(st.clone().narrow(3, comp, 1), [nm, nl, b, 2]) };
+        // Each part padded with a zero degree L: [m, L + 1, b, 2].
+        let part = |p: usize| -> Tensor<4> {
+            let v = reshape(st.clone().narrow(3, p, 1), [nm, nl, b, 2]);
+            let zero = Tensor::zeros([nm, 1, b, 2], (&v.device(), v.dtype()));
+            Tensor::cat(vec![v, zero], 1)
+        };
         let (s, t) = (part(0), part(1));
-        let alpha = self.constant(&self.f.alpha, [nm, nl, 1, 1], &s);
-        let e_next = self.constant(&self.f.e_next, [nm, nl, 1, 1], &s);
+        let k0 = self.constant(&self.f.k0, [nm, nl + 1, 1, 1], &s);
+        let k1 = self.constant(&self.f.k1, [nm, nl + 1, 1, 1], &s);
+        let k2 = self.constant(&self.f.k2, [nm, nl + 1, 1, 1], &s);
         let m = self.constant(&self.f.m, [nm, 1, 1, 1], &s);
-        // S0(C) = μ Q̄(αC) − Q̄(e▷C), (e▷C)_l = e_{l+1} C_{l+1}; S1(C) = m Q̄C.
-        // F0 = μ Q̄(αs) + Q̄(i m t − e▷s), F1 = −μ Q̄(αt) + Q̄(i m s + e▷t).
-        let u = s.clone() * alpha.clone();
-        let v = t.clone() * alpha;
-        let w0 = times_i(t.clone() * m.clone()) - shift_up(s.clone()) * e_next.clone();
-        let w1 = times_i(s * m) + shift_up(t) * e_next;
-        let all = reshape(
-            Tensor::stack::<5>(vec![u, v, w0, w1], 2),
-            [nm, nl, 4 * b, 2],
-        );
-        let q = reshape(
-            leg_synthesis(op, all, self.step.clone())?,
-            [nm, nk, 4, b, 2],
-        );
-        let part = |j: usize| -> Tensor<4> { reshape(q.clone().narrow(2, j, 1), [nm, nk, b, 2]) };
-        let mu = self.constant(&self.f.mu, [nm, nk, 1, 1], &part(0));
-        let f0 = part(0) * mu.clone() + part(2);
-        let f1 = part(3) - part(1) * mu;
-        Ok(reshape(
-            Tensor::stack::<5>(vec![f0, f1], 3),
-            [nm, nk, b2, 2],
-        ))
+        // E(C)_j = c0_j C_j + c1_{j−1} C_{j−1} + c2_{j+1} C_{j+1}.
+        let e = |c: &Tensor<4>| -> Tensor<4> {
+            c.clone() * k0.clone()
+                + shift_down(c.clone()) * k1.clone()
+                + shift_up(c.clone()) * k2.clone()
+        };
+        // F0 = Σ R (E(s) + i m t), F1 = Σ R (i m s − E(t)).
+        let u0 = e(&s) + times_i(t.clone() * m.clone());
+        let u1 = times_i(s * m) - e(&t);
+        let u = reshape(Tensor::stack::<5>(vec![u0, u1], 3), [nm, nl + 1, b2, 2]);
+        leg_synthesis(op, u, self.step.clone())
     }
 
     /// `values` as a constant tensor of `shape` beside `like`.
@@ -299,9 +311,10 @@ mod tests {
             let lmax = nlat;
             let orders: Vec<usize> = (0..lmax).collect();
             for paired in [true, false] {
+                // One degree more than the transform's.
                 let rec = Recurrence::new(
                     &orders,
-                    lmax,
+                    lmax + 1,
                     &q.cosines,
                     &q.weights,
                     true,
@@ -311,7 +324,7 @@ mod tests {
                 let qv = q_values(&rec);
                 let vs = VectorStep::new(
                     &orders,
-                    &q.cosines,
+                    lmax,
                     Step {
                         rec: alloc::sync::Arc::new(rec),
                         weighted: false,
@@ -343,9 +356,10 @@ mod tests {
                                 (0.0, 0.0)
                             };
                             let below = if l == 0 { 0.0 } else { qv[m][l - 1][k] };
-                            let ours0 =
-                                vs.f.alpha[m * lmax + l] * vs.f.mu[m * nlat + k] * qv[m][l][k]
-                                    - vs.f.e[m * lmax + l] * below;
+                            let at = m * lmax + l;
+                            let ours0 = vs.f.c0[at] * qv[m][l][k]
+                                + vs.f.c1[at] * qv[m][l + 1][k]
+                                + vs.f.c2[at] * below;
                             let ours1 = vs.f.m[m] * qv[m][l][k];
                             let scale = 1.0 + lf * lf;
                             assert!(
