@@ -455,8 +455,10 @@ pub fn run_on(
 }
 
 /// Run the demo with one rank per MPI process (every process calls this);
-/// rank 0 also runs the serial model and writes the report, and every
-/// rank returns rank 0's verdict.
+/// rank 0 also runs the serial model, in a thread and in turns with its
+/// distributed steps (each step's replicated results checked across the
+/// ranks by a reduction, then compared and dropped), writes the report,
+/// and every rank returns rank 0's verdict.
 ///
 /// # Errors
 /// [`DemoError::Grid`] when the grid does not match the world or the
@@ -494,52 +496,91 @@ pub fn run_mpi(
     } else {
         ProgressBar::hidden()
     };
-    let (records, timings) = train_rank(world, &problem, cfg, &bar).map_err(|e| rank_err(&e))?;
-    // Replicated: the same numbers on every rank.
-    let flat: Vec<f64> = records
-        .iter()
-        .flat_map(|r| std::iter::once(r.loss).chain(r.grads.iter().copied()))
-        .collect();
-    let (mut hi, mut lo) = (flat.clone(), flat);
-    check
-        .all_reduce(&mut hi, ReduceOp::Max)
-        .map_err(|e| rank_err(&e))?;
-    check
-        .all_reduce(&mut lo, ReduceOp::Min)
-        .map_err(|e| rank_err(&e))?;
-    if hi != lo {
-        return Err(rank_err(
-            &"the replicated loss or gradients differ between ranks",
-        ));
-    }
-    // Timings: every rank's wall and communication time, to rank 0.
-    let mine: Vec<f64> = timings.iter().flat_map(|t| [t.wall, t.comm]).collect();
-    let all = check.all_gather_vec(&mine).map_err(|e| rank_err(&e))?;
-    let per_rank: Vec<Vec<StepTiming>> = all
-        .chunks(mine.len().max(1))
-        .map(|r| {
-            r.chunks(2)
-                .map(|p| StepTiming {
-                    wall: p[0],
-                    comm: p[1],
-                })
-                .collect()
-        })
-        .collect();
-    let distributed = Run {
-        records,
-        timings: fold_timings(&per_rank),
-    };
+    // Rank 0 trains the serial model in a thread, in turns with its own
+    // distributed steps (`turns`): only each step's comparison is kept.
+    let compared = std::thread::scope(|scope| {
+        let (record_tx, record_rx) = std::sync::mpsc::sync_channel(1);
+        let (resume_tx, resume_rx) = std::sync::mpsc::sync_channel(1);
+        let serial = (me == 0).then(|| {
+            let (problem, bar) = (&problem, &bar);
+            scope.spawn(move || {
+                turns::serial_side(problem, cfg.steps, bar, vec![record_rx], vec![resume_tx])
+            })
+        });
+        let comm = crate::timed_comm::TimedComm::new(world);
+        let clock = comm.clock();
+        let lead = me == 0;
+        let mut step = 0;
+        let trained = ProcessGrid::new(comm, cfg.polar, cfg.azimuth)
+            .map_err(SphereError::from)
+            .map_err(turns::TurnError::from)
+            .and_then(|grid| {
+                model::train::<_, turns::TurnError>(
+                    &problem,
+                    Some(grid),
+                    cfg.steps,
+                    Some(&clock),
+                    &bar,
+                    lead,
+                    |record, timing| {
+                        // Replicated: the same numbers on every rank.
+                        let flat: Vec<f64> = std::iter::once(record.loss)
+                            .chain(record.grads.iter().copied())
+                            .collect();
+                        let (mut hi, mut lo) = (flat.clone(), flat);
+                        let fail = |e: ruda_comm::CommError| {
+                            turns::TurnError::Sphere(SphereError::from(ruda_tensor::Error::from(e)))
+                        };
+                        check.all_reduce(&mut hi, ReduceOp::Max).map_err(fail)?;
+                        check.all_reduce(&mut lo, ReduceOp::Min).map_err(fail)?;
+                        if hi != lo {
+                            return Err(turns::TurnError::Replicas { step });
+                        }
+                        // The step's time: the slowest rank's wall time, the
+                        // ranks' mean communication time.
+                        let all = check
+                            .all_gather_vec(&[timing.wall, timing.comm])
+                            .map_err(fail)?;
+                        let ranks = (all.len() / 2).max(1) as f64;
+                        let folded = StepTiming {
+                            wall: all.chunks(2).map(|p| p[0]).fold(0.0, f64::max),
+                            comm: all.chunks(2).map(|p| p[1]).sum::<f64>() / ranks,
+                        };
+                        step += 1;
+                        if me != 0 {
+                            return Ok(());
+                        }
+                        record_tx
+                            .send((record, folded))
+                            .map_err(|_| turns::TurnError::Stopped)?;
+                        resume_rx.recv().map_err(|_| turns::TurnError::Stopped)
+                    },
+                )
+            });
+        // The serial side learns of a failure here by its ends closing.
+        drop(record_tx);
+        drop(resume_rx);
+        let serial = serial.map(|h| h.join());
+        (trained, serial)
+    });
+    let (trained, serial) = compared;
     let mut agree = [0u8];
-    let verdict = if me == 0 {
-        let serial = train_problem(&problem, cfg, 1, 1, DemoTransport::Threads, &bar)?;
-        bar.finish_and_clear();
-        let v = compare(&distributed.records, &serial.records, TOLERANCE);
-        let v = report(cfg, v, &distributed.timings, &serial.timings, out)?;
-        agree[0] = u8::from(v.agree);
-        Some(v)
-    } else {
-        None
+    let verdict = match serial {
+        Some(Err(_)) => return Err(rank_err(&"the serial run panicked")),
+        Some(Ok(Err(turns::TurnError::Stopped))) | None => {
+            trained.map_err(|e| rank_err(&e))?;
+            None
+        }
+        Some(Ok(Err(e))) => return Err(rank_err(&e)),
+        Some(Ok(Ok(c))) => {
+            trained.map_err(|e| rank_err(&e))?;
+            bar.finish_and_clear();
+            let same_length = c.steps.len() == cfg.steps;
+            let v = verdict(c.steps, same_length, TOLERANCE);
+            let v = report(cfg, v, &c.distributed, &c.serial, out)?;
+            agree[0] = u8::from(v.agree);
+            Some(v)
+        }
     };
     check.broadcast(&mut agree, 0).map_err(|e| rank_err(&e))?;
     Ok(verdict.unwrap_or(Verdict {

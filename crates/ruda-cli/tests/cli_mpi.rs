@@ -89,6 +89,12 @@ fn demo_runs_one_rank_per_process() {
             1,
             "only rank 0 reports: {text}"
         );
+        // Every step compared, in turns with the serial model on rank 0.
+        let steps = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .count();
+        assert_eq!(steps, 3, "{text}");
     }
     // A grid that does not match the processes is refused.
     let Some(out) = mpirun(2, &["demo", "--grid", "2x2"]) else {

@@ -37,6 +37,14 @@ pub(crate) enum TurnError {
     /// The other side stopped (failed or panicked) before this hand-over.
     #[error("the other run stopped before this step's hand-over")]
     Stopped,
+    /// The ranks' replicated loss or gradients differ (found by a
+    /// reduction: which rank is not known; the MPI demo's check).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    #[error("the ranks' replicated loss or gradients differ at step {step}")]
+    Replicas {
+        /// The step.
+        step: usize,
+    },
     /// A rank's replicated loss or gradients differ from rank 0's.
     #[error("rank {rank}'s replicated loss or gradients differ from rank 0's at step {step}")]
     Replica {
@@ -148,7 +156,9 @@ pub(crate) fn in_turns(
                 "its replicated loss or gradients differ from rank 0's at step {step}"
             ),
         }),
-        Ok(Err(TurnError::Sphere(e))) => Err(serial_failed(e.to_string())),
+        Ok(Err(e @ (TurnError::Sphere(_) | TurnError::Replicas { .. }))) => {
+            Err(serial_failed(e.to_string()))
+        }
         Ok(result) => match world {
             Err(WorldError::Empty) => {
                 Err(grid_error(cfg, cfg.polar, cfg.azimuth, "no ranks".into()))
@@ -191,7 +201,7 @@ fn rank_side<G: Group>(
 
 /// The serial run: before each of its steps, the distributed step's
 /// records from every rank; after it, the comparison and the go-ahead.
-fn serial_side(
+pub(crate) fn serial_side(
     problem: &Problem,
     steps: usize,
     progress: &ProgressBar,
