@@ -533,7 +533,10 @@ pub fn run_mpi(
                         };
                         check.all_reduce(&mut hi, ReduceOp::Max).map_err(fail)?;
                         check.all_reduce(&mut lo, ReduceOp::Min).map_err(fail)?;
-                        if hi != lo {
+                        // Bit for bit (a NaN on every rank is the same
+                        // NaN: the comparison with the serial run names it).
+                        let same = hi.iter().zip(&lo).all(|(a, b)| a.to_bits() == b.to_bits());
+                        if !same {
                             return Err(turns::TurnError::Replicas { step });
                         }
                         // The step's time: the slowest rank's wall time, the
@@ -547,13 +550,22 @@ pub fn run_mpi(
                             comm: all.chunks(2).map(|p| p[1]).sum::<f64>() / ranks,
                         };
                         step += 1;
-                        if me != 0 {
-                            return Ok(());
+                        // Rank 0 hands the step over and waits for the serial
+                        // step; every rank then hears whether to go on (so
+                        // that none times its next step across the serial
+                        // one, and all stop together if the serial run did).
+                        let mut go = [1u8];
+                        if me == 0 {
+                            let handed = record_tx.send((record, folded)).is_ok()
+                                && resume_rx.recv().is_ok();
+                            go[0] = u8::from(handed);
                         }
-                        record_tx
-                            .send((record, folded))
-                            .map_err(|_| turns::TurnError::Stopped)?;
-                        resume_rx.recv().map_err(|_| turns::TurnError::Stopped)
+                        check.broadcast(&mut go, 0).map_err(fail)?;
+                        if go[0] == 1 {
+                            Ok(())
+                        } else {
+                            Err(turns::TurnError::Stopped)
+                        }
                     },
                 )
             });
@@ -564,30 +576,53 @@ pub fn run_mpi(
         (trained, serial)
     });
     let (trained, serial) = compared;
-    let mut agree = [0u8];
-    let verdict = match serial {
-        Some(Err(_)) => return Err(rank_err(&"the serial run panicked")),
-        Some(Ok(Err(turns::TurnError::Stopped))) | None => {
-            trained.map_err(|e| rank_err(&e))?;
-            None
-        }
-        Some(Ok(Err(e))) => return Err(rank_err(&e)),
-        Some(Ok(Ok(c))) => {
-            trained.map_err(|e| rank_err(&e))?;
-            bar.finish_and_clear();
-            let same_length = c.steps.len() == cfg.steps;
-            let v = verdict(c.steps, same_length, TOLERANCE);
-            let v = report(cfg, v, &c.distributed, &c.serial, out)?;
-            agree[0] = u8::from(v.agree);
-            Some(v)
-        }
+    let serial_failed = |message: String| DemoError::Rank {
+        grid: "serial".into(),
+        rank: 0,
+        message,
     };
-    check.broadcast(&mut agree, 0).map_err(|e| rank_err(&e))?;
-    Ok(verdict.unwrap_or(Verdict {
-        steps: Vec::new(),
-        worst: 0.0,
-        agree: agree[0] == 1,
-    }))
+    // Rank 0's outcome; every rank hears it (0: failed, 1: the runs
+    // differ, 2: they agree) before any returns.
+    let outcome: Option<Result<Verdict, DemoError>> = match serial {
+        None => None,
+        Some(Err(_)) => Some(Err(serial_failed("the serial run panicked".into()))),
+        Some(Ok(Err(turns::TurnError::Stopped))) => Some(Err(trained.as_ref().err().map_or_else(
+            || serial_failed("the serial run stopped".into()),
+            |e| rank_err(e),
+        ))),
+        Some(Ok(Err(e))) => Some(Err(serial_failed(e.to_string()))),
+        Some(Ok(Ok(c))) => Some(match &trained {
+            Err(e) => Err(rank_err(e)),
+            Ok(()) => {
+                bar.finish_and_clear();
+                let same_length = c.steps.len() == cfg.steps;
+                let v = verdict(c.steps, same_length, TOLERANCE);
+                report(cfg, v, &c.distributed, &c.serial, out)
+            }
+        }),
+    };
+    let mut status = [match &outcome {
+        Some(Ok(v)) => 1 + u8::from(v.agree),
+        _ => 0,
+    }];
+    let heard = check.broadcast(&mut status, 0);
+    if let Some(outcome) = outcome {
+        return outcome;
+    }
+    trained.map_err(|e| rank_err(&e))?;
+    heard.map_err(|e| rank_err(&e))?;
+    match status[0] {
+        0 => Err(DemoError::Rank {
+            grid: format!("{}x{}", cfg.polar, cfg.azimuth),
+            rank: 0,
+            message: "rank 0 failed (its own report says how)".into(),
+        }),
+        s => Ok(Verdict {
+            steps: Vec::new(),
+            worst: 0.0,
+            agree: s == 2,
+        }),
+    }
 }
 
 fn progress(cfg: &DemoConfig) -> ProgressBar {

@@ -272,8 +272,8 @@ mod tests {
     use crate::legendre_kernel::{Recurrence, Seeds};
     use crate::{LatitudeGrid, Latitudes, legendre_table};
 
-    /// `Q̄_l^m(x_k)` of each listed order from the kernel, `[m][l][k]`:
-    /// the synthesis of unit coefficients.
+    /// `R_l(x_k)` of each listed order from the kernel (`Q̄_l^m`, or `P̄_l^1`
+    /// for order 0), `[m][l][k]`: the synthesis of unit coefficients.
     fn q_values(rec: &Recurrence) -> Vec<Vec<Vec<f64>>> {
         let (nm, nl, nk) = (rec.orders().len(), rec.lmax(), rec.nlat());
         let mut unit = vec![0.0; nm * nl * nl];
@@ -292,7 +292,7 @@ mod tests {
             .collect()
     }
 
-    /// The derivative functions made of `Q̄` (this module's formulas) equal
+    /// The derivative functions made of `R` (this module's formulas) equal
     /// torch-harmonics' construction from the neighbouring orders
     /// (`legendre.py`, `dlegpoly`: `½(a P̄^{m−1}_l − b P̄^{m+1}_l)` and
     /// `½ c (a' P̄^{m−1}_{l+1} + b' P̄^{m+1}_{l+1})`, without the sign, then
