@@ -22,11 +22,9 @@
 
 use alloc::vec::Vec;
 
+use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, Shape, TensorData, TensorMetadata, read_sync};
@@ -386,67 +384,17 @@ impl LongitudeFourier for Flex {
     }
 }
 
-/// Backward of [`LongitudeFourier::lon_forward`].
-#[derive(Debug)]
-struct ForwardBackward;
-
-impl<B: LongitudeFourier> Backward<B, 1> for ForwardBackward {
-    type State = Modes;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            B::lon_inverse(g, state.adjoint_of_forward())
-        });
-    }
-}
-
-/// Backward of [`LongitudeFourier::lon_inverse`].
-#[derive(Debug)]
-struct InverseBackward;
-
-impl<B: LongitudeFourier> Backward<B, 1> for InverseBackward {
-    type State = Modes;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            B::lon_forward(g, state.adjoint_of_inverse())
-        });
-    }
-}
-
 impl<B: LongitudeFourier, C: CheckpointStrategy> LongitudeFourier for Autodiff<B, C> {
     fn lon_forward(x: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
-        let (x, guard) = x.into_parts();
-        let out = B::lon_forward(x, modes);
-        match ForwardBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(modes, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(x, modes, B::lon_forward, |g, m| {
+            B::lon_inverse(g, m.adjoint_of_forward())
+        })
     }
 
     fn lon_inverse(c: FloatTensor<Self>, modes: Modes) -> FloatTensor<Self> {
-        let (c, guard) = c.into_parts();
-        let out = B::lon_inverse(c, modes);
-        match InverseBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(modes, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(c, modes, B::lon_inverse, |g, m| {
+            B::lon_forward(g, m.adjoint_of_inverse())
+        })
     }
 }
 

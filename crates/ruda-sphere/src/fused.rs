@@ -21,11 +21,9 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorData, TensorMetadata};
@@ -233,70 +231,18 @@ impl FusedSht for Flex {
     }
 }
 
-/// Backward of [`FusedSht::sht_analysis`]: the synthesis with the adjoint
-/// longitude factors.
-#[derive(Debug)]
-struct AnalysisBackward;
-
-impl<B: FusedSht> Backward<B, 1> for AnalysisBackward {
-    type State = Fused;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            let modes = state.modes.adjoint_of_forward();
-            B::sht_synthesis(g, Fused { modes, ..state })
-        });
-    }
-}
-
-/// Backward of [`FusedSht::sht_synthesis`]: the analysis with the adjoint
-/// longitude factors.
-#[derive(Debug)]
-struct SynthesisBackward;
-
-impl<B: FusedSht> Backward<B, 1> for SynthesisBackward {
-    type State = Fused;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            let modes = state.modes.adjoint_of_inverse();
-            B::sht_analysis(g, Fused { modes, ..state })
-        });
-    }
-}
-
 impl<B: FusedSht, C: CheckpointStrategy> FusedSht for Autodiff<B, C> {
     fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
-        let (x, guard) = x.into_parts();
-        let out = B::sht_analysis(x, f.clone());
-        match AnalysisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(f, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(x, f, B::sht_analysis, |g, f| {
+            let modes = f.modes.adjoint_of_forward();
+            B::sht_synthesis(g, Fused { modes, ..f })
+        })
     }
 
     fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
-        let (c, guard) = c.into_parts();
-        let out = B::sht_synthesis(c, f.clone());
-        match SynthesisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(f, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(c, f, B::sht_synthesis, |g, f| {
+            let modes = f.modes.adjoint_of_inverse();
+            B::sht_analysis(g, Fused { modes, ..f })
+        })
     }
 }

@@ -25,11 +25,9 @@ use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 use burn_flex::Flex;
@@ -232,68 +230,18 @@ impl FusedVectorSht for Flex {
     }
 }
 
-/// Backward of [`FusedVectorSht::vsht_analysis`].
-#[derive(Debug)]
-struct AnalysisBackward;
-
-impl<B: FusedVectorSht> Backward<B, 1> for AnalysisBackward {
-    type State = FusedVector;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            let modes = state.modes.adjoint_of_forward();
-            B::vsht_synthesis(g, FusedVector { modes, ..state })
-        });
-    }
-}
-
-/// Backward of [`FusedVectorSht::vsht_synthesis`].
-#[derive(Debug)]
-struct SynthesisBackward;
-
-impl<B: FusedVectorSht> Backward<B, 1> for SynthesisBackward {
-    type State = FusedVector;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| {
-            let modes = state.modes.adjoint_of_inverse();
-            B::vsht_analysis(g, FusedVector { modes, ..state })
-        });
-    }
-}
-
 impl<B: FusedVectorSht, C: CheckpointStrategy> FusedVectorSht for Autodiff<B, C> {
     fn vsht_analysis(x: FloatTensor<Self>, f: FusedVector) -> FloatTensor<Self> {
-        let (x, guard) = x.into_parts();
-        let out = B::vsht_analysis(x, f.clone());
-        match AnalysisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(f, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(x, f, B::vsht_analysis, |g, f| {
+            let modes = f.modes.adjoint_of_forward();
+            B::vsht_synthesis(g, FusedVector { modes, ..f })
+        })
     }
 
     fn vsht_synthesis(c: FloatTensor<Self>, f: FusedVector) -> FloatTensor<Self> {
-        let (c, guard) = c.into_parts();
-        let out = B::vsht_synthesis(c, f.clone());
-        match SynthesisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(f, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(c, f, B::vsht_synthesis, |g, f| {
+            let modes = f.modes.adjoint_of_inverse();
+            B::vsht_analysis(g, FusedVector { modes, ..f })
+        })
     }
 }

@@ -11,11 +11,9 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
-use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorData, TensorMetadata, read_sync};
@@ -119,64 +117,12 @@ impl LegendreOnTheFly for Flex {
     }
 }
 
-/// Backward of [`LegendreOnTheFly::leg_analysis`]: the synthesis with the
-/// same weighting.
-#[derive(Debug)]
-struct AnalysisBackward;
-
-impl<B: LegendreOnTheFly> Backward<B, 1> for AnalysisBackward {
-    type State = Step;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| B::leg_synthesis(g, state));
-    }
-}
-
-/// Backward of [`LegendreOnTheFly::leg_synthesis`]: the analysis with the
-/// same weighting.
-#[derive(Debug)]
-struct SynthesisBackward;
-
-impl<B: LegendreOnTheFly> Backward<B, 1> for SynthesisBackward {
-    type State = Step;
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let Ops {
-            parents,
-            node,
-            state,
-        } = ops;
-        unary::<B, _>(parents, node, grads, |g| B::leg_analysis(g, state));
-    }
-}
-
 impl<B: LegendreOnTheFly, C: CheckpointStrategy> LegendreOnTheFly for Autodiff<B, C> {
     fn leg_analysis(s: FloatTensor<Self>, step: Step) -> FloatTensor<Self> {
-        let (s, guard) = s.into_parts();
-        let out = B::leg_analysis(s, step.clone());
-        match AnalysisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(step, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(s, step, B::leg_analysis, B::leg_synthesis)
     }
 
     fn leg_synthesis(c: FloatTensor<Self>, step: Step) -> FloatTensor<Self> {
-        let (c, guard) = c.into_parts();
-        let out = B::leg_synthesis(c, step.clone());
-        match SynthesisBackward
-            .prepare::<C>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(step, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        linear::<B, C, _>(c, step, B::leg_synthesis, B::leg_analysis)
     }
 }

@@ -67,6 +67,7 @@ mod legendre;
 mod legendre_fly;
 mod legendre_kernel;
 mod legendre_stage;
+mod linear_op;
 pub mod profile;
 mod quadrature;
 mod route;
