@@ -342,4 +342,31 @@ mod tests {
         // The rank handed its first step over before it stopped.
         assert_eq!(record_rx.try_iter().count(), 1);
     }
+
+    /// Ends that no rank took (a world that never started a rank) are
+    /// dropped by `Release`, so the serial side, waiting for that rank's
+    /// first step, stops instead of waiting for ever.
+    #[test]
+    fn ends_no_rank_took_are_released() {
+        let (record_tx, record_rx) = sync_channel::<(StepRecord, StepTiming)>(1);
+        let (go, resume_rx) = sync_channel(1);
+        let ends = vec![Mutex::new(Some((record_tx, resume_rx)))];
+        let problem = small();
+        let e = std::thread::scope(|scope| {
+            let serial = scope.spawn(|| {
+                serial_side(
+                    &problem,
+                    3,
+                    &ProgressBar::hidden(),
+                    vec![record_rx],
+                    vec![go],
+                )
+            });
+            drop(Release(&ends));
+            serial.join().expect("no panic")
+        })
+        .unwrap_err();
+        assert!(matches!(e, TurnError::Stopped), "{e}");
+        assert!(ends[0].lock().unwrap().is_none());
+    }
 }
