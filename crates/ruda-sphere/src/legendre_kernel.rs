@@ -311,22 +311,72 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if fma_available() {
-            // SAFETY: `analysis_order_fma` requires AVX2 and FMA, and
-            // `fma_available` has just detected both on this CPU.
-            unsafe { self.analysis_order_fma(i, s, o, cols, weighted) };
-            return;
-        }
-        self.analysis_order_impl::<false>(i, s, o, cols, weighted);
+        self.order(Direction::Analysis, i, s, o, cols, weighted);
     }
 
-    /// [`Recurrence::analysis_order`] compiled for AVX2 with fused
-    /// multiply-adds.
+    /// The synthesis of the `i`-th listed order: `a` its `[lmax, cols]`
+    /// coefficients, `o` its `[nlat, cols]` result.
+    pub(crate) fn synthesis_order(
+        &self,
+        i: usize,
+        a: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        self.order(Direction::Synthesis, i, a, o, cols, weighted);
+    }
+
+    /// One order in `direction`, by the kernel compiled for AVX2 with fused
+    /// multiply-adds where this CPU has them.
+    fn order(
+        &self,
+        direction: Direction,
+        i: usize,
+        input: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if fma_available() {
+            // SAFETY: `order_fma` requires AVX2 and FMA, and
+            // `fma_available` has just detected both on this CPU.
+            unsafe { self.order_fma(direction, i, input, o, cols, weighted) };
+            return;
+        }
+        self.order_impl::<false>(direction, i, input, o, cols, weighted);
+    }
+
+    /// [`Recurrence::order`] compiled for AVX2 with fused multiply-adds.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn analysis_order_fma(&self, i: usize, s: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
-        self.analysis_order_impl::<true>(i, s, o, cols, weighted);
+    fn order_fma(
+        &self,
+        direction: Direction,
+        i: usize,
+        input: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        self.order_impl::<true>(direction, i, input, o, cols, weighted);
+    }
+
+    #[inline(always)]
+    fn order_impl<const FMA: bool>(
+        &self,
+        direction: Direction,
+        i: usize,
+        input: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        match direction {
+            Direction::Analysis => self.analysis_order_impl::<FMA>(i, input, o, cols, weighted),
+            Direction::Synthesis => self.synthesis_order_impl::<FMA>(i, input, o, cols, weighted),
+        }
     }
 
     #[inline(always)]
@@ -389,34 +439,6 @@ impl Recurrence {
                 }
             }
         });
-    }
-
-    /// The synthesis of the `i`-th listed order: `a` its `[lmax, cols]`
-    /// coefficients, `o` its `[nlat, cols]` result.
-    pub(crate) fn synthesis_order(
-        &self,
-        i: usize,
-        a: &[f64],
-        o: &mut [f64],
-        cols: usize,
-        weighted: bool,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if fma_available() {
-            // SAFETY: `synthesis_order_fma` requires AVX2 and FMA, and
-            // `fma_available` has just detected both on this CPU.
-            unsafe { self.synthesis_order_fma(i, a, o, cols, weighted) };
-            return;
-        }
-        self.synthesis_order_impl::<false>(i, a, o, cols, weighted);
-    }
-
-    /// [`Recurrence::synthesis_order`] compiled for AVX2 with fused
-    /// multiply-adds.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn synthesis_order_fma(&self, i: usize, a: &[f64], o: &mut [f64], cols: usize, weighted: bool) {
-        self.synthesis_order_impl::<true>(i, a, o, cols, weighted);
     }
 
     #[inline(always)]
@@ -482,6 +504,13 @@ fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
 #[cfg(target_arch = "x86_64")]
 fn fma_available() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// Which kernel of an order.
+#[derive(Clone, Copy, Debug)]
+enum Direction {
+    Analysis,
+    Synthesis,
 }
 
 /// Degrees per pass over an order's latitudes.
