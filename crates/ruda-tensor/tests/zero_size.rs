@@ -25,7 +25,7 @@ enum Call {
     AllGather(isize),
     GatherFromCopyTo,
     GatherFrom,
-    ReduceScatter,
+    ReduceScatter(isize),
     ReduceFromScatterTo,
     ScatterTo,
     CopyTo,
@@ -55,7 +55,7 @@ impl Call {
             Call::AllGather(dim) => x.all_gather(g, *dim),
             Call::GatherFromCopyTo => x.gather_from_copy_to(g, 0),
             Call::GatherFrom => x.gather_from(g, 0),
-            Call::ReduceScatter => x.reduce_scatter(g, 0),
+            Call::ReduceScatter(dim) => x.reduce_scatter(g, *dim),
             Call::ReduceFromScatterTo => x.reduce_from_scatter_to(g, 0),
             Call::ScatterTo => x.scatter_to(g, 0),
             Call::CopyTo => x.copy_to(g),
@@ -103,6 +103,17 @@ impl Val {
         Val {
             v: self.v[start * c..(start + len) * c].to_vec(),
             shape: [len, c],
+        }
+    }
+
+    /// `len` columns from `start`.
+    fn cols(&self, start: usize, len: usize) -> Val {
+        let c = self.shape[1];
+        Val {
+            v: (0..self.shape[0])
+                .flat_map(|r| self.v[r * c + start..r * c + start + len].to_vec())
+                .collect(),
+            shape: [self.shape[0], len],
         }
     }
 
@@ -454,7 +465,24 @@ proptest! {
             None => Expect::Error,
         };
         check("reduce_scatter(0)", d.seed, &xs, Kinds::default(),
-            Call::ReduceScatter, chunked(&sum));
+            Call::ReduceScatter(0), chunked(&sum));
+        // Along the columns (a swapped view inside): the first rank's row
+        // count, often zero, with the total as the column count. The
+        // output's next use (the weights' product in `rank_part`) must not
+        // meet an empty view at a non-zero offset.
+        let wide = [d.rows[0], total];
+        let xs: Vec<Val> = (0..d.n).map(|r| Val::new(d.seed, 6, r, wide)).collect();
+        let sum = Val::sum(&xs);
+        let by_cols = match balanced(total, d.n) {
+            Some(s) => Expect::Values(
+                starts(&s).iter().zip(&s).map(|(&a, &l)| sum.cols(a, l)).collect(),
+            ),
+            None => Expect::Error,
+        };
+        check("reduce_scatter(1)", d.seed, &xs, Kinds::default(),
+            Call::ReduceScatter(1), by_cols);
+        let xs: Vec<Val> = (0..d.n).map(|r| Val::new(d.seed, 5, r, shape)).collect();
+        let sum = Val::sum(&xs);
         check("reduce_from_scatter_to(0)", d.seed, &xs, Kinds::default(),
             Call::ReduceFromScatterTo, chunked(&sum));
         let rep = d.replicated(shape);

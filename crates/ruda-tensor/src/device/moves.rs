@@ -86,11 +86,21 @@ fn row_slices(ndim: usize, start: usize, len: usize) -> Vec<Slice> {
 }
 
 /// `len` leading-axis rows of `x` from `start` (`x` itself when that is all
-/// of it).
+/// of it). A part with no elements is a fresh zero-size tensor rather than
+/// a view: Flex's binary kernels index a view's offset into its storage
+/// even when there is nothing to read, so an empty view at a non-zero
+/// offset (a row range of a swapped empty tensor) panics in the user's
+/// next operation.
 pub(crate) fn take_rows<B: Backend, K: Kind<B>>(x: K::T, start: usize, len: usize) -> K::T {
     let shape = x.shape();
     if start == 0 && len == shape[0] {
         return x;
+    }
+    let mut dims = shape.to_vec();
+    dims[0] = len;
+    if dims.iter().product::<usize>() == 0 {
+        let device = x.device();
+        return K::zeros(Shape::from(dims), &device, &x);
     }
     K::slice(x, &row_slices(shape.num_dims(), start, len))
 }
@@ -133,8 +143,11 @@ pub(crate) fn sum_in_order<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTenso
     let first = it.next().expect("at least one part");
     if first.shape().num_elements() == 0 {
         // Nothing to add (and Flex's binary kernels index out of range on
-        // empty tensors with strides of a swapped view).
-        return first;
+        // empty tensors with strides of a swapped view): a fresh empty
+        // tensor, never a view of a part, so the caller's next operation
+        // on the result does not meet that either.
+        let device = first.device();
+        return B::float_zeros(first.shape(), &device, FloatDType::from(dtype));
     }
     let Some(second) = it.next() else {
         return first;
