@@ -22,6 +22,7 @@ use ruda_tensor::{Group, ProcessGrid};
 use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
+use crate::on_device::DeviceConstants;
 use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError, SphereLayout};
@@ -62,6 +63,8 @@ pub(crate) struct Part<G> {
     grid: ProcessGrid<G>,
     layout: SphereLayout,
     stage: LegendreStage,
+    /// The DFT matrix on the devices other than Flex it has run on.
+    dft: DeviceConstants,
 }
 
 impl<G: Group> Part<G> {
@@ -78,6 +81,7 @@ impl<G: Group> Part<G> {
             grid: grid.clone(),
             layout,
             stage,
+            dft: DeviceConstants::default(),
         })
     }
 
@@ -106,7 +110,7 @@ impl<G: Group> Part<G> {
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
         // [m, lat, b, 2]: all orders.
         let modes = Modes::analysis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
-        let f = lon_forward(op, x, modes)?;
+        let f = lon_forward(op, x, modes, &self.dft)?;
         // Orders split over the azimuth ranks, latitudes whole again.
         let f = ta::distributed_transpose_azimuth(g, f, (0, 1), l.lat_sub_sizes())?;
         // [m, l, b, 2]: this rank's latitudes' part of every degree.
@@ -151,7 +155,7 @@ impl<G: Group> Part<G> {
         let f = ta::distributed_transpose_azimuth(g, f, (1, 0), l.m_sizes())?;
         // [b, lat, lon] with all longitudes.
         let modes = Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst).dealt(g.azimuth_size());
-        let x = lon_inverse(op, f, modes)?;
+        let x = lon_inverse(op, f, modes, &self.dft)?;
         // Longitudes split again, latitudes whole.
         let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
         Ok(unflatten(

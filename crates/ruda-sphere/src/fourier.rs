@@ -107,7 +107,7 @@ impl Modes {
 
     /// The order at each position of the first axis of an
     /// [`SpectralLayout::OrdersFirst`] buffer.
-    fn order_sequence(&self) -> Vec<usize> {
+    pub(crate) fn order_sequence(&self) -> Vec<usize> {
         let s = self.order_stride.max(1);
         (0..s).flat_map(|r| (r..self.mmax).step_by(s)).collect()
     }

@@ -29,6 +29,20 @@ use crate::profile::{Stage, timed};
 pub(crate) struct Step {
     pub(crate) rec: Arc<Recurrence>,
     pub(crate) weighted: bool,
+    /// The step's table on the devices other than Flex it has run on
+    /// ([`crate::on_device`]).
+    pub(crate) tables: Arc<crate::on_device::DeviceConstants>,
+}
+
+impl Step {
+    /// The step of `rec`, weighted or not.
+    pub(crate) fn new(rec: Recurrence, weighted: bool) -> Self {
+        Step {
+            rec: Arc::new(rec),
+            weighted,
+            tables: Arc::default(),
+        }
+    }
 }
 
 /// The Legendre kernels as backend operations.

@@ -269,6 +269,39 @@ impl Recurrence {
         }
     }
 
+    /// The table of the functions this recurrence generates: per listed
+    /// order `[lmax, nlat]` (zero for degrees below the column's start),
+    /// times the quadrature weights when `weighted`, over every latitude
+    /// (a mirrored pair's southern row from its northern one by the
+    /// parity `(−1)^{l+m}`). What the kernels sum on the fly, written out
+    /// for the batched matmuls of backends other than Flex
+    /// ([`crate::on_device`]): O(orders · lmax · nlat) values.
+    pub fn table(&self, weighted: bool) -> Vec<f64> {
+        let (nlat, lmax) = (self.nlat, self.lmax);
+        let mut out = vec![0.0; self.orders.len() * lmax * nlat];
+        out.par_chunks_mut((lmax * nlat).max(1))
+            .enumerate()
+            .for_each(|(i, t)| {
+                let m = self.starts[i];
+                self.degree_groups::<false>(i, |l, ps| {
+                    for (j, p) in ps.iter().enumerate() {
+                        let d = l + j;
+                        let sign = if (d + m).is_multiple_of(2) { 1.0 } else { -1.0 };
+                        let row = &mut t[d * nlat..(d + 1) * nlat];
+                        for (k, &v) in p.iter().enumerate() {
+                            let v = if weighted { self.w[k] * v } else { v };
+                            row[k] = v;
+                            let mirror = nlat - 1 - k;
+                            if self.paired && mirror != k {
+                                row[mirror] = sign * v;
+                            }
+                        }
+                    }
+                });
+            });
+        out
+    }
+
     /// Analysis: `s` holds, per listed order, `[nlat, cols]` values; the
     /// result per listed order `[lmax, cols]` (zero for `l < m`), with the
     /// quadrature weights when `weighted`.

@@ -3,7 +3,6 @@
 //! derivative functions, for some orders over some latitudes, generated on
 //! the fly ([`crate::legendre_kernel`]).
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -58,10 +57,7 @@ impl LegendreStage {
             Kind::Vector => spec.lmax() + 1,
         };
         let rec = Recurrence::new(orders, degrees, x, w, true, seeds, paired);
-        let step = Step {
-            rec: Arc::new(rec),
-            weighted,
-        };
+        let step = Step::new(rec, weighted);
         match kind {
             Kind::Scalar => LegendreStage::Scalar(step),
             Kind::Vector => LegendreStage::Vector(VectorStep::new(orders, spec.lmax(), step)),

@@ -68,6 +68,7 @@ mod legendre_fly;
 mod legendre_kernel;
 mod legendre_stage;
 mod linear_op;
+mod on_device;
 pub mod profile;
 mod quadrature;
 mod route;

@@ -1,5 +1,6 @@
-//! From Burn's backend-free [`Tensor`] to the backend the transforms' kernels
-//! are implemented for (Flex, with or without autodiff) and back.
+//! From Burn's backend-free [`Tensor`] to where the transforms' steps run:
+//! the host kernels for a tensor on Flex (with or without autodiff), the
+//! tensor operations of [`crate::on_device`] for a tensor anywhere else.
 
 use alloc::format;
 
@@ -14,6 +15,7 @@ use crate::fourier::{LongitudeFourier, Modes};
 use crate::fused::{Fused, FusedSht};
 use crate::fused_vector::{FusedVector, FusedVectorSht};
 use crate::legendre_fly::{LegendreOnTheFly, Step};
+use crate::on_device::{self, DeviceConstants};
 
 /// The backends the transforms' kernels are implemented for.
 trait Kernels: LongitudeFourier + LegendreOnTheFly + FusedSht + FusedVectorSht {}
@@ -25,6 +27,23 @@ pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereEr
         DType::F32 | DType::F64 => Ok(()),
         dtype => Err(SphereError::DType { op, dtype }),
     }
+}
+
+/// Whether a tensor on `device` runs the host kernels (Flex, with or
+/// without autodiff) rather than the tensor operations of
+/// [`crate::on_device`] (every other backend, and Flex under gradient
+/// checkpointing, which the host kernels' recorded adjoints do not
+/// implement).
+pub(crate) fn host_kernels(device: &burn_tensor::Device) -> bool {
+    let checkpointing = !matches!(
+        device.gradient_checkpointing_strategy(),
+        None | Some(GradientCheckpointingStrategy::Disabled)
+    );
+    !checkpointing
+        && matches!(
+            device.clone().inner().as_dispatch(),
+            burn_dispatch::DispatchDevice::Flex(_)
+        )
 }
 
 /// An operation on a backend primitive, generic over the backend.
@@ -41,7 +60,7 @@ fn route<const D: usize, const E: usize>(
     check_dtype(op, x.dtype())?;
     let unsupported = |e: burn_tensor::PrimitiveConversionError| SphereError::Device {
         op,
-        message: format!("only tensors on Flex devices are supported: {e:?}"),
+        message: format!("a tensor the host kernels cannot read: {e:?}"),
     };
     let dispatch = x.into_dispatch();
     match dispatch.autodiff {
@@ -86,8 +105,13 @@ pub(crate) fn lon_forward(
     op: &'static str,
     x: Tensor<3>,
     modes: Modes,
+    dft: &DeviceConstants,
 ) -> Result<Tensor<4>, SphereError> {
-    route(op, x, Forward(modes))
+    if host_kernels(&x.device()) {
+        return route(op, x, Forward(modes));
+    }
+    check_dtype(op, x.dtype())?;
+    Ok(on_device::lon_forward(x, modes, dft))
 }
 
 /// `[b, k, mmax, 2] → [b, k, nlon]` by [`Modes::inverse`]; the caller has
@@ -96,8 +120,13 @@ pub(crate) fn lon_inverse(
     op: &'static str,
     c: Tensor<4>,
     modes: Modes,
+    dft: &DeviceConstants,
 ) -> Result<Tensor<3>, SphereError> {
-    route(op, c, Inverse(modes))
+    if host_kernels(&c.device()) {
+        return route(op, c, Inverse(modes));
+    }
+    check_dtype(op, c.dtype())?;
+    Ok(on_device::lon_inverse(c, modes, dft))
 }
 
 struct Analysis(Step);
@@ -121,7 +150,11 @@ pub(crate) fn leg_analysis(
     s: Tensor<4>,
     step: Step,
 ) -> Result<Tensor<4>, SphereError> {
-    route(op, s, Analysis(step))
+    if host_kernels(&s.device()) {
+        return route(op, s, Analysis(step));
+    }
+    check_dtype(op, s.dtype())?;
+    Ok(on_device::leg_analysis(s, &step))
 }
 
 /// `[m, lmax, b, 2] → [m, nlat, b, 2]` by the on-the-fly Legendre
@@ -131,7 +164,11 @@ pub(crate) fn leg_synthesis(
     c: Tensor<4>,
     step: Step,
 ) -> Result<Tensor<4>, SphereError> {
-    route(op, c, Synthesis(step))
+    if host_kernels(&c.device()) {
+        return route(op, c, Synthesis(step));
+    }
+    check_dtype(op, c.dtype())?;
+    Ok(on_device::leg_synthesis(c, &step))
 }
 
 struct FusedAnalysis(Fused);

@@ -3,20 +3,35 @@
 use burn_tensor::Tensor;
 
 use crate::fourier::Modes;
-use crate::fourier::SpectralLayout::RowsFirst;
+use crate::fourier::SpectralLayout::{OrdersFirst, RowsFirst};
 use crate::fused::Fused;
 use crate::fused_vector::FusedVector;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
-use crate::route::{check_dtype, sht_analysis, sht_synthesis, vsht_analysis, vsht_synthesis};
-use crate::shapes::{check_rank, flatten_coefficients, flatten_field, unflatten};
+use crate::on_device::DeviceConstants;
+use crate::route::{
+    check_dtype, host_kernels, lon_forward, lon_inverse, sht_analysis, sht_synthesis,
+    vsht_analysis, vsht_synthesis,
+};
+use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError};
 
-/// The Legendre stage of a serial transform of `spec`: every order, every
-/// latitude (in mirrored pairs), generated on the fly; `weighted` for the
-/// analysis of a field.
-pub(crate) fn serial_stage(spec: &ShtSpec, kind: Kind, weighted: bool) -> LegendreStage {
+/// What a serial transform keeps: its Legendre stage and, for tensors off
+/// Flex, its DFT matrix on their devices.
+#[derive(Debug)]
+pub(crate) struct Serial {
+    stage: LegendreStage,
+    dft: DeviceConstants,
+}
+
+/// The serial transform of `spec`: every order, every latitude (in
+/// mirrored pairs), generated on the fly; `weighted` for the analysis of a
+/// field.
+pub(crate) fn serial_stage(spec: &ShtSpec, kind: Kind, weighted: bool) -> Serial {
     let orders: alloc::vec::Vec<usize> = (0..spec.mmax()).collect();
-    LegendreStage::new(spec, kind, &orders, 0..spec.nlat(), weighted)
+    Serial {
+        stage: LegendreStage::new(spec, kind, &orders, 0..spec.nlat(), weighted),
+        dft: DeviceConstants::default(),
+    }
 }
 
 /// A serial forward transform: fields `[.., nlat, nlon]` (for a vector
@@ -24,12 +39,22 @@ pub(crate) fn serial_stage(spec: &ShtSpec, kind: Kind, weighted: bool) -> Legend
 pub(crate) fn analyse<const D: usize, const E: usize>(
     op: &'static str,
     s: &ShtSpec,
-    stage: &LegendreStage,
+    serial: &Serial,
     x: Tensor<D>,
 ) -> Result<Tensor<E>, SphereError> {
+    let stage = &serial.stage;
     check_rank::<D, E>(op, 1)?;
     let (x, lead) = flatten_field(op, 0, x, [s.nlat(), s.nlon()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.nlat(), s.nlon()])?;
+    if !host_kernels(&x.device()) {
+        // Off Flex: the steps as tensor operations on the tensor's device,
+        // [m, k, b, 2] → [m, l, b, 2] → [b, l, m, 2].
+        check_dtype(op, x.dtype())?;
+        let modes = Modes::analysis(s.nlon(), s.mmax(), OrdersFirst);
+        let f = lon_forward(op, x, modes, &serial.dft)?;
+        let c = swap_orders(stage.analysis(op, f)?);
+        return Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]));
+    }
     // One operation from field to coefficients.
     let modes = Modes::analysis(s.nlon(), s.mmax(), RowsFirst);
     let c = match stage {
@@ -56,13 +81,21 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
 pub(crate) fn synthesise<const D: usize, const E: usize>(
     op: &'static str,
     s: &ShtSpec,
-    stage: &LegendreStage,
+    serial: &Serial,
     c: Tensor<D>,
 ) -> Result<Tensor<E>, SphereError> {
+    let stage = &serial.stage;
     check_rank::<D, E>(op, -1)?;
     let (c, lead) = flatten_coefficients(op, 0, c, [s.lmax(), s.mmax()])?;
     check_components(op, 0, stage.kind(), &lead, &[s.lmax(), s.mmax(), 2])?;
     check_dtype(op, c.dtype())?;
+    if !host_kernels(&c.device()) {
+        // Off Flex: [b, l, m, 2] → [m, l, b, 2] → [m, k, b, 2] → [b, k, n].
+        let f = stage.synthesis(op, swap_orders(c))?;
+        let modes = Modes::synthesis(s.nlon(), s.mmax(), OrdersFirst);
+        let x = lon_inverse(op, f, modes, &serial.dft)?;
+        return Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]));
+    }
     let modes = Modes::synthesis(s.nlon(), s.mmax(), RowsFirst);
     let x = match stage {
         LegendreStage::Scalar(step) => {
@@ -114,7 +147,7 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
 pub struct RealSht {
     spec: ShtSpec,
     /// The weighted analysis over every order.
-    stage: LegendreStage,
+    stage: Serial,
 }
 
 impl RealSht {
@@ -172,7 +205,7 @@ impl RealSht {
 pub struct InverseRealSht {
     spec: ShtSpec,
     /// The unweighted synthesis over every order.
-    stage: LegendreStage,
+    stage: Serial,
 }
 
 impl InverseRealSht {

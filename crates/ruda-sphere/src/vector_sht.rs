@@ -3,8 +3,8 @@
 
 use burn_tensor::Tensor;
 
-use crate::legendre_stage::{Kind, LegendreStage};
-use crate::sht::{analyse, serial_stage, synthesise};
+use crate::legendre_stage::Kind;
+use crate::sht::{Serial, analyse, serial_stage, synthesise};
 use crate::{ShtSpec, SphereError};
 
 /// The forward real vector spherical harmonic transform of tangential
@@ -43,7 +43,7 @@ use crate::{ShtSpec, SphereError};
 #[derive(Debug)]
 pub struct RealVectorSht {
     spec: ShtSpec,
-    stage: LegendreStage,
+    stage: Serial,
 }
 
 impl RealVectorSht {
@@ -99,7 +99,7 @@ impl RealVectorSht {
 #[derive(Debug)]
 pub struct InverseRealVectorSht {
     spec: ShtSpec,
-    stage: LegendreStage,
+    stage: Serial,
 }
 
 impl InverseRealVectorSht {

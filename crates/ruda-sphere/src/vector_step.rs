@@ -322,14 +322,7 @@ mod tests {
                     paired,
                 );
                 let qv = q_values(&rec);
-                let vs = VectorStep::new(
-                    &orders,
-                    lmax,
-                    Step {
-                        rec: alloc::sync::Arc::new(rec),
-                        weighted: false,
-                    },
-                );
+                let vs = VectorStep::new(&orders, lmax, Step::new(rec, false));
                 // P̄ without the sign, orders 0..=lmax, degrees 0..=lmax.
                 let p = legendre_table(0..lmax + 1, lmax + 1, &q.cosines, false);
                 let pv = |m: usize, l: usize, k: usize| p[(m * (lmax + 1) + l) * nlat + k];

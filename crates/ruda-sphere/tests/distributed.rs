@@ -2,21 +2,24 @@
 //! values and gradients, on grids 1×1 to 2×4 with uneven splits of
 //! latitudes, longitudes, degrees and orders; the adjoint identity summed
 //! over ranks; layouts that do not fit, and ranks that disagree, are
-//! errors.
+//! errors. Each check runs where the steps are the host kernels (Flex) and
+//! where they are tensor operations (Flex under gradient checkpointing,
+//! and with feature `wgpu` a wgpu device in f32, device-resident), against
+//! the serial host kernels in f64.
 
 mod common;
 
 use std::ops::Range;
 
-use burn_tensor::{Device, Tensor};
+use burn_tensor::{DType, Device, Tensor, TensorData};
 use common::{dot, random, tensor, values};
-use ruda_comm::{Communicator, LocalWorld, ReduceOp};
+use ruda_comm::LocalWorld;
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
     DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
     RealVectorSht, ShtSpec, SphereError, SphereLayout,
 };
-use ruda_tensor::{Group, ProcessGrid};
+use ruda_tensor::{DeviceWorld, Group, HostCollective, ProcessGrid};
 
 /// Which transforms a check runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -116,6 +119,48 @@ fn block(v: &[f64], dims: [usize; 4], rows: Range<usize>, cols: &[usize]) -> Vec
     out
 }
 
+/// Where a check runs its transforms.
+#[derive(Clone, Debug)]
+struct Setup {
+    /// The device (autodiff on) the ranks' tensors live on.
+    device: Device,
+    dtype: DType,
+    /// Ranks over a device-resident world (tensors handed over on the
+    /// device) rather than host-staged.
+    resident: bool,
+    /// Largest difference from the f64 host kernels, relative to the
+    /// largest value.
+    tol: f64,
+}
+
+impl Setup {
+    /// The host kernels on Flex in f64 (what the others are checked against).
+    fn host() -> Setup {
+        Setup {
+            device: Device::flex().autodiff(),
+            dtype: DType::F64,
+            resident: false,
+            tol: 1e-13,
+        }
+    }
+
+    /// The tensor operations on Flex in f64: gradient checkpointing routes
+    /// a Flex tensor there, as any other backend's.
+    fn tensor_ops(resident: bool) -> Setup {
+        Setup {
+            device: Device::flex().autodiff().gradient_checkpointing(),
+            dtype: DType::F64,
+            resident,
+            tol: 1e-12,
+        }
+    }
+}
+
+/// An f64 `values` as a tensor of `shape` on `setup`'s device and dtype.
+fn on<const D: usize>(setup: &Setup, values: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(values, shape), (&setup.device, setup.dtype))
+}
+
 /// Everything the serial transforms give, as plain values.
 struct Serial {
     x: Vec<f64>,
@@ -131,25 +176,31 @@ struct Serial {
     grad_c: Vec<f64>,
 }
 
-fn serial(kind: Kind, spec: ShtSpec) -> Serial {
+/// The serial transforms' values and gradients on `setup`'s device.
+fn serial(kind: Kind, spec: ShtSpec, setup: &Setup) -> Serial {
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
-    let device = Device::flex().autodiff();
     let ld = lead(kind);
     let xv = random(B * h * w, 1);
     let g = random(B * l * m * 2, 2);
     let cv = random(B * l * m * 2, 3);
     let z = random(B * h * w, 4);
-    let x = tensor(xv.clone(), [ld[0], ld[1], h, w], &device).require_grad();
+    let x = on(setup, xv.clone(), [ld[0], ld[1], h, w]).require_grad();
     let y = serial_forward(kind, spec, x.clone());
+    assert_eq!(
+        y.device(),
+        setup.device,
+        "the coefficients stay on the device"
+    );
     let sht_x = values(y.clone());
-    let grads = (y * tensor(g.clone(), [ld[0], ld[1], l, m, 2], &device))
+    let grads = (y * on(setup, g.clone(), [ld[0], ld[1], l, m, 2]))
         .sum()
         .backward();
     let grad_x = values(x.grad(&grads).unwrap());
-    let c = tensor(cv.clone(), [ld[0], ld[1], l, m, 2], &device).require_grad();
+    let c = on(setup, cv.clone(), [ld[0], ld[1], l, m, 2]).require_grad();
     let f = serial_inverse(kind, spec, c.clone());
+    assert_eq!(f.device(), setup.device, "the field stays on the device");
     let isht_c = values(f.clone());
-    let grads = (f * tensor(z.clone(), [ld[0], ld[1], h, w], &device))
+    let grads = (f * on(setup, z.clone(), [ld[0], ld[1], h, w]))
         .sum()
         .backward();
     let grad_c = values(c.grad(&grads).unwrap());
@@ -182,14 +233,15 @@ fn max_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
 }
 
-fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
-    comm: C,
+fn run_rank<G: Group>(
+    world: G,
+    setup: &Setup,
     kind: Kind,
     grid_shape: (usize, usize),
     spec: ShtSpec,
     s: &Serial,
 ) -> Result<RankReport, SphereError> {
-    let grid = ProcessGrid::new(comm, grid_shape.0, grid_shape.1)?;
+    let grid = ProcessGrid::from_group(world, grid_shape.0, grid_shape.1)?;
     let pair = Pair::new(kind, &grid, spec)?;
     let (lay, inverse_layout) = pair.layouts();
     let lay = lay.clone();
@@ -204,7 +256,6 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
     let field = |v: &[f64]| block(v, [B, h, w, 1], lat.clone(), &lon);
     let coeffs = |v: &[f64]| block(v, [B, l, m, 2], ls.clone(), &ms);
-    let device = Device::flex().autodiff();
     let (fs, cs) = (
         [ld[0], ld[1], lat.len(), lon.len()],
         [ld[0], ld[1], ls.len(), ms.len(), 2],
@@ -213,41 +264,32 @@ fn run_rank<C: Communicator + std::fmt::Debug + 'static>(
 
     // Forward: values, gradient, adjoint identity.
     let x_local = field(&s.x);
-    let x = tensor(x_local.clone(), fs, &device).require_grad();
+    let x = on(setup, x_local.clone(), fs).require_grad();
     let y = pair.forward(x.clone())?;
+    assert_eq!(
+        y.device(),
+        setup.device,
+        "the coefficients stay on the device"
+    );
     let y_local = values(y.clone());
     report.diffs[0] = max_diff(&y_local, &coeffs(&s.sht_x));
     let g_local = coeffs(&s.g);
-    let grads = (y * tensor(g_local.clone(), cs, &device)).sum().backward();
+    let grads = (y * on(setup, g_local.clone(), cs)).sum().backward();
     let gx = values(x.grad(&grads).expect("x reaches the loss"));
     report.diffs[1] = max_diff(&gx, &field(&s.grad_x));
     report.forward_inner = (dot(&y_local, &g_local), dot(&x_local, &gx));
 
     // Inverse.
     let c_local = coeffs(&s.c);
-    let c = tensor(c_local.clone(), cs, &device).require_grad();
+    let c = on(setup, c_local.clone(), cs).require_grad();
     let f = pair.inverse(c.clone())?;
     let f_local = values(f.clone());
     report.diffs[2] = max_diff(&f_local, &field(&s.isht_c));
     let z_local = field(&s.z);
-    let grads = (f * tensor(z_local.clone(), fs, &device)).sum().backward();
+    let grads = (f * on(setup, z_local.clone(), fs)).sum().backward();
     let gc = values(c.grad(&grads).expect("c reaches the loss"));
     report.diffs[3] = max_diff(&gc, &coeffs(&s.grad_c));
     report.inverse_inner = (dot(&f_local, &z_local), dot(&c_local, &gc));
-
-    // The adjoint identities are sums over all ranks.
-    let mut sums = [
-        report.forward_inner.0,
-        report.forward_inner.1,
-        report.inverse_inner.0,
-        report.inverse_inner.1,
-    ];
-    grid.world()
-        .comm()
-        .all_reduce(&mut sums, ReduceOp::Sum)
-        .map_err(ruda_tensor::Error::from)?;
-    report.forward_inner = (sums[0], sums[1]);
-    report.inverse_inner = (sums[2], sums[3]);
     Ok(report)
 }
 
@@ -255,8 +297,29 @@ fn scale(v: &[f64]) -> f64 {
     v.iter().fold(0.0f64, |m, x| m.max(x.abs()))
 }
 
-fn check(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)]) {
-    let s = serial(kind, spec);
+/// The serial transforms on `setup` against the host kernels' `want`.
+fn check_serial(kind: Kind, spec: ShtSpec, setup: &Setup, want: &Serial) {
+    let got = serial(kind, spec, setup);
+    for (what, (a, b)) in [
+        ("sht", (&got.sht_x, &want.sht_x)),
+        ("sht gradient", (&got.grad_x, &want.grad_x)),
+        ("isht", (&got.isht_c, &want.isht_c)),
+        ("isht gradient", (&got.grad_c, &want.grad_c)),
+    ] {
+        let d = max_diff(a, b) / scale(b);
+        assert!(
+            d <= setup.tol,
+            "{kind:?} serial {spec:?} on {setup:?}: {what} differs by {d:e}"
+        );
+    }
+}
+
+/// The distributed transforms of `kind` on each of `grids`, run as `setup`
+/// says, against the serial host kernels (and the serial transforms on
+/// `setup` against them too).
+fn check_on(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)], setup: &Setup) {
+    let s = serial(kind, spec, &Setup::host());
+    check_serial(kind, spec, setup, &s);
     let scales = [
         scale(&s.sht_x),
         scale(&s.grad_x),
@@ -264,32 +327,48 @@ fn check(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)]) {
         scale(&s.grad_c),
     ];
     for &(p, a) in grids {
-        let reports = LocalWorld::new(p * a)
-            .run(|comm| run_rank(comm, kind, (p, a), spec, &s))
-            .unwrap_or_else(|e| panic!("{kind:?} {p}x{a} {spec:?}: {e}"));
+        let n = p * a;
+        let reports = if setup.resident {
+            DeviceWorld::shared(n, setup.device.clone())
+                .run(|g, _| run_rank(g, setup, kind, (p, a), spec, &s))
+        } else {
+            LocalWorld::new(n)
+                .run(|comm| run_rank(HostCollective::new(comm), setup, kind, (p, a), spec, &s))
+        }
+        .unwrap_or_else(|e| panic!("{kind:?} {p}x{a} {spec:?} on {setup:?}: {e}"));
         for (rank, r) in reports.iter().enumerate() {
             for (what, (d, sc)) in ["sht", "sht gradient", "isht", "isht gradient"]
                 .iter()
                 .zip(r.diffs.iter().zip(scales))
             {
                 assert!(
-                    d / sc <= 1e-13,
-                    "{kind:?} {p}x{a} {spec:?} rank {rank}: {what} differs by {:e}",
+                    d / sc <= setup.tol,
+                    "{kind:?} {p}x{a} {spec:?} on {setup:?}, rank {rank}: {what} differs by {:e}",
                     d / sc
                 );
             }
-            let (lhs, rhs) = r.forward_inner;
+        }
+        // The adjoint identities, summed over the ranks.
+        let sum = |f: fn(&RankReport) -> f64| reports.iter().map(f).sum::<f64>();
+        let tol = if setup.dtype == DType::F64 {
+            1e-12
+        } else {
+            1e-4
+        };
+        for (lhs, rhs) in [
+            (sum(|r| r.forward_inner.0), sum(|r| r.forward_inner.1)),
+            (sum(|r| r.inverse_inner.0), sum(|r| r.inverse_inner.1)),
+        ] {
             assert!(
-                (lhs - rhs).abs() <= 1e-12 * lhs.abs(),
-                "{kind:?} {p}x{a}: {lhs} {rhs}"
-            );
-            let (lhs, rhs) = r.inverse_inner;
-            assert!(
-                (lhs - rhs).abs() <= 1e-12 * lhs.abs(),
-                "{kind:?} {p}x{a}: {lhs} {rhs}"
+                (lhs - rhs).abs() <= tol * lhs.abs(),
+                "{kind:?} {p}x{a} on {setup:?}: adjoint identity {lhs} vs {rhs}"
             );
         }
     }
+}
+
+fn check(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)]) {
+    check_on(kind, spec, grids, &Setup::host());
 }
 
 #[test]
@@ -319,6 +398,43 @@ fn legendre_gauss_distributed_equals_serial_with_the_nyquist_order() {
     let spec = ShtSpec::new(10, 18, LatitudeGrid::LegendreGauss).unwrap();
     check(Kind::Scalar, spec, &[(1, 3), (3, 1), (2, 4)]);
     check(Kind::Vector, spec, &[(1, 3), (3, 1), (2, 4)]);
+}
+
+#[test]
+fn tensor_operations_equal_the_host_kernels_serial_and_distributed() {
+    // The path of every backend other than Flex (batched matmuls against
+    // tables, DFT matmuls), here on Flex: host-staged and device-resident
+    // ranks, both grids, uneven splits, the Nyquist order.
+    let ea = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    let lg = ShtSpec::new(10, 18, LatitudeGrid::LegendreGauss).unwrap();
+    for kind in [Kind::Scalar, Kind::Vector] {
+        check_on(
+            kind,
+            ea,
+            &[(1, 1), (2, 2), (3, 1), (2, 4)],
+            &Setup::tensor_ops(false),
+        );
+        check_on(kind, lg, &[(1, 3), (2, 2)], &Setup::tensor_ops(true));
+    }
+}
+
+/// On wgpu (Mesa's lavapipe in CI): the transforms stay on the device, in
+/// f32, serial and over a device-resident world, against the f64 host
+/// kernels.
+#[cfg(feature = "wgpu")]
+#[test]
+fn on_wgpu_serial_and_device_resident_equal_the_host_kernels() {
+    // (`.ci/run` exports `XDG_RUNTIME_DIR`, which wgpu's Vulkan wants.)
+    let setup = Setup {
+        device: Device::wgpu(burn_tensor::DeviceKind::Cpu).autodiff(),
+        dtype: DType::F32,
+        resident: true,
+        tol: 2e-5,
+    };
+    let ea = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    for kind in [Kind::Scalar, Kind::Vector] {
+        check_on(kind, ea, &[(1, 1), (2, 2)], &setup);
+    }
 }
 
 #[test]
@@ -377,11 +493,7 @@ fn ranks_passing_different_leading_dimensions_fail_on_every_rank() {
             let grid = ProcessGrid::new(comm, 2, 2)?;
             let sht = DistributedRealSht::new(&grid, spec)?;
             let isht = DistributedInverseRealSht::new(&grid, spec)?;
-            let lead = if grid.world().comm().rank() == 3 {
-                3
-            } else {
-                2
-            };
+            let lead = if grid.world().rank() == 3 { 3 } else { 2 };
             let (lat, lon) = (
                 sht.layout().lat_range().len(),
                 sht.layout().lon_range().len(),
