@@ -72,7 +72,8 @@ pub enum SphereError {
         /// The tensor's element type.
         dtype: DType,
     },
-    /// A tensor on a device the transforms do not support.
+    /// A tensor the transforms cannot run on: a Flex tensor the host
+    /// kernels cannot read (not expected: every backend is supported).
     #[error("{op}: {message}")]
     Device {
         /// The transform.

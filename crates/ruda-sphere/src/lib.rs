@@ -33,6 +33,16 @@
 //! and `gather_from_copy_to` over the polar ranks), so their gradients are
 //! exact too, for any split of the field that [`SphereLayout`] describes.
 //!
+//! Those kernels are the CPU path, for tensors on Flex. A tensor on any
+//! other backend (wgpu, CUDA, ROCm through CubeCL) stays on its device:
+//! there the longitude step is a DFT matmul and the Legendre step batched
+//! matmuls against the Legendre tables (what torch-harmonics does on
+//! GPUs), plain Burn tensor operations that autodiff differentiates, made
+//! from the host kernels' own values so that both paths compute the same
+//! maps; over a device-resident world
+//! ([`DeviceWorld`](ruda_tensor::DeviceWorld)) the distributed transforms
+//! never leave the device.
+//!
 //! ```
 //! use burn_tensor::{DType, Device, Tensor, TensorData};
 //! use ruda_sphere::{InverseRealSht, LatitudeGrid, RealSht, ShtSpec};

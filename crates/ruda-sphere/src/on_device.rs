@@ -318,6 +318,17 @@ mod tests {
     }
 
     #[test]
+    fn transforms_holding_device_constants_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<crate::RealSht>();
+        shared::<crate::InverseRealSht>();
+        shared::<crate::RealVectorSht>();
+        shared::<crate::InverseRealVectorSht>();
+        shared::<crate::DistributedRealSht<ruda_tensor::DeviceGroup>>();
+        shared::<crate::DistributedInverseRealVectorSht<ruda_tensor::DeviceGroup>>();
+    }
+
+    #[test]
     fn a_matrix_is_made_once_per_device_and_dtype() {
         let consts = DeviceConstants::default();
         let made = core::cell::Cell::new(0);

@@ -19,8 +19,10 @@ use crate::{ShtSpec, SphereError};
 /// `t_lm = −Σ_k w_k (i D1 X0 + D0 X1) / (l(l+1))`
 ///
 /// (`l = 0` divided by 1; its coefficients are zero). Differentiable; f32
-/// and f64 on Flex devices; the derivative functions are generated on the
-/// fly from the scalar recurrence (no tables), in f64.
+/// and f64, on any backend: on Flex the derivative functions are generated
+/// on the fly from the scalar recurrence (no tables), in f64; elsewhere the
+/// steps are tensor operations on the tensor's device, as for
+/// [`RealSht`](crate::RealSht).
 ///
 /// # Example
 /// ```
@@ -67,8 +69,8 @@ impl RealVectorSht {
     /// # Errors
     /// [`SphereError::Rank`] when `E ≠ D + 1`; [`SphereError::Shape`] for
     /// other trailing dimensions; [`SphereError::DType`] for an element
-    /// type other than f32 or f64; [`SphereError::Device`] for a tensor not
-    /// on a Flex device.
+    /// type other than f32 or f64; [`SphereError::Device`] for a Flex
+    /// tensor the host kernels cannot read.
     pub fn forward<const D: usize, const E: usize>(
         &self,
         x: Tensor<D>,
