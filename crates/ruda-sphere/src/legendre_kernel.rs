@@ -23,6 +23,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 use core::f64::consts::PI;
+use core::ops::Range;
 
 use rayon::prelude::*;
 
@@ -217,20 +218,29 @@ impl Recurrence {
 
     /// Walk the degrees of the `i`-th listed order in groups of up to
     /// [`GROUP`] consecutive degrees: `visit(l, ps)` with `ps[j][k] =
-    /// P̄_{l+j}^m(x_k)` over the walked latitudes (the northern half, or
-    /// all of an unpaired band), `l` from `m`. A group lets
-    /// the kernels read each latitude's values once for several degrees.
+    /// P̄_{l+j}^m(x_{lats.start + k})` over the walked latitudes `lats` (of
+    /// the northern half, or of an unpaired band), `l` from `m`. A group
+    /// lets the kernels read each latitude's values once for several
+    /// degrees; a block of latitudes ([`lat_block`]) lets them keep those
+    /// values in the L1 cache for every degree.
     #[inline(always)]
-    fn degree_groups<const FMA: bool>(&self, i: usize, mut visit: impl FnMut(usize, &[Vec<f64>])) {
+    fn degree_groups<const FMA: bool>(
+        &self,
+        i: usize,
+        lats: Range<usize>,
+        mut visit: impl FnMut(usize, &[Vec<f64>]),
+    ) {
         let m = self.starts[i];
-        if m >= self.lmax {
+        if m >= self.lmax || lats.is_empty() {
             return;
         }
         let half = self.half();
-        let seed = &self.seeds[i * half..(i + 1) * half];
-        let mut group = vec![vec![0.0; half]; GROUP];
+        let seed = &self.seeds[i * half + lats.start..i * half + lats.end];
+        let x = &self.x[lats.clone()];
+        let len = lats.len();
+        let mut group = vec![vec![0.0; len]; GROUP];
         // P̄_{l−2} and P̄_{l−1} before the group's first degree `l`.
-        let (mut before2, mut before1) = (vec![0.0; half], vec![0.0; half]);
+        let (mut before2, mut before1) = (vec![0.0; len], vec![0.0; len]);
         let mut l = m;
         while l < self.lmax {
             let n = (self.lmax - l).min(GROUP);
@@ -243,7 +253,7 @@ impl Recurrence {
                     p.copy_from_slice(seed);
                 } else if d == m + 1 {
                     let c = ((2 * m + 3) as f64).sqrt();
-                    for ((q, &q1), &x) in p.iter_mut().zip(p1).zip(&self.x) {
+                    for ((q, &q1), &x) in p.iter_mut().zip(p1).zip(x) {
                         *q = c * x * q1;
                     }
                 } else {
@@ -253,7 +263,7 @@ impl Recurrence {
                         _ => &done[j - 2],
                     };
                     let (a, b) = (self.a[i][d - m - 2], self.b[i][d - m - 2]);
-                    for (((q, &q1), &q2), &x) in p.iter_mut().zip(p1).zip(p2).zip(&self.x) {
+                    for (((q, &q1), &q2), &x) in p.iter_mut().zip(p1).zip(p2).zip(x) {
                         *q = madd::<FMA>(a * x, q1, -b * q2);
                     }
                 }
@@ -283,7 +293,7 @@ impl Recurrence {
             .enumerate()
             .for_each(|(i, t)| {
                 let m = self.starts[i];
-                self.degree_groups::<false>(i, |l, ps| {
+                self.degree_groups::<false>(i, 0..self.half(), |l, ps| {
                     for (j, p) in ps.iter().enumerate() {
                         let d = l + j;
                         let sign = if (d + m).is_multiple_of(2) { 1.0 } else { -1.0 };
@@ -446,32 +456,39 @@ impl Recurrence {
             }
         }
         let m = self.starts[i];
-        self.degree_groups::<FMA>(i, |l, ps| {
-            // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
-            // the other's.
-            let (first, second) = if (l + m).is_multiple_of(2) {
-                (&even, &odd)
-            } else {
-                (&odd, &even)
-            };
-            let rows = &mut o[l * cols..(l + ps.len()) * cols];
-            let mut c0 = 0;
-            if ps.len() == GROUP {
-                while c0 + LANES <= cols {
-                    analysis_block::<FMA>(ps, first, second, cols, c0, rows);
-                    c0 += LANES;
-                }
-            }
-            for (j, p) in ps.iter().enumerate() {
-                let src = if j % 2 == 0 { first } else { second };
-                let row = &mut rows[j * cols..(j + 1) * cols];
-                for (k, &pk) in p.iter().enumerate() {
-                    for c in c0..cols {
-                        row[c] = madd::<FMA>(pk, src[k * cols + c], row[c]);
+        // Each block of latitudes through every degree, its sums added to
+        // the rows.
+        let block = lat_block(cols);
+        for k0 in (0..half).step_by(block) {
+            let k1 = (k0 + block).min(half);
+            let (even, odd) = (&even[k0 * cols..k1 * cols], &odd[k0 * cols..k1 * cols]);
+            self.degree_groups::<FMA>(i, k0..k1, |l, ps| {
+                // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
+                // the other's.
+                let (first, second) = if (l + m).is_multiple_of(2) {
+                    (even, odd)
+                } else {
+                    (odd, even)
+                };
+                let rows = &mut o[l * cols..(l + ps.len()) * cols];
+                let mut c0 = 0;
+                if ps.len() == GROUP {
+                    while c0 + LANES <= cols {
+                        analysis_block::<FMA>(ps, first, second, cols, c0, rows);
+                        c0 += LANES;
                     }
                 }
-            }
-        });
+                for (j, p) in ps.iter().enumerate() {
+                    let src = if j % 2 == 0 { first } else { second };
+                    let row = &mut rows[j * cols..(j + 1) * cols];
+                    for (k, &pk) in p.iter().enumerate() {
+                        for c in c0..cols {
+                            row[c] = madd::<FMA>(pk, src[k * cols + c], row[c]);
+                        }
+                    }
+                }
+            });
+        }
     }
 
     #[inline(always)]
@@ -487,30 +504,41 @@ impl Recurrence {
         let mut even = vec![0.0; half * cols];
         let mut odd = vec![0.0; half * cols];
         let m = self.starts[i];
-        self.degree_groups::<FMA>(i, |l, ps| {
-            let (first, second) = if (l + m).is_multiple_of(2) {
-                (&mut even, &mut odd)
-            } else {
-                (&mut odd, &mut even)
-            };
-            let coefs = &a[l * cols..(l + ps.len()) * cols];
-            let mut c0 = 0;
-            if ps.len() == GROUP {
-                while c0 + LANES <= cols {
-                    synthesis_block::<FMA>(ps, coefs, cols, c0, first, second);
-                    c0 += LANES;
-                }
-            }
-            for (j, p) in ps.iter().enumerate() {
-                let dst: &mut Vec<f64> = if j % 2 == 0 { first } else { second };
-                let coef = &coefs[j * cols..(j + 1) * cols];
-                for (k, &pk) in p.iter().enumerate() {
-                    for c in c0..cols {
-                        dst[k * cols + c] = madd::<FMA>(pk, coef[c], dst[k * cols + c]);
+        // Each block of latitudes through every degree.
+        let block = lat_block(cols);
+        for k0 in (0..half).step_by(block) {
+            let k1 = (k0 + block).min(half);
+            let ev = &mut even[k0 * cols..k1 * cols];
+            let od = &mut odd[k0 * cols..k1 * cols];
+            self.degree_groups::<FMA>(i, k0..k1, |l, ps| {
+                let (first, second): (&mut [f64], &mut [f64]) = if (l + m).is_multiple_of(2) {
+                    (&mut *ev, &mut *od)
+                } else {
+                    (&mut *od, &mut *ev)
+                };
+                let coefs = &a[l * cols..(l + ps.len()) * cols];
+                let mut c0 = 0;
+                if ps.len() == GROUP {
+                    while c0 + LANES <= cols {
+                        synthesis_block::<FMA>(ps, coefs, cols, c0, first, second);
+                        c0 += LANES;
                     }
                 }
-            }
-        });
+                for (j, p) in ps.iter().enumerate() {
+                    let dst: &mut [f64] = if j % 2 == 0 {
+                        &mut *first
+                    } else {
+                        &mut *second
+                    };
+                    let coef = &coefs[j * cols..(j + 1) * cols];
+                    for (k, &pk) in p.iter().enumerate() {
+                        for c in c0..cols {
+                            dst[k * cols + c] = madd::<FMA>(pk, coef[c], dst[k * cols + c]);
+                        }
+                    }
+                }
+            });
+        }
         for k in 0..half {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
@@ -551,6 +579,15 @@ const GROUP: usize = 4;
 
 /// Columns per register block of the kernels' inner loops.
 const LANES: usize = 8;
+
+/// Latitudes per block of an order's kernel for `cols` columns: the
+/// block's rows of both parities and the recurrence's values (a group and
+/// the two degrees before it) stay within about 32 KB, under a core's L1
+/// data cache, while every degree is walked over them; at least 16.
+fn lat_block(cols: usize) -> usize {
+    const VALUES: usize = 32 * 1024 / core::mem::size_of::<f64>();
+    (VALUES / (2 * cols + GROUP + 2)).max(16)
+}
 
 /// `LANES` columns from `c0` of row `k` of a `[half, cols]` block.
 fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
@@ -639,6 +676,60 @@ mod tests {
     /// Both kernels against the table they replace, on both grids, odd and
     /// even latitude counts, a subset of orders (degree groups cut short at
     /// `lmax`), 0 to 16 columns (the register blocks and their remainders).
+    #[test]
+    fn latitude_blocks_sum_to_the_table_products() {
+        // Enough columns that a block is 16 latitudes: the walked
+        // latitudes span two to four blocks, the last one short.
+        let cols = 300;
+        assert_eq!(lat_block(cols), 16);
+        for (grid, nlat, lats) in [
+            (LatitudeGrid::Equiangular, 41, 0..41),
+            (LatitudeGrid::LegendreGauss, 70, 0..70),
+            (LatitudeGrid::Equiangular, 61, 5..42),
+        ] {
+            let q = Latitudes::new(nlat, grid).unwrap();
+            let paired = lats == (0..nlat);
+            let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
+            let nk = lats.len();
+            let lmax = 9;
+            let orders = [0usize, 2, 7];
+            let rec = Recurrence::new(&orders, lmax, x, w, true, Seeds::Plain, paired);
+            assert!(rec.half() > lat_block(cols), "two blocks or more");
+            let s = field(orders.len() * nk * cols, 3);
+            let a = field(orders.len() * lmax * cols, 4);
+            let got_a = rec.analysis(&s, cols, true);
+            let got_s = rec.synthesis(&a, cols, true);
+            for (i, &m) in orders.iter().enumerate() {
+                let t = legendre_table(m..m + 1, lmax, x, true);
+                for l in 0..lmax {
+                    for c in (0..cols).step_by(37) {
+                        let want: f64 = (0..nk)
+                            .map(|k| w[k] * t[l * nk + k] * s[(i * nk + k) * cols + c])
+                            .sum();
+                        let got = got_a[(i * lmax + l) * cols + c];
+                        assert!(
+                            (got - want).abs() < 1e-13,
+                            "{grid:?} {nlat} {lats:?}: analysis m {m} l {l} c {c}: {got} vs {want}"
+                        );
+                    }
+                }
+                for k in 0..nk {
+                    for c in (0..cols).step_by(37) {
+                        let want: f64 = w[k]
+                            * (0..lmax)
+                                .map(|l| t[l * nk + k] * a[(i * lmax + l) * cols + c])
+                                .sum::<f64>();
+                        let got = got_s[(i * nk + k) * cols + c];
+                        assert!(
+                            (got - want).abs() < 1e-13,
+                            "{grid:?} {nlat} {lats:?}: synthesis m {m} k {k} c {c}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn kernels_equal_the_table_products() {
         for (grid, nlat) in [
