@@ -418,22 +418,29 @@ fn tensor_operations_equal_the_host_kernels_serial_and_distributed() {
     }
 }
 
-/// On wgpu (Mesa's lavapipe in CI): the transforms stay on the device, in
-/// f32, serial and over a device-resident world, against the f64 host
-/// kernels.
+/// On wgpu (Mesa's lavapipe in CI): the transforms stay on the device,
+/// serial and over a device-resident world, against the f64 host kernels:
+/// in f64 where the device has it (to 1e-12), and in f32.
 #[cfg(feature = "wgpu")]
 #[test]
 fn on_wgpu_serial_and_device_resident_equal_the_host_kernels() {
     // (`.ci/run` exports `XDG_RUNTIME_DIR`, which wgpu's Vulkan wants.)
-    let setup = Setup {
-        device: Device::wgpu(burn_tensor::DeviceKind::Cpu).autodiff(),
-        dtype: DType::F32,
-        resident: true,
-        tol: 2e-5,
-    };
+    let device = Device::wgpu(burn_tensor::DeviceKind::Cpu).autodiff();
     let ea = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
-    for kind in [Kind::Scalar, Kind::Vector] {
-        check_on(kind, ea, &[(1, 1), (2, 2)], &setup);
+    let mut runs = vec![(DType::F32, 2e-5, vec![(2, 2)])];
+    if device.supports_dtype(DType::F64) {
+        runs.push((DType::F64, 1e-12, vec![(1, 1), (2, 2)]));
+    }
+    for (dtype, tol, grids) in runs {
+        let setup = Setup {
+            device: device.clone(),
+            dtype,
+            resident: true,
+            tol,
+        };
+        for kind in [Kind::Scalar, Kind::Vector] {
+            check_on(kind, ea, &grids, &setup);
+        }
     }
 }
 
