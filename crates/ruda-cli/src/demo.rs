@@ -84,6 +84,35 @@ pub enum DemoTransport {
     /// Threads sharing one Flex device, tensors moved by the backend's own
     /// operations ([`DeviceGroup`]).
     Device,
+    /// Threads sharing wgpu's default adapter (a GPU, or lavapipe's CPU
+    /// Vulkan), device-resident as [`DemoTransport::Device`], the serial
+    /// model on it too: the transforms' steps run there as tensor
+    /// operations. Needs a build with feature `wgpu`.
+    Wgpu,
+}
+
+impl DemoTransport {
+    /// The device the models train on.
+    ///
+    /// # Errors
+    /// [`DemoError::Unavailable`] for wgpu in a build without it.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_cli::demo::DemoTransport;
+    /// assert_eq!(DemoTransport::Device.device().unwrap(), burn_tensor::Device::flex());
+    /// ```
+    pub fn device(self) -> Result<burn_tensor::Device, DemoError> {
+        match self {
+            DemoTransport::Threads | DemoTransport::Device => Ok(burn_tensor::Device::flex()),
+            #[cfg(feature = "wgpu")]
+            DemoTransport::Wgpu => Ok(burn_tensor::Device::wgpu(
+                burn_tensor::DeviceKind::DefaultDevice,
+            )),
+            #[cfg(not(feature = "wgpu"))]
+            DemoTransport::Wgpu => Err(DemoError::Unavailable("wgpu")),
+        }
+    }
 }
 
 /// Why the demo could not run.
@@ -130,6 +159,9 @@ pub enum DemoError {
     /// Writing the report failed.
     #[error("writing the report: {0}")]
     Io(#[from] std::io::Error),
+    /// A device this build does not have.
+    #[error("this ruda was built without {0}: rebuild it with `--features {0}`")]
+    Unavailable(&'static str),
 }
 
 /// One optimisation step as one rank saw it.
@@ -212,12 +244,21 @@ pub fn train_rank<C: Communicator + std::fmt::Debug + 'static>(
     let clock = comm.clock();
     let lead = comm.rank() == 0;
     let grid = ProcessGrid::new(comm, cfg.polar, cfg.azimuth)?;
-    model::train_all(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
+    let device = burn_tensor::Device::flex();
+    model::train_all(
+        problem,
+        Some(grid),
+        &device,
+        cfg.steps,
+        Some(&clock),
+        progress,
+        lead,
+    )
 }
 
 /// Train as one rank of a `polar × azimuth` grid built on a device-resident
-/// group (every rank of `group` calls this); returns this rank's records
-/// and timings.
+/// group whose tensors live on `device` (every rank of `group` calls this);
+/// returns this rank's records and timings.
 ///
 /// # Errors
 /// The transforms' and primitives' errors.
@@ -225,13 +266,22 @@ pub fn train_rank_device(
     group: DeviceGroup,
     problem: &Problem,
     cfg: &DemoConfig,
+    device: &burn_tensor::Device,
     progress: &ProgressBar,
 ) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
     let group = TimedGroup::new(group);
     let clock = group.clock();
     let lead = group.rank() == 0;
     let grid = ProcessGrid::from_group(group, cfg.polar, cfg.azimuth)?;
-    model::train_all(problem, Some(grid), cfg.steps, Some(&clock), progress, lead)
+    model::train_all(
+        problem,
+        Some(grid),
+        device,
+        cfg.steps,
+        Some(&clock),
+        progress,
+        lead,
+    )
 }
 
 /// [`train`] with the distributed run's ranks moving tensors by
@@ -275,9 +325,10 @@ fn train_problem(
     progress: &ProgressBar,
 ) -> Result<Run, DemoError> {
     let grid_name = format!("{polar}x{azimuth}");
+    let device = transport.device()?;
     if (polar, azimuth) == (1, 1) {
         let (records, timings) = model::train_all::<HostCollective<LocalCommunicator>>(
-            problem, None, cfg.steps, None, progress, true,
+            problem, None, &device, cfg.steps, None, progress, true,
         )
         .map_err(|e| DemoError::Rank {
             grid: "serial".into(),
@@ -295,8 +346,8 @@ fn train_problem(
         DemoTransport::Threads => {
             LocalWorld::new(polar * azimuth).run(|comm| train_rank(comm, problem, &cfg, progress))
         }
-        DemoTransport::Device => DeviceWorld::shared(polar * azimuth, burn_tensor::Device::flex())
-            .run(|group, _| train_rank_device(group, problem, &cfg, progress)),
+        DemoTransport::Device | DemoTransport::Wgpu => DeviceWorld::shared(polar * azimuth, device)
+            .run(|group, device| train_rank_device(group, problem, &cfg, device, progress)),
     }
     .map_err(|e| match e {
         WorldError::Empty => grid_error(&cfg, polar, azimuth, "no ranks".into()),
@@ -439,10 +490,15 @@ pub fn run_on(
     out: &mut impl Write,
 ) -> Result<Verdict, DemoError> {
     let problem = check_grid(cfg, cfg.polar, cfg.azimuth)?;
+    // A device this build lacks is refused before anything is printed.
+    transport.device()?;
     let ranks = match transport {
         DemoTransport::Threads => "threads",
         DemoTransport::Device => {
             "threads sharing one Flex device (device-resident collectives, no host staging)"
+        }
+        DemoTransport::Wgpu => {
+            "threads sharing one wgpu device (device-resident collectives; the transforms' steps and the serial model on the device too)"
         }
     };
     header(cfg, ranks, out)?;
@@ -504,7 +560,15 @@ pub fn run_mpi(
         let serial = (me == 0).then(|| {
             let (problem, bar) = (&problem, &bar);
             scope.spawn(move || {
-                turns::serial_side(problem, cfg.steps, bar, vec![record_rx], vec![resume_tx])
+                let device = burn_tensor::Device::flex();
+                turns::serial_side(
+                    problem,
+                    &device,
+                    cfg.steps,
+                    bar,
+                    vec![record_rx],
+                    vec![resume_tx],
+                )
             })
         });
         let comm = crate::timed_comm::TimedComm::new(world);
@@ -518,10 +582,10 @@ pub fn run_mpi(
                 model::train::<_, turns::TurnError>(
                     &problem,
                     Some(grid),
+                    &burn_tensor::Device::flex(),
                     cfg.steps,
                     Some(&clock),
-                    &bar,
-                    lead,
+                    lead.then_some(&bar),
                     |record, timing| {
                         // Replicated: the same numbers on every rank.
                         let flat: Vec<f64> = std::iter::once(record.loss)

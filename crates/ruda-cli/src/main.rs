@@ -47,8 +47,10 @@ enum Command {
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
         channels: u32,
         /// How the threads move tensors: `local` (staged through host
-        /// memory by the local transport) or `device` (kept on their shared
-        /// Flex device). Ignored under mpirun.
+        /// memory by the local transport), `device` (kept on their shared
+        /// Flex device) or `wgpu` (kept on wgpu's default adapter, the
+        /// serial model and the transforms there too; a build with feature
+        /// `wgpu`). Ignored under mpirun.
         #[arg(long, value_enum, default_value_t = DemoTransportArg::Local)]
         transport: DemoTransportArg,
     },
@@ -288,6 +290,7 @@ enum TransportArg {
 enum DemoTransportArg {
     Local,
     Device,
+    Wgpu,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -449,11 +452,12 @@ fn main() -> ExitCode {
             let transport = match transport {
                 DemoTransportArg::Local => demo::DemoTransport::Threads,
                 DemoTransportArg::Device => demo::DemoTransport::Device,
+                DemoTransportArg::Wgpu => demo::DemoTransport::Wgpu,
             };
             match run_demo(&cfg, transport, &mut out) {
                 Ok(v) if v.agree => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
-                Err(e @ demo::DemoError::Grid { .. }) => {
+                Err(e @ (demo::DemoError::Grid { .. } | demo::DemoError::Unavailable(_))) => {
                     eprintln!("ruda demo: {e}");
                     ExitCode::from(USAGE)
                 }

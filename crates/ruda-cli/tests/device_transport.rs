@@ -225,3 +225,71 @@ fn bench_on_a_wgpu_device() {
         assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
     }
 }
+
+/// The demo on wgpu (lavapipe in CI): ranks device-resident on the wgpu
+/// device, the transforms' steps running there as tensor operations,
+/// against the host-staged run on Flex (the host kernels); and the command,
+/// whose serial model runs on wgpu too, compared with its distributed one.
+/// Small (lavapipe compiles every kernel once per process, slowly).
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_demo_on_wgpu_equals_the_run_on_flex() {
+    let cfg = DemoConfig {
+        steps: 2,
+        nlat: 9,
+        nlon: 16,
+        channels: 1,
+        ..DemoConfig::default()
+    };
+    let bar = indicatif::ProgressBar::hidden();
+    let host = train_on(&cfg, 2, 2, DemoTransport::Threads, &bar).unwrap();
+    let wgpu = train_on(&cfg, 2, 2, DemoTransport::Wgpu, &bar).unwrap();
+    let v = compare(&wgpu.records, &host.records, TOLERANCE);
+    assert!(v.agree, "2x2 on wgpu vs Flex: worst {}", v.worst);
+    assert!(wgpu.records[1].loss < wgpu.records[0].loss);
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ruda"));
+    cmd.args([
+        "demo",
+        "--transport",
+        "wgpu",
+        "--grid",
+        "2x1",
+        "--steps",
+        "1",
+        "--nlat",
+        "9",
+        "--nlon",
+        "16",
+        "--channels",
+        "1",
+    ]);
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    let out = cmd.output().expect("run ruda");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verdict: OK"), "{text}");
+    assert!(text.contains("sharing one wgpu device"), "{text}");
+}
+
+/// Without feature `wgpu`, asking for it is a usage error that says how to
+/// get it, before anything is printed.
+#[cfg(not(feature = "wgpu"))]
+#[test]
+fn the_demo_on_wgpu_without_the_feature_says_how_to_build_it() {
+    let out = ruda(&["demo", "--transport", "wgpu", "--steps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features wgpu"), "{err}");
+}

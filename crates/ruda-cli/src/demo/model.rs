@@ -69,6 +69,8 @@ struct Rank<G> {
     /// Quadrature weights `[1, lat, 1]` including `2π/nlon` and the mean's
     /// `1/(4π channels)`.
     weights: Tensor<3>,
+    /// The device the model trains on (without autodiff).
+    device: Device,
 }
 
 fn f64_tensor<const D: usize>(v: Vec<f64>, shape: [usize; D], device: &Device) -> Tensor<D> {
@@ -92,7 +94,11 @@ fn patch(v: &[f64], [c, h, w]: [usize; 3], rows: &Range<usize>, cols: &Range<usi
 }
 
 impl<G: Group> Rank<G> {
-    fn new(p: &Problem, grid: Option<ProcessGrid<G>>) -> Result<Self, SphereError> {
+    fn new(
+        p: &Problem,
+        grid: Option<ProcessGrid<G>>,
+        device: &Device,
+    ) -> Result<Self, SphereError> {
         let spec = p.spec;
         let (h, w) = (spec.nlat(), spec.nlon());
         let (transforms, lat, lon, l, orders) = match grid {
@@ -129,7 +135,7 @@ impl<G: Group> Rank<G> {
                 )
             }
         };
-        let device = Device::flex();
+        let device = device.clone();
         let local = |v: &[f64], c: usize| {
             f64_tensor(
                 patch(v, [c, h, w], &lat, &lon),
@@ -157,6 +163,7 @@ impl<G: Group> Rank<G> {
             wind_one_step: local(&p.wind_one_step, 2),
             wind_two_steps: local(&p.wind_two_steps, 2),
             weights: f64_tensor(weights, [1, lat.len(), 1], &device),
+            device,
         })
     }
 
@@ -255,7 +262,7 @@ impl<G: Group> Rank<G> {
         lmax: usize,
         mmax: usize,
     ) -> Result<(f64, Vec<f64>), SphereError> {
-        let device = Device::flex().autodiff();
+        let device = self.device.clone().autodiff();
         let ch = self.channels;
         let n_filter = ch * lmax * mmax * 2;
         let n_mix = n_filter + ch * ch;
@@ -356,19 +363,20 @@ pub fn initial_params(p: &Problem) -> Vec<f64> {
     v
 }
 
-/// Train for `steps` steps on `grid` (`None`: serially), timing each step
-/// (with `clock`, the time in collectives), and hand each step's record
+/// Train for `steps` steps on `grid` (`None`: serially) on `device`, timing each step
+/// (with `clock`, the time in collectives; `progress`: the bar this rank
+/// advances, if any), and hand each step's record
 /// and timing to `after` (which may stop the training with its error).
 pub(crate) fn train<G: Group, E: From<SphereError>>(
     p: &Problem,
     grid: Option<ProcessGrid<G>>,
+    device: &Device,
     steps: usize,
     clock: Option<&CommClock>,
-    progress: &ProgressBar,
-    lead: bool,
+    progress: Option<&ProgressBar>,
     mut after: impl FnMut(StepRecord, StepTiming) -> Result<(), E>,
 ) -> Result<(), E> {
-    let rank = Rank::new(p, grid)?;
+    let rank = Rank::new(p, grid, device)?;
     let mut params = initial_params(p);
     let mut adam = Adam::new(params.len());
     for _ in 0..steps {
@@ -381,8 +389,8 @@ pub(crate) fn train<G: Group, E: From<SphereError>>(
             _ => 0.0,
         };
         adam.step(&mut params, &grads);
-        if lead {
-            progress.inc(1);
+        if let Some(bar) = progress {
+            bar.inc(1);
         }
         after(StepRecord { loss, grads }, StepTiming { wall, comm })?;
     }
@@ -393,13 +401,15 @@ pub(crate) fn train<G: Group, E: From<SphereError>>(
 pub(crate) fn train_all<G: Group>(
     p: &Problem,
     grid: Option<ProcessGrid<G>>,
+    device: &Device,
     steps: usize,
     clock: Option<&CommClock>,
     progress: &ProgressBar,
     lead: bool,
 ) -> Result<(Vec<StepRecord>, Vec<StepTiming>), SphereError> {
     let (mut records, mut timings) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
-    train::<G, SphereError>(p, grid, steps, clock, progress, lead, |r, t| {
+    let bar = lead.then_some(progress);
+    train::<G, SphereError>(p, grid, device, steps, clock, bar, |r, t| {
         records.push(r);
         timings.push(t);
         Ok(())

@@ -14,6 +14,7 @@
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
+use burn_tensor::Device;
 use indicatif::ProgressBar;
 use ruda_comm::{Communicator, LocalCommunicator, LocalWorld, WorldError};
 use ruda_sphere::SphereError;
@@ -113,8 +114,10 @@ pub(crate) fn in_turns(
             .expect("each rank takes its own ends once")
     };
     debug_assert!(n > 0, "check_grid refuses an empty grid");
+    let device = transport.device()?;
     let (world, serial) = std::thread::scope(|scope| {
-        let serial = scope.spawn(|| serial_side(problem, cfg.steps, progress, records, resume));
+        let serial =
+            scope.spawn(|| serial_side(problem, &device, cfg.steps, progress, records, resume));
         // Ends that no rank took (a world that failed before starting a
         // rank, or a panic here) are dropped before the serial thread is
         // joined, so that its next hand-over fails instead of waiting.
@@ -126,18 +129,17 @@ pub(crate) fn in_turns(
                 let clock = comm.clock();
                 let grid =
                     ProcessGrid::new(comm, cfg.polar, cfg.azimuth).map_err(SphereError::from)?;
-                rank_side(problem, cfg, grid, &clock, progress, ends)
+                rank_side(problem, cfg, grid, &device, &clock, progress, ends)
             }),
-            DemoTransport::Device => {
-                DeviceWorld::shared(n, burn_tensor::Device::flex()).run(|group, _| {
+            DemoTransport::Device | DemoTransport::Wgpu => DeviceWorld::shared(n, device.clone())
+                .run(|group, device| {
                     let ends = take(group.rank());
                     let group = TimedGroup::new(group);
                     let clock = group.clock();
                     let grid = ProcessGrid::from_group(group, cfg.polar, cfg.azimuth)
                         .map_err(SphereError::from)?;
-                    rank_side(problem, cfg, grid, &clock, progress, ends)
-                })
-            }
+                    rank_side(problem, cfg, grid, device, &clock, progress, ends)
+                }),
         };
         drop(release);
         (world, serial.join())
@@ -178,6 +180,7 @@ fn rank_side<G: Group>(
     problem: &Problem,
     cfg: &DemoConfig,
     grid: ProcessGrid<G>,
+    device: &Device,
     clock: &CommClock,
     progress: &ProgressBar,
     (record_tx, resume_rx): RankEnds,
@@ -186,10 +189,10 @@ fn rank_side<G: Group>(
     model::train::<G, TurnError>(
         problem,
         Some(grid),
+        device,
         cfg.steps,
         Some(clock),
-        progress,
-        lead,
+        lead.then_some(progress),
         |record, timing| {
             record_tx
                 .send((record, timing))
@@ -203,6 +206,7 @@ fn rank_side<G: Group>(
 /// records from every rank; after it, the comparison and the go-ahead.
 pub(crate) fn serial_side(
     problem: &Problem,
+    device: &Device,
     steps: usize,
     progress: &ProgressBar,
     records: Vec<Receiver<(StepRecord, StepTiming)>>,
@@ -226,10 +230,10 @@ pub(crate) fn serial_side(
     model::train::<HostCollective<LocalCommunicator>, TurnError>(
         problem,
         None,
+        device,
         steps,
         None,
-        progress,
-        true,
+        Some(progress),
         |record, timing| {
             let step = out.steps.len();
             let first = &pending[0].0;
@@ -285,6 +289,7 @@ mod tests {
         tx1.send(record(2.0)).unwrap();
         let e = serial_side(
             &small(),
+            &Device::flex(),
             3,
             &ProgressBar::hidden(),
             vec![rx0, rx1],
@@ -301,7 +306,15 @@ mod tests {
         let (tx, rx) = sync_channel::<(StepRecord, StepTiming)>(1);
         let (go, _keep) = sync_channel(1);
         drop(tx);
-        let e = serial_side(&small(), 3, &ProgressBar::hidden(), vec![rx], vec![go]).unwrap_err();
+        let e = serial_side(
+            &small(),
+            &Device::flex(),
+            3,
+            &ProgressBar::hidden(),
+            vec![rx],
+            vec![go],
+        )
+        .unwrap_err();
         assert!(matches!(e, TurnError::Stopped), "{e}");
     }
 
@@ -327,7 +340,16 @@ mod tests {
             let comm = TimedComm::new(comm);
             let clock = comm.clock();
             let grid = ProcessGrid::new(comm, 1, 1).map_err(SphereError::from)?;
-            rank_side(&problem, &cfg, grid, &clock, &ProgressBar::hidden(), ends)
+            let device = Device::flex();
+            rank_side(
+                &problem,
+                &cfg,
+                grid,
+                &device,
+                &clock,
+                &ProgressBar::hidden(),
+                ends,
+            )
         });
         assert!(
             matches!(
@@ -356,6 +378,7 @@ mod tests {
             let serial = scope.spawn(|| {
                 serial_side(
                     &problem,
+                    &Device::flex(),
                     3,
                     &ProgressBar::hidden(),
                     vec![record_rx],
