@@ -221,7 +221,7 @@ impl Recurrence {
     /// P̄_{l+j}^m(x_{lats.start + k})` over the walked latitudes `lats` (of
     /// the northern half, or of an unpaired band), `l` from `m`. A group
     /// lets the kernels read each latitude's values once for several
-    /// degrees; a block of latitudes ([`lat_block`]) lets them keep those
+    /// degrees; a block of latitudes ([`LAT_BLOCK`]) lets them keep those
     /// values in the L1 cache for every degree.
     #[inline(always)]
     fn degree_groups<const FMA: bool>(
@@ -458,7 +458,7 @@ impl Recurrence {
         let m = self.starts[i];
         // Each block of latitudes through every degree, its sums added to
         // the rows.
-        let block = lat_block(cols);
+        let block = LAT_BLOCK;
         for k0 in (0..half).step_by(block) {
             let k1 = (k0 + block).min(half);
             let (even, odd) = (&even[k0 * cols..k1 * cols], &odd[k0 * cols..k1 * cols]);
@@ -478,13 +478,19 @@ impl Recurrence {
                         c0 += LANES;
                     }
                 }
+                // The columns past the register blocks, summed over the
+                // block's latitudes as `analysis_block` sums (from zero,
+                // then added to the row): a column's result does not
+                // depend on which path it took.
                 for (j, p) in ps.iter().enumerate() {
                     let src = if j % 2 == 0 { first } else { second };
                     let row = &mut rows[j * cols..(j + 1) * cols];
-                    for (k, &pk) in p.iter().enumerate() {
-                        for c in c0..cols {
-                            row[c] = madd::<FMA>(pk, src[k * cols + c], row[c]);
+                    for (c, r) in row.iter_mut().enumerate().skip(c0) {
+                        let mut acc = 0.0;
+                        for (k, &pk) in p.iter().enumerate() {
+                            acc = madd::<FMA>(pk, src[k * cols + c], acc);
                         }
+                        *r += acc;
                     }
                 }
             });
@@ -505,7 +511,7 @@ impl Recurrence {
         let mut odd = vec![0.0; half * cols];
         let m = self.starts[i];
         // Each block of latitudes through every degree.
-        let block = lat_block(cols);
+        let block = LAT_BLOCK;
         for k0 in (0..half).step_by(block) {
             let k1 = (k0 + block).min(half);
             let ev = &mut even[k0 * cols..k1 * cols];
@@ -580,14 +586,14 @@ const GROUP: usize = 4;
 /// Columns per register block of the kernels' inner loops.
 const LANES: usize = 8;
 
-/// Latitudes per block of an order's kernel for `cols` columns: the
-/// block's rows of both parities and the recurrence's values (a group and
-/// the two degrees before it) stay within about 32 KB, under a core's L1
-/// data cache, while every degree is walked over them; at least 16.
-fn lat_block(cols: usize) -> usize {
-    const VALUES: usize = 32 * 1024 / core::mem::size_of::<f64>();
-    (VALUES / (2 * cols + GROUP + 2)).max(16)
-}
+/// Latitudes per block of an order's kernel: for up to 8 columns (4
+/// fields) the block's rows of both parities and the recurrence's values
+/// (a group and the two degrees before it) stay within 23 KB, under a
+/// core's L1 data cache, while every degree is walked over them. Fixed,
+/// not fitted to the column count, so that a field's coefficients do not
+/// depend on how many fields share the batch (each block's sums are
+/// added to the rows in turn).
+const LAT_BLOCK: usize = 128;
 
 /// `LANES` columns from `c0` of row `k` of a `[half, cols]` block.
 fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
@@ -673,19 +679,16 @@ mod tests {
             .collect()
     }
 
-    /// Both kernels against the table they replace, on both grids, odd and
-    /// even latitude counts, a subset of orders (degree groups cut short at
-    /// `lmax`), 0 to 16 columns (the register blocks and their remainders).
     #[test]
     fn latitude_blocks_sum_to_the_table_products() {
-        // Enough columns that a block is 16 latitudes: the walked
-        // latitudes span two to four blocks, the last one short.
-        let cols = 300;
-        assert_eq!(lat_block(cols), 16);
+        // Two to three blocks per order, the last one short: whole grids
+        // (paired) and a band (unpaired), both kinds of functions, register
+        // blocks and remainder columns.
+        let cols = LANES + 3;
         for (grid, nlat, lats) in [
-            (LatitudeGrid::Equiangular, 41, 0..41),
-            (LatitudeGrid::LegendreGauss, 70, 0..70),
-            (LatitudeGrid::Equiangular, 61, 5..42),
+            (LatitudeGrid::Equiangular, 601, 0..601),
+            (LatitudeGrid::LegendreGauss, 520, 0..520),
+            (LatitudeGrid::Equiangular, 361, 20..300),
         ] {
             let q = Latitudes::new(nlat, grid).unwrap();
             let paired = lats == (0..nlat);
@@ -693,36 +696,104 @@ mod tests {
             let nk = lats.len();
             let lmax = 9;
             let orders = [0usize, 2, 7];
-            let rec = Recurrence::new(&orders, lmax, x, w, true, Seeds::Plain, paired);
-            assert!(rec.half() > lat_block(cols), "two blocks or more");
-            let s = field(orders.len() * nk * cols, 3);
-            let a = field(orders.len() * lmax * cols, 4);
-            let got_a = rec.analysis(&s, cols, true);
-            let got_s = rec.synthesis(&a, cols, true);
-            for (i, &m) in orders.iter().enumerate() {
-                let t = legendre_table(m..m + 1, lmax, x, true);
-                for l in 0..lmax {
-                    for c in (0..cols).step_by(37) {
-                        let want: f64 = (0..nk)
-                            .map(|k| w[k] * t[l * nk + k] * s[(i * nk + k) * cols + c])
-                            .sum();
-                        let got = got_a[(i * lmax + l) * cols + c];
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat} {lats:?}: analysis m {m} l {l} c {c}: {got} vs {want}"
-                        );
+            for seeds in [Seeds::Plain, Seeds::OverSine] {
+                let rec = Recurrence::new(&orders, lmax, x, w, true, seeds, paired);
+                assert!(rec.half() > 2 * LAT_BLOCK, "three blocks or more");
+                // The functions, every latitude: `[order, l, k]`.
+                let t = rec.table(false);
+                if seeds == Seeds::Plain {
+                    for (i, &m) in orders.iter().enumerate() {
+                        let want = legendre_table(m..m + 1, lmax, x, true);
+                        for (a, b) in t[i * lmax * nk..(i + 1) * lmax * nk].iter().zip(&want) {
+                            assert!((a - b).abs() < 1e-13, "table of order {m}: {a} vs {b}");
+                        }
                     }
                 }
-                for k in 0..nk {
-                    for c in (0..cols).step_by(37) {
-                        let want: f64 = w[k]
-                            * (0..lmax)
-                                .map(|l| t[l * nk + k] * a[(i * lmax + l) * cols + c])
-                                .sum::<f64>();
-                        let got = got_s[(i * nk + k) * cols + c];
-                        assert!(
-                            (got - want).abs() < 1e-13,
-                            "{grid:?} {nlat} {lats:?}: synthesis m {m} k {k} c {c}: {got} vs {want}"
+                let s = field(orders.len() * nk * cols, 3);
+                let a = field(orders.len() * lmax * cols, 4);
+                let got_a = rec.analysis(&s, cols, true);
+                let got_s = rec.synthesis(&a, cols, true);
+                for i in 0..orders.len() {
+                    let t = &t[i * lmax * nk..(i + 1) * lmax * nk];
+                    for l in 0..lmax {
+                        for c in 0..cols {
+                            let want: f64 = (0..nk)
+                                .map(|k| w[k] * t[l * nk + k] * s[(i * nk + k) * cols + c])
+                                .sum();
+                            let got = got_a[(i * lmax + l) * cols + c];
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat} {lats:?} {seeds:?}: analysis {i} l {l} c {c}: {got} vs {want}"
+                            );
+                        }
+                    }
+                    for k in 0..nk {
+                        for c in 0..cols {
+                            let want: f64 = w[k]
+                                * (0..lmax)
+                                    .map(|l| t[l * nk + k] * a[(i * lmax + l) * cols + c])
+                                    .sum::<f64>();
+                            let got = got_s[(i * nk + k) * cols + c];
+                            assert!(
+                                (got - want).abs() < 1e-13,
+                                "{grid:?} {nlat} {lats:?} {seeds:?}: synthesis {i} k {k} c {c}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_fields_result_does_not_depend_on_the_batch() {
+        // The same two columns alone, and inside a batch of 11 columns at a
+        // register block (0..2) and past the register blocks (8..10): the
+        // same bits, over several latitude blocks.
+        let nlat = 301;
+        let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
+        let (lmax, orders) = (20, [0usize, 5, 19]);
+        for seeds in [Seeds::Plain, Seeds::OverSine] {
+            let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true, seeds, true);
+            let one = field(orders.len() * nlat * 2, 5);
+            let coef = field(orders.len() * lmax * 2, 6);
+            let wide = 11;
+            let spread = |v: &[f64], rows: usize| -> Vec<f64> {
+                let mut out = field(orders.len() * rows * wide, 7);
+                for r in 0..orders.len() * rows {
+                    for c in 0..2 {
+                        out[r * wide + c] = v[r * 2 + c];
+                        out[r * wide + 8 + c] = v[r * 2 + c];
+                    }
+                }
+                out
+            };
+            for (direction, alone, batch, rows) in [
+                (
+                    "analysis",
+                    rec.analysis(&one, 2, true),
+                    rec.analysis(&spread(&one, nlat), wide, true),
+                    lmax,
+                ),
+                (
+                    "synthesis",
+                    rec.synthesis(&coef, 2, true),
+                    rec.synthesis(&spread(&coef, lmax), wide, true),
+                    nlat,
+                ),
+            ] {
+                for r in 0..orders.len() * rows {
+                    for c in 0..2 {
+                        let a = alone[r * 2 + c];
+                        assert_eq!(
+                            a.to_bits(),
+                            batch[r * wide + c].to_bits(),
+                            "{seeds:?} {direction}"
+                        );
+                        assert_eq!(
+                            a.to_bits(),
+                            batch[r * wide + 8 + c].to_bits(),
+                            "{seeds:?} {direction}"
                         );
                     }
                 }
@@ -730,6 +801,9 @@ mod tests {
         }
     }
 
+    /// Both kernels against the table they replace, on both grids, odd and
+    /// even latitude counts, a subset of orders (degree groups cut short at
+    /// `lmax`), 0 to 16 columns (the register blocks and their remainders).
     #[test]
     fn kernels_equal_the_table_products() {
         for (grid, nlat) in [
