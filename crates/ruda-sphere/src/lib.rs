@@ -19,27 +19,27 @@
 //! components) to spheroidal and toroidal coefficients `[.., 2, lmax,
 //! mmax, 2]`, in torch-harmonics' conventions (`RealVectorSHT`).
 //!
-//! The longitude transform is a real FFT (`realfft`); serially it runs
-//! inside one fused operation per direction with the Legendre step (and
-//! its adjoint recorded for autodiff), distributed as a Burn operation of
-//! its own. The Legendre step generates `P̄_l^m` (or
-//! the vector transforms' derivative functions) by the three-term
-//! recurrence inside the kernel, no tables, serially over mirrored
-//! latitude pairs and on a rank of a distributed transform over its own
-//! band of latitudes. The distributed transforms ([`DistributedRealSht`],
+//! On Flex (the CPU path) the longitude transform is a real FFT
+//! (`realfft`); serially it runs inside one fused operation per direction
+//! with the Legendre step (and its adjoint recorded for autodiff),
+//! distributed as a Burn operation of its own. The Legendre step generates
+//! `P̄_l^m` (or the vector transforms' derivative functions) by the
+//! three-term recurrence inside the kernel, without tables, serially over
+//! mirrored latitude pairs and on a rank of a distributed transform over
+//! its own band of latitudes. The distributed transforms ([`DistributedRealSht`],
 //! [`DistributedInverseRealSht`], [`DistributedRealVectorSht`],
 //! [`DistributedInverseRealVectorSht`]) use nothing but ruda-tensor's
 //! differentiable primitives (azimuth transposes, `reduce_from_scatter_to`
 //! and `gather_from_copy_to` over the polar ranks), so their gradients are
 //! exact too, for any split of the field that [`SphereLayout`] describes.
 //!
-//! Those kernels are the CPU path, for tensors on Flex. A tensor on any
-//! other backend (wgpu, CUDA, ROCm through CubeCL) stays on its device:
-//! there the longitude step is a DFT matmul and the Legendre step batched
-//! matmuls against the Legendre tables (what torch-harmonics does on
-//! GPUs), plain Burn tensor operations that autodiff differentiates, made
-//! from the host kernels' own values so that both paths compute the same
-//! maps; over a device-resident world
+//! A tensor on any other backend (wgpu, CUDA, ROCm through CubeCL) stays
+//! on its device: there the longitude step is a DFT matmul and the
+//! Legendre step batched matmuls against tables of the Legendre functions
+//! (what torch-harmonics does on GPUs), plain Burn tensor operations that
+//! autodiff differentiates. The matrices come from the same FFT and
+//! recurrence as the host kernels, so both paths compute the same maps up
+//! to rounding; over a device-resident world
 //! ([`DeviceWorld`](ruda_tensor::DeviceWorld)) the distributed transforms
 //! never leave the device.
 //!
@@ -87,6 +87,33 @@ mod sht;
 mod spec;
 mod vector_sht;
 mod vector_step;
+
+/// For ruda's own tests: the tensor-operation path on Flex.
+#[doc(hidden)]
+pub mod testing {
+    /// Run `f` with this thread's transforms on Flex taking the tensor
+    /// operations that every other backend takes (DFT and table matmuls),
+    /// so that the two paths can be compared on one machine; the thread's
+    /// previous choice is restored afterwards. Other threads (a world's
+    /// other ranks) are not affected: each calls it for itself.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{DType, Device, Tensor};
+    /// use ruda_sphere::{LatitudeGrid, RealSht, ShtSpec};
+    ///
+    /// let sht = RealSht::new(ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?);
+    /// let x = Tensor::<3>::ones([2, 9, 16], (&Device::flex(), DType::F64));
+    /// let host: Tensor<4> = sht.forward(x.clone())?;
+    /// let ops: Tensor<4> = ruda_sphere::testing::with_tensor_ops(|| sht.forward(x))?;
+    /// let diff: f64 = (host - ops).abs().max().into_scalar();
+    /// assert!(diff < 1e-13);
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
+    pub fn with_tensor_ops<R>(f: impl FnOnce() -> R) -> R {
+        crate::route::with_tensor_ops(f)
+    }
+}
 
 pub use distributed::{DistributedInverseRealSht, DistributedRealSht};
 pub use distributed_vector::{DistributedInverseRealVectorSht, DistributedRealVectorSht};

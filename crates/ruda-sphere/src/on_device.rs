@@ -12,10 +12,11 @@
 //!
 //! (what torch-harmonics does on GPUs: batched matmuls against Legendre
 //! tables, O(L³) values, held on the device). Every matrix is made once per
-//! transform, device and dtype from the host kernels themselves (the DFT
+//! transform, device and dtype from the host kernels' own code (the DFT
 //! matrices are [`Modes`] applied to the identity, the tables the
-//! recurrence's own values), so both paths compute the same linear maps;
-//! it is uploaded in the input's dtype and kept ([`DeviceConstants`]).
+//! recurrence's values, walked without fused multiply-adds), so both paths
+//! compute the same linear maps up to rounding; it is uploaded in the
+//! input's dtype and kept ([`DeviceConstants`]).
 //!
 //! [`Recurrence::table`]: crate::legendre_kernel::Recurrence::table
 
@@ -58,15 +59,28 @@ impl DeviceConstants {
         make: impl FnOnce() -> (Vec<f64>, [usize; 3]),
     ) -> Tensor<3> {
         let device = device.clone().inner();
+        let find = |held: &[(Device, DType, Tensor<3>)]| {
+            held.iter()
+                .find(|(d, t, _)| *d == device && *t == dtype)
+                .map(|(_, _, t)| t.clone())
+        };
         // A panic while the lock was held leaves at worst a missing entry.
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, t)) = held.iter().find(|(d, t, _)| *d == device && *t == dtype) {
-            return t.clone();
+        let lock = || self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = find(&lock()) {
+            return t;
         }
+        // Made without the lock: `make` runs rayon loops, whose waiting
+        // thread may pick up another task of the caller's that asks for
+        // this matrix; and other devices need not wait. Two threads may
+        // make the same matrix at once; the first one kept wins.
         let (values, shape) = make();
-        let t = Tensor::<3>::from_data(TensorData::new(values, shape), (&device, dtype));
-        held.push((device, dtype, t.clone()));
-        t
+        let made = Tensor::<3>::from_data(TensorData::new(values, shape), (&device, dtype));
+        let mut held = lock();
+        if let Some(t) = find(&held) {
+            return t;
+        }
+        held.push((device, dtype, made.clone()));
+        made
     }
 }
 
@@ -143,6 +157,7 @@ pub(crate) fn lon_forward(x: Tensor<3>, modes: Modes, dft: &DeviceConstants) -> 
         reshape(x, rows_first)
     } else {
         let f = dft.get(&x.device(), x.dtype(), || forward_matrix(modes));
+        debug_assert_eq!(f.dims(), [1, n, 2 * mm], "a forward transform's DFT matrix");
         reshape(reshape(x, [1, b * k, n]).matmul(f), rows_first)
     };
     match modes.layout {
@@ -164,6 +179,11 @@ pub(crate) fn lon_inverse(c: Tensor<4>, modes: Modes, dft: &DeviceConstants) -> 
         return reshape(c, [b, k, n]);
     }
     let g = dft.get(&c.device(), c.dtype(), || inverse_matrix(modes));
+    debug_assert_eq!(
+        g.dims(),
+        [1, 2 * mm, n],
+        "an inverse transform's DFT matrix"
+    );
     reshape(reshape(c, [1, b * k, 2 * mm]).matmul(g), [b, k, n])
 }
 

@@ -1,10 +1,12 @@
 //! From Burn's backend-free [`Tensor`] to where the transforms' steps run:
-//! the host kernels for a tensor on Flex (with or without autodiff), the
-//! tensor operations of [`crate::on_device`] for a tensor anywhere else.
+//! the host kernels for a tensor on Flex (with or without autodiff, with or
+//! without gradient checkpointing), the tensor operations of
+//! [`crate::on_device`] for a tensor anywhere else.
 
 use alloc::format;
 
 use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn_backend::tensor::FloatTensor;
 use burn_dispatch::{DispatchAutodiffContext, GradientCheckpointingStrategy};
 use burn_flex::Flex;
@@ -29,17 +31,31 @@ pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), SphereEr
     }
 }
 
+std::thread_local! {
+    /// Whether this thread's transforms take the tensor-operation path on
+    /// Flex too ([`crate::testing::with_tensor_ops`]).
+    static TENSOR_OPS: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Run `f` with this thread's transforms on Flex taking the tensor
+/// operations of [`crate::on_device`], as on any other backend; the
+/// thread's previous choice is restored afterwards, panic or not.
+pub(crate) fn with_tensor_ops<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TENSOR_OPS.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(TENSOR_OPS.with(|t| t.replace(true)));
+    f()
+}
+
 /// Whether a tensor on `device` runs the host kernels (Flex, with or
-/// without autodiff) rather than the tensor operations of
-/// [`crate::on_device`] (every other backend, and Flex under gradient
-/// checkpointing, which the host kernels' recorded adjoints do not
-/// implement).
+/// without autodiff and gradient checkpointing) rather than the tensor
+/// operations of [`crate::on_device`] (every other backend).
 pub(crate) fn host_kernels(device: &burn_tensor::Device) -> bool {
-    let checkpointing = !matches!(
-        device.gradient_checkpointing_strategy(),
-        None | Some(GradientCheckpointingStrategy::Disabled)
-    );
-    !checkpointing
+    !TENSOR_OPS.with(|t| t.get())
         && matches!(
             device.clone().inner().as_dispatch(),
             burn_dispatch::DispatchDevice::Flex(_)
@@ -78,10 +94,13 @@ fn route<const D: usize, const E: usize>(
                 f.apply::<Autodiff<Flex>>(t),
             ))
         }
-        DispatchAutodiffContext::Enabled(strategy) => Err(SphereError::Device {
-            op,
-            message: format!("autodiff with gradient checkpointing {strategy:?} is not supported"),
-        }),
+        DispatchAutodiffContext::Enabled(GradientCheckpointingStrategy::Balanced) => {
+            type B = Autodiff<Flex, BalancedCheckpointing>;
+            let t = Tensor::<D>::from_dispatch(dispatch)
+                .try_into_primitive::<B>()
+                .map_err(unsupported)?;
+            Ok(Tensor::from_primitive::<B>(f.apply::<B>(t)))
+        }
     }
 }
 

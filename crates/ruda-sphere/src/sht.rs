@@ -127,13 +127,13 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
 /// three-term recurrence inside the kernel, over the northern latitudes
 /// with their mirrored southern partners (no O(L³) table: a 721×1440
 /// transform holds O(L²) values), in f64 whatever the input's precision.
-/// On any other backend (wgpu, CUDA, ROCm through CubeCL), and on Flex
-/// under gradient checkpointing, the tensor stays on its device: the
-/// longitude step is a DFT matmul and the Legendre step batched matmuls
-/// against the table of `P̄_l^m` (what torch-harmonics does on GPUs), in
-/// the tensor's precision. The matrices are made on first use on a device
-/// and kept with the transform: O(mmax · lmax · nlat) values, 0.75 GB in
-/// f64 (0.38 GB in f32) at 721×1440.
+/// On any other backend (wgpu, CUDA, ROCm through CubeCL) the tensor stays
+/// on its device: the longitude step is a DFT matmul and the Legendre step
+/// batched matmuls against the table of `P̄_l^m` (what torch-harmonics does
+/// on GPUs), in the tensor's precision. The matrices are made on first use
+/// on a device and kept with the transform: O(mmax · lmax · nlat) values,
+/// 0.75 GB in f64 (0.38 GB in f32) at 721×1440 on the equiangular grid, 4
+/// times that on a Legendre–Gauss grid of 721 latitudes.
 ///
 /// # Example
 /// ```

@@ -1,6 +1,9 @@
 //! Empty batches: the transforms of zero fields give zero coefficients
-//! (and back), on the autodiff graph (the backward pass reaches the input
-//! with an empty gradient), serially and distributed; never a panic.
+//! (and back), on the autodiff graph (the backward pass, through a binary
+//! operation on the result, reaches the input with an empty gradient),
+//! scalar and vector, serially and distributed (host-staged and
+//! device-resident), on the host kernels and the tensor operations; never
+//! a panic.
 
 mod common;
 
@@ -8,19 +11,30 @@ use burn_tensor::{DType, Device, Tensor};
 use common::tensor;
 use ruda_comm::LocalWorld;
 use ruda_sphere::{
-    DistributedInverseRealSht, DistributedRealSht, InverseRealSht, LatitudeGrid, RealSht, ShtSpec,
-    SphereError,
+    DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
+    RealVectorSht, ShtSpec, SphereError,
 };
-use ruda_tensor::ProcessGrid;
+use ruda_tensor::{DeviceWorld, Group, ProcessGrid};
 
-/// Autodiff devices where the transforms' steps are the host kernels
-/// (Flex) and where they are tensor operations (Flex under gradient
-/// checkpointing, the path of every other backend).
-fn tracked_devices() -> [Device; 2] {
+/// The paths to check, as (autodiff device, tensor operations): the host
+/// kernels on Flex with and without gradient checkpointing, and the tensor
+/// operations of every other backend (here on Flex).
+fn paths() -> [(Device, bool); 3] {
     [
-        Device::flex().autodiff(),
-        Device::flex().autodiff().gradient_checkpointing(),
+        (Device::flex().autodiff(), false),
+        (Device::flex().autodiff().gradient_checkpointing(), false),
+        (Device::flex().autodiff(), true),
     ]
+}
+
+/// `f` on the path `ops` says.
+fn on_path<R>(ops: bool, f: impl FnOnce() -> R) -> R {
+    if ops {
+        ruda_sphere::testing::with_tensor_ops(f)
+    } else {
+        f()
+    }
 }
 
 fn spec() -> ShtSpec {
@@ -47,61 +61,102 @@ fn the_serial_transforms_of_an_empty_batch_are_empty() {
     }
 }
 
+/// `y·y` summed and differentiated: a binary operation on the result (an
+/// empty tensor a collective handed out must survive one), then the
+/// gradient of `x`, which must exist and have `x`'s shape.
+fn backward_through<const D: usize, const E: usize>(x: &Tensor<D>, y: Tensor<E>, what: &str) {
+    let grads = (y.clone() * y).sum().backward();
+    let g = x
+        .grad(&grads)
+        .unwrap_or_else(|| panic!("{what}: no gradient"));
+    assert_eq!(g.dims(), x.dims(), "{what}: gradient shape");
+}
+
 #[test]
 fn the_serial_transforms_of_an_empty_batch_are_tracked_with_an_empty_gradient() {
     let s = spec();
     let (h, w, l, m) = (s.nlat(), s.nlon(), s.lmax(), s.mmax());
-    for device in tracked_devices() {
-        let x = tensor(Vec::new(), [0, h, w], &device).require_grad();
-        let c: Tensor<4> = RealSht::new(s).forward(x.clone()).unwrap();
-        assert_eq!(c.dims(), [0, l, m, 2], "{device:?}");
-        let grads = c.sum().backward();
-        let g = x.grad(&grads).expect("x has a gradient");
-        assert_eq!(g.dims(), [0, h, w], "{device:?}");
+    for (device, ops) in paths() {
+        let what = format!("{device:?}, tensor operations {ops}");
+        on_path(ops, || {
+            let x = tensor(Vec::new(), [0, h, w], &device).require_grad();
+            let c: Tensor<4> = RealSht::new(s).forward(x.clone()).unwrap();
+            assert_eq!(c.dims(), [0, l, m, 2], "{what}");
+            backward_through(&x, c, &what);
+            let c = tensor(Vec::new(), [0, l, m, 2], &device).require_grad();
+            let y: Tensor<3> = InverseRealSht::new(s).forward(c.clone()).unwrap();
+            assert_eq!(y.dims(), [0, h, w], "{what}");
+            backward_through(&c, y, &what);
 
-        let c = tensor(Vec::new(), [0, l, m, 2], &device).require_grad();
-        let y: Tensor<3> = InverseRealSht::new(s).forward(c.clone()).unwrap();
-        assert_eq!(y.dims(), [0, h, w], "{device:?}");
-        let grads = y.sum().backward();
-        let g = c.grad(&grads).expect("c has a gradient");
-        assert_eq!(g.dims(), [0, l, m, 2], "{device:?}");
+            let x = tensor(Vec::new(), [0, 2, h, w], &device).require_grad();
+            let c: Tensor<5> = RealVectorSht::new(s).forward(x.clone()).unwrap();
+            assert_eq!(c.dims(), [0, 2, l, m, 2], "vector, {what}");
+            backward_through(&x, c, &what);
+            let c = tensor(Vec::new(), [0, 2, l, m, 2], &device).require_grad();
+            let y: Tensor<4> = InverseRealVectorSht::new(s).forward(c.clone()).unwrap();
+            assert_eq!(y.dims(), [0, 2, h, w], "vector, {what}");
+            backward_through(&c, y, &what);
+        });
     }
+}
+
+/// One rank's empty batches through the four distributed transforms.
+fn rank_part<G: Group>(
+    grid: &ProcessGrid<G>,
+    device: &Device,
+    what: &str,
+) -> Result<(), SphereError> {
+    let s = spec();
+    let sht = DistributedRealSht::new(grid, s)?;
+    let isht = DistributedInverseRealSht::new(grid, s)?;
+    let vsht = DistributedRealVectorSht::new(grid, s)?;
+    let ivsht = DistributedInverseRealVectorSht::new(grid, s)?;
+    let lay = sht.layout().clone();
+    let (lat, lon) = (lay.lat_range().len(), lay.lon_range().len());
+    let (ls, ms) = (lay.l_range().len(), lay.orders().len());
+
+    let x = tensor(Vec::new(), [0, lat, lon], device).require_grad();
+    let c: Tensor<4> = sht.forward(x.clone())?;
+    assert_eq!(c.dims(), [0, ls, ms, 2], "{what}");
+    backward_through(&x, c, what);
+    let c = tensor(Vec::new(), [0, ls, ms, 2], device).require_grad();
+    let y: Tensor<3> = isht.forward(c.clone())?;
+    assert_eq!(y.dims(), [0, lat, lon], "{what}");
+    backward_through(&c, y, what);
+
+    let x = tensor(Vec::new(), [0, 2, lat, lon], device).require_grad();
+    let c: Tensor<5> = vsht.forward(x.clone())?;
+    assert_eq!(c.dims(), [0, 2, ls, ms, 2], "vector, {what}");
+    backward_through(&x, c, what);
+    let c = tensor(Vec::new(), [0, 2, ls, ms, 2], device).require_grad();
+    let y: Tensor<4> = ivsht.forward(c.clone())?;
+    assert_eq!(y.dims(), [0, 2, lat, lon], "vector, {what}");
+    backward_through(&c, y, what);
+    Ok(())
 }
 
 #[test]
 fn the_distributed_transforms_of_an_empty_batch_are_empty_and_tracked() {
-    let s = spec();
-    for ((p, a), device) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3)]
-        .into_iter()
-        .flat_map(|g| tracked_devices().map(|d| (g, d)))
-    {
-        LocalWorld::new(p * a)
-            .run(|comm| {
-                let grid = ProcessGrid::new(comm, p, a)?;
-                let sht = DistributedRealSht::new(&grid, s)?;
-                let isht = DistributedInverseRealSht::new(&grid, s)?;
-                let lay = sht.layout().clone();
-                let (lat, lon) = (lay.lat_range().len(), lay.lon_range().len());
-                let (ls, ms) = (lay.l_range().len(), lay.orders().len());
-                let x = tensor(Vec::new(), [0, lat, lon], &device).require_grad();
-                let c: Tensor<4> = sht.forward(x.clone())?;
-                assert_eq!(c.dims(), [0, ls, ms, 2], "{p}x{a}");
-                let grads = c.sum().backward();
-                assert_eq!(
-                    x.grad(&grads).expect("x has a gradient").dims(),
-                    [0, lat, lon]
-                );
-
-                let c = tensor(Vec::new(), [0, ls, ms, 2], &device).require_grad();
-                let y: Tensor<3> = isht.forward(c.clone())?;
-                assert_eq!(y.dims(), [0, lat, lon], "{p}x{a}");
-                let grads = y.sum().backward();
-                assert_eq!(
-                    c.grad(&grads).expect("c has a gradient").dims(),
-                    [0, ls, ms, 2]
-                );
-                Ok::<_, SphereError>(())
-            })
-            .unwrap_or_else(|e| panic!("{p}x{a} on {device:?}: {e}"));
+    // Host-staged and device-resident ranks, on every path.
+    for (p, a) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3)] {
+        for (device, ops) in paths() {
+            let what = format!("{p}x{a} on {device:?}, tensor operations {ops}");
+            LocalWorld::new(p * a)
+                .run(|comm| {
+                    on_path(ops, || {
+                        let grid = ProcessGrid::new(comm, p, a)?;
+                        rank_part(&grid, &device, &format!("host-staged {what}"))
+                    })
+                })
+                .unwrap_or_else(|e| panic!("host-staged {what}: {e}"));
+            DeviceWorld::shared(p * a, Device::flex())
+                .run(|group, _| {
+                    on_path(ops, || {
+                        let grid = ProcessGrid::from_group(group, p, a)?;
+                        rank_part(&grid, &device, &format!("device-resident {what}"))
+                    })
+                })
+                .unwrap_or_else(|e| panic!("device-resident {what}: {e}"));
+        }
     }
 }
