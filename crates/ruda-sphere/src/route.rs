@@ -257,3 +257,32 @@ pub(crate) fn vsht_synthesis(
 ) -> Result<Tensor<3>, SphereError> {
     route(op, c, FusedVectorSynthesis(f))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tensor_operation_choice_is_this_threads_and_is_restored() {
+        let flex = burn_tensor::Device::flex();
+        assert!(host_kernels(&flex));
+        assert!(host_kernels(
+            &flex.clone().autodiff().gradient_checkpointing()
+        ));
+        with_tensor_ops(|| {
+            assert!(!host_kernels(&flex));
+            // Nested: still on, and still on once the inner call returns.
+            with_tensor_ops(|| assert!(!host_kernels(&flex)));
+            assert!(!host_kernels(&flex));
+            // Another thread keeps the host kernels.
+            std::thread::scope(|s| {
+                s.spawn(|| assert!(host_kernels(&flex))).join().unwrap();
+            });
+        });
+        assert!(host_kernels(&flex));
+        // Restored after a panic too.
+        let caught = std::panic::catch_unwind(|| with_tensor_ops(|| panic!("inside")));
+        assert!(caught.is_err());
+        assert!(host_kernels(&flex));
+    }
+}

@@ -146,6 +146,10 @@ pub fn normalize_dim(dim: isize, ndim: usize) -> Result<usize, LayoutError> {
 }
 
 /// `len` entries of `x` along `dim` from `start` (no bounds beyond Burn's).
+/// A part with no elements is a fresh zero-size tensor rather than a view:
+/// Flex's kernels index a view's offset into its storage even when there
+/// is nothing to read, and a range of an empty tensor (a swapped `[0, n]`
+/// seen as `[n, 0]`) can start past its storage.
 pub(crate) fn narrow<B: Backend>(
     x: FloatTensor<B>,
     dim: usize,
@@ -155,6 +159,12 @@ pub(crate) fn narrow<B: Backend>(
     let shape = x.shape();
     if start == 0 && len == shape[dim] {
         return x;
+    }
+    let mut dims = shape.to_vec();
+    dims[dim] = len;
+    if dims.iter().product::<usize>() == 0 {
+        let dtype = burn_backend::FloatDType::from(x.dtype());
+        return B::float_zeros(Shape::from(dims), &x.device(), dtype);
     }
     let slices: Vec<Slice> = (0..shape.num_dims())
         .map(|d| {
@@ -413,4 +423,26 @@ pub fn compute_polar_halo_radius(
         });
     }
     Ok(radius)
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use super::*;
+    use burn_backend::ops::FloatTensorOps;
+    use burn_backend::{DType, TensorData};
+    use burn_flex::{Flex, FlexDevice};
+
+    #[test]
+    fn an_empty_range_of_a_swapped_empty_tensor_is_usable() {
+        // [0, 3] seen as [3, 0]: rows 1..2 of it would be a view past the
+        // (empty) storage.
+        let x = Flex::float_from_data(TensorData::new(Vec::<f64>::new(), [0, 3]), &FlexDevice);
+        let x = Flex::float_swap_dims(x, 0, 1);
+        let part = narrow::<Flex>(x, 0, 1, 1);
+        assert_eq!(part.shape().to_vec(), [1, 0]);
+        assert_eq!(part.dtype(), DType::F64);
+        // The next operation on it must not index out of range.
+        let sum = Flex::float_add(part.clone(), part);
+        assert_eq!(sum.shape().to_vec(), [1, 0]);
+    }
 }
