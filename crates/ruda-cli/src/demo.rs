@@ -23,7 +23,9 @@
 //! that involves no communication at all. Ranks are threads (tensors
 //! staged through host memory by the local transport, or, with
 //! [`DemoTransport::Device`], kept on their shared Flex device by the
-//! device-resident group), or MPI processes under `mpirun` (feature `mpi`).
+//! device-resident group, or with [`DemoTransport::Wgpu`] on wgpu's default
+//! adapter, the serial model there too), or MPI processes under `mpirun`
+//! (feature `mpi`; on Flex, whatever the transport asked).
 
 pub mod model;
 pub mod problem;
@@ -95,7 +97,9 @@ impl DemoTransport {
     /// The device the models train on.
     ///
     /// # Errors
-    /// [`DemoError::Unavailable`] for wgpu in a build without it.
+    /// [`DemoError::Unavailable`] for wgpu in a build without it;
+    /// [`DemoError::NoF64`] for an adapter without f64 (the demo trains in
+    /// f64).
     ///
     /// # Example
     /// ```
@@ -106,9 +110,14 @@ impl DemoTransport {
         match self {
             DemoTransport::Threads | DemoTransport::Device => Ok(burn_tensor::Device::flex()),
             #[cfg(feature = "wgpu")]
-            DemoTransport::Wgpu => Ok(burn_tensor::Device::wgpu(
-                burn_tensor::DeviceKind::DefaultDevice,
-            )),
+            DemoTransport::Wgpu => {
+                let device = burn_tensor::Device::wgpu(burn_tensor::DeviceKind::DefaultDevice);
+                if device.supports_dtype(burn_tensor::DType::F64) {
+                    Ok(device)
+                } else {
+                    Err(DemoError::NoF64("wgpu's default adapter"))
+                }
+            }
             #[cfg(not(feature = "wgpu"))]
             DemoTransport::Wgpu => Err(DemoError::Unavailable("wgpu")),
         }
@@ -162,6 +171,9 @@ pub enum DemoError {
     /// A device this build does not have.
     #[error("this ruda was built without {0}: rebuild it with `--features {0}`")]
     Unavailable(&'static str),
+    /// A device without f64, which the demo trains in.
+    #[error("{0} has no f64, which the demo trains in")]
+    NoF64(&'static str),
 }
 
 /// One optimisation step as one rank saw it.

@@ -457,7 +457,11 @@ fn main() -> ExitCode {
             match run_demo(&cfg, transport, &mut out) {
                 Ok(v) if v.agree => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
-                Err(e @ (demo::DemoError::Grid { .. } | demo::DemoError::Unavailable(_))) => {
+                Err(
+                    e @ (demo::DemoError::Grid { .. }
+                    | demo::DemoError::Unavailable(_)
+                    | demo::DemoError::NoF64(_)),
+                ) => {
                     eprintln!("ruda demo: {e}");
                     ExitCode::from(USAGE)
                 }

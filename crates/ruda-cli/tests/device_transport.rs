@@ -241,6 +241,11 @@ fn the_demo_on_wgpu_equals_the_run_on_flex() {
         channels: 1,
         ..DemoConfig::default()
     };
+    let device = DemoTransport::Wgpu.device().expect("lavapipe has f64");
+    assert!(
+        !format!("{device:?}").contains("Flex"),
+        "the wgpu transport's device is not Flex: {device:?}"
+    );
     let bar = indicatif::ProgressBar::hidden();
     let host = train_on(&cfg, 2, 2, DemoTransport::Threads, &bar).unwrap();
     let wgpu = train_on(&cfg, 2, 2, DemoTransport::Wgpu, &bar).unwrap();

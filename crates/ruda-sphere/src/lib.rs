@@ -95,7 +95,10 @@ pub mod testing {
     /// operations that every other backend takes (DFT and table matmuls),
     /// so that the two paths can be compared on one machine; the thread's
     /// previous choice is restored afterwards. Other threads (a world's
-    /// other ranks) are not affected: each calls it for itself.
+    /// other ranks) are not affected: each calls it for itself. Tables made
+    /// under it stay with the transform until it is dropped, and a rayon
+    /// worker that calls it may run stolen tasks of its caller's on this
+    /// path: for tests, not for production code.
     ///
     /// # Example
     /// ```

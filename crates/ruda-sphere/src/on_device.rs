@@ -71,8 +71,10 @@ impl DeviceConstants {
         }
         // Made without the lock: `make` runs rayon loops, whose waiting
         // thread may pick up another task of the caller's that asks for
-        // this matrix; and other devices need not wait. Two threads may
-        // make the same matrix at once; the first one kept wins.
+        // this matrix; and other devices need not wait. Threads that use a
+        // transform on a device for the first time at once each make the
+        // matrix (and hold it until this returns); the first one kept
+        // wins, the others are dropped.
         let (values, shape) = make();
         let made = Tensor::<3>::from_data(TensorData::new(values, shape), (&device, dtype));
         let mut held = lock();
