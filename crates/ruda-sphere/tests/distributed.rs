@@ -264,18 +264,8 @@ fn max_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
 }
 
+/// One rank's check; the caller runs it inside `setup.within`.
 fn run_rank<G: Group>(
-    world: G,
-    setup: &Setup,
-    kind: Kind,
-    grid_shape: (usize, usize),
-    spec: ShtSpec,
-    s: &Serial,
-) -> Result<RankReport, SphereError> {
-    setup.within(|| run_rank_here(world, setup, kind, grid_shape, spec, s))
-}
-
-fn run_rank_here<G: Group>(
     world: G,
     setup: &Setup,
     kind: Kind,
@@ -371,10 +361,11 @@ fn check_on(kind: Kind, spec: ShtSpec, grids: &[(usize, usize)], setup: &Setup) 
         let n = p * a;
         let reports = if setup.resident {
             DeviceWorld::shared(n, setup.device.clone())
-                .run(|g, _| run_rank(g, setup, kind, (p, a), spec, &s))
+                .run(|g, _| setup.within(|| run_rank(g, setup, kind, (p, a), spec, &s)))
         } else {
-            LocalWorld::new(n)
-                .run(|comm| run_rank(HostCollective::new(comm), setup, kind, (p, a), spec, &s))
+            LocalWorld::new(n).run(|comm| {
+                setup.within(|| run_rank(HostCollective::new(comm), setup, kind, (p, a), spec, &s))
+            })
         }
         .unwrap_or_else(|e| panic!("{kind:?} {p}x{a} {spec:?} on {setup:?}: {e}"));
         for (rank, r) in reports.iter().enumerate() {
