@@ -83,7 +83,7 @@ fn conformance_on_one_to_four_ranks() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 11 passed, 0 failed"
+                "mpi conformance on {n} ranks: 12 passed, 0 failed"
             )),
             "{t}"
         );
@@ -100,21 +100,21 @@ fn conformance_without_the_per_call_checks() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 11 passed, 0 failed"
+                "mpi conformance on {n} ranks: 12 passed, 0 failed"
             )),
             "{t}"
         );
     }
 }
 
-/// Checked collectives on the caller's buffers (`staged(false)`) give the
-/// same results.
+/// Checked collectives on copies (`staged(true)`) give the same results
+/// as on the caller's buffers (the default, above).
 #[test]
-fn conformance_with_the_data_phase_on_the_callers_buffers() {
+fn conformance_with_the_data_phase_on_copies() {
     for n in [2, 3] {
         let Some((out, _)) = launch(
             n,
-            &["conformance", "--unstaged"],
+            &["conformance", "--staged"],
             false,
             Duration::from_secs(300),
         ) else {
@@ -124,7 +124,7 @@ fn conformance_with_the_data_phase_on_the_callers_buffers() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 11 passed, 0 failed"
+                "mpi conformance on {n} ranks: 12 passed, 0 failed"
             )),
             "{t}"
         );
@@ -133,7 +133,7 @@ fn conformance_with_the_data_phase_on_the_callers_buffers() {
 
 #[test]
 fn mismatches_are_errors_on_every_rank() {
-    for (n, passed) in [(1, 3), (2, 6), (3, 6)] {
+    for (n, passed) in [(1, 3), (2, 7), (3, 7)] {
         let Some((out, _)) = launch(n, &["failures"], false, Duration::from_secs(120)) else {
             return;
         };
@@ -177,7 +177,7 @@ fn the_environment_cannot_turn_the_checks_off() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(
-        t.contains("mpi failures on 2 ranks: 6 passed, 0 failed"),
+        t.contains("mpi failures on 2 ranks: 7 passed, 0 failed"),
         "{t}"
     );
 }
@@ -220,14 +220,20 @@ fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
 
 /// A rank that arrives just after one peer's deadline but before
 /// another's: its record exchange completes with the second, which then
-/// moves to the data phase that the first (timed out) never joins. Every
-/// rank must end within twice its timeout (arrival, then the data phase's
-/// own deadline) plus a margin, with the right result
-/// or a `Timeout` (the mode checks both and prints a line per rank), and
-/// the job must end (it is aborted: the ranks timed out).
+/// moves to the data phase that the first (timed out) never joins. With
+/// the data phase on copies (`staged(true)`) every rank must end within
+/// twice its timeout (arrival, then the data phase's own deadline) plus a
+/// margin, with the right result or a `Timeout` (the mode checks both and
+/// prints a line per rank), and the job must end (it is aborted: the ranks
+/// timed out).
 #[test]
-fn a_straggler_that_completes_some_record_exchanges_ends_every_rank_in_time() {
-    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
+fn a_staged_straggler_ends_every_rank_in_time() {
+    let Some((out, took)) = launch(
+        3,
+        &["straggler", "--staged"],
+        false,
+        Duration::from_secs(60),
+    ) else {
         return;
     };
     let t = text(&out);
@@ -247,26 +253,42 @@ fn a_straggler_that_completes_some_record_exchanges_ends_every_rank_in_time() {
     assert!(!t.contains("FAILED"), "{t}");
 }
 
-/// The same straggler with the data phase on the caller's buffers
-/// (`staged(false)`): the ranks left in the data phase cannot return while
-/// MPI may still write their buffers, so they abort the job at their
-/// deadline, saying why; the job ends promptly (no rank waits for the one
-/// that timed out to abort it).
+/// The same straggler with the data phase on the caller's buffers (the
+/// default): ranks 0 and 2 are left in the data phase, which rank 1 never
+/// joins; they cannot return while MPI may still write their buffers, so
+/// at their deadline each holds a roll call, names the call, itself, the
+/// peer that never joined (rank 1) and the one still in it, and the job is
+/// aborted with exit code 75, promptly (no rank waits for the one that
+/// timed out to abort it).
 #[test]
-fn an_unstaged_straggler_aborts_the_job_at_the_deadline() {
-    let Some((out, took)) = launch(
-        3,
-        &["straggler", "--unstaged"],
-        false,
-        Duration::from_secs(60),
-    ) else {
+fn a_straggler_left_out_of_the_data_phase_ends_the_job_naming_it() {
+    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
         return;
     };
     let t = text(&out);
     assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
-    assert!(!out.status.success(), "the job must be aborted:\n{t}");
+    assert_eq!(out.status.code(), Some(75), "the job must be aborted:\n{t}");
     assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
-    assert!(t.contains("data phase not staged"), "{t}");
+    for (me, other) in [(0, 2), (2, 0)] {
+        let line = t
+            .lines()
+            .find(|l| l.contains(&format!("on rank {me} (world rank {me})")))
+            .unwrap_or_else(|| panic!("no watchdog line from rank {me}:\n{t}"));
+        assert!(
+            line.contains("all_reduce (call 1, 4096 elements)"),
+            "{line}"
+        );
+        assert!(line.contains("did not complete within 1.5s"), "{line}");
+        assert!(
+            line.contains("never joined it or cannot be reached: rank 1 (world rank 1);"),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("still in it: rank {other} (world rank {other})")),
+            "{line}"
+        );
+        assert!(line.contains("exit code 75"), "{line}");
+    }
     // The rank that timed out in its record exchange still reports it.
     assert!(
         t.contains("rank 1: straggler ended within twice the timeout"),

@@ -1,13 +1,15 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--unstaged] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
 //! sides. SIZES defaults to `4K,1M,16M,64M`.
 //!
-//! `--unstaged` measures the checked collectives working on the caller's
-//! buffers instead of copies (`MpiWorldBuilder::staged(false)`).
+//! By default ruda's collectives are checked and work on the caller's
+//! buffers under the watchdog (the default world). `--staged` measures the
+//! checked collectives on copies instead (`MpiWorldBuilder::staged(true)`,
+//! the mode whose calls return a `Timeout` rather than end the job).
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
@@ -36,10 +38,10 @@ fn main() {
         // guarantees that every rank of the job gets the same arguments.
         builder = unsafe { builder.unchecked() };
     }
-    if args.iter().any(|a| a == "--unstaged") {
-        // Checked collectives on the caller's buffers (a peer missing from
-        // a data phase aborts the job instead of returning a Timeout).
-        builder = builder.staged(false);
+    if args.iter().any(|a| a == "--staged") {
+        // Checked collectives on copies (a peer missing from a data phase
+        // is a Timeout instead of ending the job).
+        builder = builder.staged(true);
     }
     let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");

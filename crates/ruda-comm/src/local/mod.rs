@@ -3,7 +3,7 @@
 mod affinity;
 mod communicator;
 mod group;
-mod kernels;
+pub(crate) mod kernels;
 mod p2p;
 mod sync;
 mod world;

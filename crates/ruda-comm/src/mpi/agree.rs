@@ -1,15 +1,18 @@
 //! The record exchange that opens every checked MPI collective: each rank
 //! sends its call record (fingerprint, buffer lengths, count lists) to
-//! every peer and receives theirs, with the deadline. A record that never
+//! every peer and receives theirs, with the deadline; a small call's data
+//! travels in the same messages ([`super::inline`]). A record that never
 //! comes names a rank that did not arrive; the records that came go
 //! through the rules every transport applies ([`crate::validate`]), so
 //! every rank reports the same error before any data moves.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use mpi::ffi;
 
+use super::inline::{self, Inbox, Parcel};
 use super::raw::count;
 use super::wait::{Inflight, ReqKind};
 use crate::validate::{self, CallArgs, wire};
@@ -17,6 +20,9 @@ use crate::{CommError, DType, ErrorContext};
 
 /// The tag of call records on a communicator's control channel.
 pub(crate) const TAG_RECORD: c_int = 10;
+
+/// The tag of the data a small call sends with its record.
+const TAG_INLINE: c_int = 14;
 
 /// Where the exchange runs.
 pub(crate) struct Channel<'a> {
@@ -26,61 +32,202 @@ pub(crate) struct Channel<'a> {
     pub size: usize,
 }
 
-/// Exchange records with every peer and check them all.
+/// The outcome of an exchange whose records passed the verdict: every
+/// rank's message slot, and whether the call went inline (its data came
+/// with the records and no data phase is needed).
+pub(crate) struct Agreed {
+    buf: Vec<u64>,
+    slot: usize,
+    record: usize,
+    me: usize,
+    /// Whether the call's data came with the records.
+    pub(crate) inline: bool,
+}
+
+impl Agreed {
+    /// The payloads that came with the records.
+    pub(crate) fn inbox(&self) -> Inbox<'_> {
+        Inbox {
+            slots: &self.buf,
+            slot: self.slot,
+            record: self.record,
+            me: self.me,
+        }
+    }
+
+    /// Hand the message buffer back for the next call.
+    pub(crate) fn release(self, store: &Mutex<Vec<u64>>) {
+        *store.lock().unwrap_or_else(|e| e.into_inner()) = self.buf;
+    }
+}
+
+/// Exchange records (and, for a small call, its data: `parcel`) with every
+/// peer and check them all.
+///
+/// Every message lives in one buffer, kept in `store` between calls (a
+/// call never overlaps another on its communicator), so that an exchange
+/// allocates nothing once warm: slot `q` receives rank `q`'s messages
+/// (this rank's own slot holds its record), and the slots after the `n`th
+/// hold what this rank sends (one for all peers, or one per peer). A slot
+/// is a record of [`wire::words`] words, the payload's length in bytes,
+/// and room for the payload, which travels as a second message.
 ///
 /// # Errors
 /// [`CommError::Timeout`] naming the ranks whose record did not come by the
-/// deadline; the argument errors of [`validate::verdict`], the same on
-/// every rank;
-/// [`CommError::Transport`] when MPI fails.
+/// deadline (the buffer is then left to MPI, leaked); the argument errors
+/// of [`validate::verdict`], the same on every rank, then
+/// [`super::raw::fits_int`]'s on every rank's record; [`CommError::Transport`]
+/// when MPI fails.
 pub(crate) fn agree(
     ch: &Channel<'_>,
     call: &CallArgs<'_>,
     deadline: Instant,
-) -> Result<(), CommError> {
+    parcel: &Parcel<'_>,
+    store: &Mutex<Vec<u64>>,
+) -> Result<Agreed, CommError> {
     let (me, n, op) = (ch.rank, ch.size, call.fp.op);
-    let mine = wire::encode(call, n);
-    let len = count(op, me, mine.len())?;
-    let theirs = (0..n).map(|_| vec![0i64; mine.len()]).collect();
-    let mut fl = Inflight::new(ch.session, Records { mine, theirs });
-    let b = fl.bufs();
-    // Every pointer MPI gets, taken before any request is posted.
-    // SAFETY: `b` is owned by `fl`, which keeps it alive until every request
-    // is complete (or leaks it); no request is in flight yet.
-    let (recv_ptrs, send_ptr): (Vec<*mut c_void>, *const c_void) = unsafe {
-        let r = &mut *b;
-        let recv = r.theirs.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
-        (recv, r.mine.as_ptr().cast())
+    let w = wire::words(n);
+    let slot = inline::slot_words(w, n);
+    let carry = inline::inline_ok(call, n);
+    let sends = if carry && matches!(parcel, Parcel::PerPeer(_)) {
+        n
+    } else {
+        1
     };
-    let i64t = super::raw::datatype(DType::I64);
-    // Requests 0..peers: receives from every peer; then sends to each.
-    let peers: Vec<usize> = (0..n).filter(|&p| p != me).collect();
-    for &p in &peers {
-        let buf = recv_ptrs[p];
+    let too_large = || CommError::InvalidArgument {
+        op,
+        rank: me,
+        reason: crate::InvalidArgument::TooLarge {
+            count: usize::MAX,
+            max: isize::MAX as usize / 8,
+        },
+        context: ErrorContext::none(),
+    };
+    let total = n
+        .checked_add(sends)
+        .and_then(|k| k.checked_mul(slot))
+        .ok_or_else(too_large)?;
+    let mut buf = std::mem::take(&mut *store.lock().unwrap_or_else(|e| e.into_inner()));
+    if buf.len() < total {
+        buf.resize(total, 0);
+    }
+    // This rank's record in its own slot, with no payload.
+    wire::encode_into(
+        call,
+        n,
+        bytemuck::cast_slice_mut(&mut buf[me * slot..me * slot + w]),
+    );
+    buf[me * slot + w] = 0;
+    // What it sends: the record, the payload's length, the payload (to
+    // nobody in a group of one).
+    for j in (0..sends).filter(|_| n > 1) {
+        let base = (n + j) * slot;
+        buf.copy_within(me * slot..me * slot + w, base);
+        let payload: &[u8] = if carry {
+            if sends == 1 {
+                parcel.to(me)
+            } else {
+                parcel.to(j)
+            }
+        } else {
+            &[]
+        };
+        assert!(
+            payload.len() <= (slot - w - 1) * 8,
+            "an inline payload within its slot"
+        );
+        buf[base + w] = payload.len() as u64;
+        let room: &mut [u8] = bytemuck::cast_slice_mut(&mut buf[base + w + 1..base + slot]);
+        room[..payload.len()].copy_from_slice(payload);
+    }
+    let mut fl = Inflight::new(ch.session, buf);
+    // Each peer gets two messages: the record (with the payload's length)
+    // and, in a group small enough to carry data, the payload (possibly
+    // empty), so that the record stays within MPI's eager size (a record
+    // and a 4 KiB payload in one message went through Open MPI's
+    // rendezvous protocol on shared memory: a round trip more). Every call
+    // posts and sends exactly one of each per peer, so they pair up in
+    // order.
+    let carries = n <= inline::INLINE_RANKS;
+    let kinds = if carries { 2 } else { 1 };
+    fl.reserve(2 * kinds * (n - 1));
+    // Every pointer MPI gets, taken before any request is posted.
+    // SAFETY: the buffer is owned by `fl`, which keeps it alive until every
+    // request is complete (or leaks it); no request is in flight yet.
+    let base: *mut u64 = unsafe { (*fl.bufs()).as_mut_ptr() };
+    let at = |k: usize, word: usize| -> *mut c_void {
+        // SAFETY: `k < n + sends` and `word < slot`, so the address is
+        // inside the buffer of `(n + sends) * slot` words.
+        unsafe { base.add(k * slot + word) }.cast()
+    };
+    let (i64t, u8t) = (
+        super::raw::datatype(DType::I64),
+        super::raw::datatype(DType::U8),
+    );
+    // The record with its length word, and the payload's room.
+    let record_len = count(op, me, w + 1)?;
+    let room = count(op, me, (slot - w - 1) * 8)?;
+    // Requests, in order: the records from every peer (peer `i` of the
+    // n - 1 is rank `i` below `me`, `i + 1` above), their payloads, then
+    // the sends of this rank's record and payload to each.
+    let peer = |i: usize| if i < me { i } else { i + 1 };
+    for i in 0..n - 1 {
+        let (into, p) = (at(peer(i), 0), peer(i));
         fl.post(op, me, ReqKind::Recv, |r| {
-            // SAFETY: `buf` holds `len` words that only MPI touches until this
-            // receive completes; `p` is a rank of `ctl`.
-            unsafe { ffi::MPI_Irecv(buf, len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
+            // SAFETY: `into` holds `record_len` words (rank `p`'s slot), which
+            // only MPI touches until this receive completes; `p` is a rank of
+            // `ctl`; a record is never longer.
+            unsafe { ffi::MPI_Irecv(into, record_len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
         })?;
     }
-    for &p in &peers {
+    if carries {
+        for i in 0..n - 1 {
+            let (into, p) = (at(peer(i), w + 1), peer(i));
+            fl.post(op, me, ReqKind::Recv, |r| {
+                // SAFETY: `into` holds `room` bytes (the rest of rank `p`'s
+                // slot), which only MPI touches until this receive completes;
+                // no rank sends a longer payload.
+                unsafe { ffi::MPI_Irecv(into, room, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
+            })?;
+        }
+    }
+    for i in 0..n - 1 {
+        let p = peer(i);
+        let j = n + if sends == 1 { 0 } else { p };
+        let (record, payload) = (at(j, 0), at(j, w + 1));
+        // SAFETY: the length word of send slot `j`, inside the buffer, which
+        // no request writes; at most the slot's room, which fits an int.
+        let bytes = unsafe { *base.add(j * slot + w) } as c_int;
         fl.post(op, me, ReqKind::Send, |r| {
-            // SAFETY: `send_ptr` holds `len` words, unchanged until the sends complete.
-            unsafe { ffi::MPI_Isend(send_ptr, len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
+            // SAFETY: send slot `j` starts with `record_len` words, unchanged
+            // until the sends complete (the receives write other slots).
+            unsafe { ffi::MPI_Isend(record, record_len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
         })?;
+        if carries {
+            fl.post(op, me, ReqKind::Send, |r| {
+                // SAFETY: the payload of send slot `j`, `bytes` ≤ `room`
+                // bytes, unchanged until the sends complete.
+                unsafe { ffi::MPI_Isend(payload, bytes, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
+            })?;
+        }
     }
     let pending = fl.wait(op, me, 0..fl.len(), deadline)?;
     if !pending.is_empty() {
-        let (recvs, sends): (Vec<usize>, Vec<usize>) =
-            pending.iter().partition(|&&i| i < peers.len());
-        // A record that did not come names its rank; if every record came
+        let receives = kinds * (n - 1);
+        let (recvs, sends): (Vec<usize>, Vec<usize>) = pending.iter().partition(|&&i| i < receives);
+        // A message that did not come names its rank; if every message came
         // but a send of ours is stuck, its destination is the one missing.
-        let missing = if recvs.is_empty() {
-            sends.iter().map(|&i| peers[i - peers.len()]).collect()
+        let mut missing: Vec<usize> = if recvs.is_empty() {
+            sends
+                .iter()
+                .map(|&i| peer((i - receives) / kinds))
+                .collect()
         } else {
-            recvs.iter().map(|&i| peers[i]).collect()
+            recvs.iter().map(|&i| peer(i % (n - 1))).collect()
         };
-        drop(fl); // abandons the pending requests
+        missing.sort_unstable();
+        missing.dedup();
+        drop(fl); // abandons the pending requests and leaks the buffer
         return Err(CommError::Timeout {
             op,
             rank: me,
@@ -89,22 +236,48 @@ pub(crate) fn agree(
             context: ErrorContext::none(),
         });
     }
-    // SAFETY: every request is complete: nothing but us touches the records.
-    let records = unsafe { &mut *b };
-    records.theirs[me] = std::mem::take(&mut records.mine);
-    validate_records(&records.theirs, me)
+    let buf = fl
+        .finish()
+        .expect("no request is pending after the wait said so");
+    let agreed = Agreed {
+        buf,
+        slot,
+        record: w,
+        me,
+        inline: false,
+    };
+    match validate_records(&agreed.buf, slot, n, me) {
+        Ok(inline) => Ok(Agreed { inline, ..agreed }),
+        Err(e) => {
+            agreed.release(store);
+            Err(e)
+        }
+    }
 }
 
-/// Every rank's call record: this rank's own and those received.
-struct Records {
-    mine: Vec<i64>,
-    theirs: Vec<Vec<i64>>,
-}
-
-/// Decode every rank's record and pass the verdict on them.
-fn validate_records(records: &[Vec<i64>], me: usize) -> Result<(), CommError> {
-    let n = records.len();
-    let decoded: Vec<wire::Decoded> = records.iter().map(|w| wire::decode(w, n)).collect();
-    let calls: Vec<CallArgs<'_>> = decoded.iter().map(wire::Decoded::args).collect();
-    validate::verdict(&calls, me)
+/// Decode every rank's record (the first `wire::words(n)` words of each of
+/// the `n` slots of `slot` words) and pass the verdict on them: the rules
+/// of every transport, then MPI's `int` limit on every rank's counts (so
+/// that a rank whose counts MPI cannot take fails on every rank, not alone
+/// after the agreement, leaving its peers in the data phase). Records
+/// equal to this rank's, word for word (the usual case), are decoded once.
+/// Returns whether the call went inline (every rank's record passes
+/// [`inline::inline_ok`], so every rank sent its data with it).
+fn validate_records(buf: &[u64], slot: usize, n: usize, me: usize) -> Result<bool, CommError> {
+    let w = wire::words(n);
+    let record = |q: usize| -> &[i64] { bytemuck::cast_slice(&buf[q * slot..q * slot + w]) };
+    let mine = record(me);
+    let decoded: Vec<wire::Decoded> = if (0..n).all(|q| record(q) == mine) {
+        vec![wire::decode(mine, n)]
+    } else {
+        (0..n).map(|q| wire::decode(record(q), n)).collect()
+    };
+    let calls: Vec<CallArgs<'_>> = (0..n)
+        .map(|r| decoded[r.min(decoded.len() - 1)].args())
+        .collect();
+    validate::verdict(&calls, me)?;
+    calls
+        .iter()
+        .try_for_each(|call| super::raw::fits_int(call, n, me))?;
+    Ok(calls.iter().all(|c| inline::inline_ok(c, n)))
 }

@@ -9,9 +9,11 @@ use std::time::{Instant, SystemTime};
 use mpi::ffi;
 
 use super::agree::{self, Channel};
-use super::data::{self, Phase, Ptrs};
+use super::data::{self, Call, Phase, Ptrs};
+use super::inline::{self, Inbox, Parcel};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
 use super::session::Session;
+use super::watchdog::Watch;
 use crate::flight::{self, FlightRecorder, RankHistory};
 use crate::validate::sizes::max_elements;
 use crate::validate::{CallArgs, CountList};
@@ -23,35 +25,48 @@ use crate::{
 /// One rank of an MPI communicator, from [`super::MpiWorld::world`] or
 /// [`Communicator::split`].
 ///
-/// Every collective maps to the nonblocking MPI call that does it natively
-/// (`MPI_Iallreduce`, `MPI_Iallgatherv`, `MPI_Ireduce_scatter_block`,
-/// `MPI_Ireduce_scatter`, `MPI_Ialltoallv`, `MPI_Ibcast`, `MPI_Ibarrier`,
-/// …), tested in a loop with ruda's MPI lock (under
-/// `MPI_THREAD_SERIALIZED`) held only around each call. `f16`/`bf16` move as 2-byte
-/// words and are reduced in `f32`, rounded once. Every length is checked
-/// against the counts before the call and every MPI return code is checked.
+/// Every collective maps to the MPI call that does it natively
+/// (`MPI_Allreduce`, `MPI_Allgatherv`, `MPI_Reduce_scatter_block`,
+/// `MPI_Reduce_scatter`, `MPI_Alltoallv`, `MPI_Bcast`, …): the blocking
+/// call, whose tuned algorithms run at the raw call's speed, at
+/// `MPI_THREAD_MULTIPLE`; the nonblocking one, tested in a loop with ruda's
+/// MPI lock held only around each test, under `MPI_THREAD_SERIALIZED`.
+/// `f16`/`bf16` move as 2-byte words and are reduced in `f32`, rounded
+/// once. Every length is checked against the counts before the call and
+/// every MPI return code is checked.
 ///
 /// With checks on (the default; see [`super::MpiWorldBuilder::unchecked`]),
 /// every collective first exchanges every rank's call record with each
 /// peer, with the deadline: a rank that does not arrive is a
 /// [`CommError::Timeout`] naming it, and ranks in different collectives or
-/// with counts that do not fit get the same error on every rank, as with
-/// the local transport, before any data moves. The data phase that follows
-/// has a deadline of its own (the same timeout, from the moment every
-/// record is in, so that a late peer leaves a large transfer its full
-/// time): a peer whose own record exchange timed out just
-/// before the last record reached it never joins, and the ranks that did
-/// get past the exchange end with a [`CommError::Timeout`] (no rank named:
-/// MPI does not say who is missing from a collective) instead of waiting
-/// for the job to be aborted. So every rank of a call ends with the right
-/// result or a `Timeout` within twice the timeout plus a poll interval. For
-/// this, with checks on, MPI works on copies of the caller's buffers (one
-/// copy in, one out): a collective cannot be cancelled, so after a timeout
-/// the copies are leaked, never the caller's memory. `split` has no
-/// nonblocking MPI form: a bounded barrier first makes sure every rank is
-/// there, then the blocking split runs. A communicator that timed out
-/// stays failed. Point-to-point calls rendezvous on a header and an
-/// acknowledgement with the deadline, so a mismatch is an error on both
+/// with counts that do not fit (MPI's `int` counts included) get the same
+/// error on every rank, as with the local transport, before any data moves.
+/// A small call (every rank's largest message at most 8 KiB, in a group of
+/// at most 8) sends its data with its record and completes from what
+/// arrived, with no data phase: reductions combine the ranks' blocks in
+/// rank order with the local transport's kernel, so every rank gets the
+/// same bits as the threads of a `LocalWorld`. A barrier is the record
+/// exchange itself.
+///
+/// The data phase of a larger call has a deadline of its own (the same
+/// timeout, from the moment every record is in, so that a late peer leaves
+/// a large transfer its full time). A peer can still be missing from it:
+/// one whose own record exchange timed out just before the last record
+/// reached it, a process that died, a host whose link went down. By
+/// default MPI works on the caller's buffers, which it may still write, so
+/// a rank still in a data phase at its deadline ends the job: it holds a
+/// short roll call with its peers, prints the call, itself and the peers
+/// that never joined or cannot be reached, and aborts the job with exit
+/// code 75 (see [`super::MpiWorldBuilder::staged`]). With `staged(true)`,
+/// MPI works on copies instead and the call returns a
+/// [`CommError::Timeout`] (no rank named: MPI does not say who is missing
+/// from a collective); the copies are leaked, never the caller's memory.
+/// Either way every rank of a call ends within twice the timeout plus a
+/// poll interval (and, on the caller's buffers, the roll call's grace).
+/// `split` has no nonblocking MPI form: a bounded barrier first makes sure
+/// every rank is there, then the blocking split runs. A communicator that
+/// timed out stays failed. Point-to-point calls rendezvous on a header and
+/// an acknowledgement with the deadline, so a mismatch is an error on both
 /// sides and a missing peer a timeout.
 ///
 /// Calls on one communicator must not overlap (two threads using it at
@@ -72,6 +87,11 @@ pub struct MpiCommunicator {
     recorder: FlightRecorder,
     /// The error that failed this communicator for good (a timeout).
     failed: Mutex<Option<CommError>>,
+    /// Whether `failed` holds an error.
+    has_failed: AtomicBool,
+    /// The record exchange's message buffer, kept between calls (see
+    /// [`agree::agree`]).
+    inbox: Mutex<Vec<u64>>,
     session: Arc<Session>,
 }
 
@@ -209,6 +229,8 @@ impl MpiCommunicator {
             busy: AtomicBool::new(false),
             recorder: FlightRecorder::new(Instant::now(), SystemTime::now(), true),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
+            inbox: Mutex::new(Vec::new()),
             session,
         })
     }
@@ -269,7 +291,7 @@ impl MpiCommunicator {
         fp: Fingerprint,
         elements: usize,
         peer: Option<usize>,
-        body: impl FnOnce(Fingerprint) -> Result<R, CommError>,
+        body: impl FnOnce(Fingerprint, Instant) -> Result<R, CommError>,
     ) -> Result<R, CommError> {
         let _busy = self.enter(fp.op)?;
         let _gate = self
@@ -284,61 +306,62 @@ impl MpiCommunicator {
             self.seq.fetch_add(1, Ordering::Relaxed)
         };
         let fp = Fingerprint { seq, ..fp };
-        let token = self.recorder.begin(fp, elements, peer, Instant::now());
-        let failed = self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let started = Instant::now();
+        let token = self.recorder.begin(fp, elements, peer, started);
+        // The flag spares a healthy call the lock (calls on one
+        // communicator never overlap, so it is read after it is set).
+        let failed = if self.has_failed.load(Ordering::Acquire) {
+            self.failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        } else {
+            None
+        };
         let r = match failed {
             Some(e) => Err(with_op(e, fp.op, self.rank)),
-            None => body(fp),
+            None => body(fp, started),
         };
         if let Err(e @ CommError::Timeout { .. }) = &r {
             *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+            self.has_failed.store(true, Ordering::Release);
             self.session.mark_broken();
         }
         self.recorder.end(token, flight::outcome_of(&r));
         r.map_err(|e| self.finish(e))
     }
 
-    /// A collective: check it (every rank's record with checks on, this
-    /// rank's own arguments otherwise), then move the data.
-    fn collective<R>(
+    /// A collective: its body runs the check (every rank's record with
+    /// checks on, this rank's own arguments otherwise; [`Check::run`]) with
+    /// what it sends inline, then finishes from what came inline or moves
+    /// the data.
+    fn collective<R, L>(
         &self,
         fp: Fingerprint,
         send_len: usize,
         recv_len: usize,
         counts: (&[usize], &[usize]),
-        local: impl FnOnce() -> Result<(), CommError>,
-        data: impl FnOnce(Option<Instant>) -> Result<R, CommError>,
-    ) -> Result<R, CommError> {
+        local: L,
+        body: impl FnOnce(Check<'_, L>) -> Result<R, CommError>,
+    ) -> Result<R, CommError>
+    where
+        L: FnOnce() -> Result<(), CommError>,
+    {
         let elements = send_len.max(recv_len);
-        self.call(fp, elements, None, |fp| {
-            // A deadline for the record exchange (every rank arrives), then
-            // a fresh one for the data phase (the data moves): a peer that
-            // arrives late but within its deadline must not leave too little
-            // time for a large transfer. A call ends within twice the
-            // timeout.
-            let mut deadline = None;
-            if self.session.checked {
-                let call = CallArgs {
+        self.call(fp, elements, None, |fp, started| {
+            body(Check {
+                comm: self,
+                started,
+                call: CallArgs {
                     fp,
                     send_len,
                     recv_len,
                     counts: CountList::whole(counts.0),
                     counts2: CountList::whole(counts.1),
-                };
-                agree::agree(
-                    &self.channel(),
-                    &call,
-                    Instant::now() + self.session.timeout,
-                )?;
-                deadline = Some(Instant::now() + self.session.timeout);
-            } else {
-                self.admit_unchecked(local)?;
-            }
-            data(deadline)
+                },
+                elements,
+                local,
+            })
         })
     }
 
@@ -346,7 +369,7 @@ impl MpiCommunicator {
     fn data(
         &self,
         phase: Phase<'_>,
-        start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
+        start: impl Fn(&Ptrs, usize, Call<'_>) -> c_int,
     ) -> Result<(), CommError> {
         data::run(&self.session, self.rank, phase, start)
     }
@@ -442,17 +465,17 @@ impl MpiCommunicator {
     fn reduce_into<T: Element>(
         &self,
         kind: OpKind,
-        deadline: Option<Instant>,
+        watch: Option<Watch>,
         send: &[T],
         recv: &mut [T],
         op: ReduceOp,
         ints: Vec<Vec<c_int>>,
-        call: impl Fn(&Ptrs, ffi::MPI_Datatype, &mut ffi::MPI_Request) -> c_int,
+        mpi_call: impl Fn(&Ptrs, ffi::MPI_Datatype, Call<'_>) -> c_int,
     ) -> Result<(), CommError> {
         let n = self.size;
         let phase = |send, recv| Phase {
             ints: ints.clone(),
-            ..Phase::new(kind, deadline, send, recv)
+            ..Phase::new(kind, watch.clone(), send, recv)
         };
         if T::DTYPE == DType::U8 && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
             let wide: Vec<u32> = bytemuck::cast_slice::<T, u8>(send)
@@ -466,7 +489,7 @@ impl MpiCommunicator {
                     bytemuck::cast_slice(&wide),
                     bytemuck::cast_slice_mut(&mut out),
                 ),
-                |p, _, r| call(p, dt, r),
+                |p, _, c| mpi_call(p, dt, c),
             )?;
             for (b, w) in bytemuck::cast_slice_mut::<T, u8>(recv).iter_mut().zip(&out) {
                 *b = *w as u8;
@@ -483,7 +506,7 @@ impl MpiCommunicator {
                     bytemuck::cast_slice(&wide),
                     bytemuck::cast_slice_mut(&mut out),
                 ),
-                |p, _, r| call(p, float, r),
+                |p, _, c| mpi_call(p, float, c),
             )?;
             if op == ReduceOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as f32);
@@ -494,7 +517,7 @@ impl MpiCommunicator {
         let dt = datatype(T::DTYPE);
         self.data(
             phase(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv)),
-            |p, _, r| call(p, dt, r),
+            |p, _, c| mpi_call(p, dt, c),
         )?;
         if op == ReduceOp::Avg {
             divide(recv, n);
@@ -506,7 +529,7 @@ impl MpiCommunicator {
     /// in chunks that fit a C `int`.
     fn all_reduce_raw(
         &self,
-        deadline: Option<Instant>,
+        watch: Option<Watch>,
         bytes: &mut [u8],
         size: usize,
         dt: ffi::MPI_Datatype,
@@ -525,46 +548,32 @@ impl MpiCommunicator {
                 m as c_int,
             )
         };
-        if deadline.is_none() && self.session.multiple() {
-            // Without checks at MPI_THREAD_MULTIPLE: MPI's blocking
-            // all-reduce (no lock is held, no deadline to keep). Open MPI's
-            // tuned blocking algorithms beat its nonblocking one (measured
-            // on 2 ranks: 2.7 vs 7.0 ms at 16 MiB).
-            let copy = (!self.session.in_place).then(|| bytes.to_vec());
-            let recv = bytes.as_mut_ptr() as *mut c_void;
-            for i in 0..requests {
-                let (c, m) = chunk(recv, i);
-                let s = match &copy {
-                    Some(v) => chunk(v.as_ptr() as *mut c_void, i).0 as *const c_void,
-                    None => OPEN_MPI_IN_PLACE,
-                };
-                // `s` is Open MPI's MPI_IN_PLACE or the same range of a copy
-                // that outlives the call; no lock is needed at
-                // MPI_THREAD_MULTIPLE.
-                // SAFETY: `c` (m elements of the caller's exclusively borrowed buffer) and `s` are
-                // valid for this blocking call; MPI keeps neither pointer after it returns.
-                let rc = unsafe { ffi::MPI_Allreduce(s, c, m, dt, op, self.comm) };
-                check(kind, self.rank, rc)?;
-            }
-            return Ok(());
-        }
         if self.session.in_place {
             return self.data(
                 Phase {
                     op: kind,
-                    deadline,
+                    watch,
                     send: &[],
                     recv: bytes,
                     recv_in: true,
                     ints: Vec::new(),
                     requests,
                 },
-                |p, i, r| {
+                |p, i, call| {
                     let (c, m) = chunk(p.recv, i);
                     // SAFETY: Open MPI's MPI_IN_PLACE is `(void *) 1`; `c`
                     // holds `m` elements that only MPI touches until the
-                    // request completes.
-                    unsafe { ffi::MPI_Iallreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm, r) }
+                    // call returns (blocking) or the request completes.
+                    unsafe {
+                        match call {
+                            Call::Post(r) => {
+                                ffi::MPI_Iallreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm, r)
+                            }
+                            Call::Block => {
+                                ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm)
+                            }
+                        }
+                    }
                 },
             );
         }
@@ -572,21 +581,127 @@ impl MpiCommunicator {
         self.data(
             Phase {
                 op: kind,
-                deadline,
+                watch,
                 send: &copy,
                 recv: bytes,
                 recv_in: false,
                 ints: Vec::new(),
                 requests,
             },
-            |p, i, r| {
+            |p, i, call| {
                 let (s, _) = chunk(p.send as *mut c_void, i);
                 let (c, m) = chunk(p.recv, i);
                 // SAFETY: a separate send buffer and `c`, `m` elements each,
-                // untouched by anyone but MPI until the request completes.
-                unsafe { ffi::MPI_Iallreduce(s, c, m, dt, op, self.comm, r) }
+                // untouched by anyone but MPI until the call returns
+                // (blocking) or the request completes.
+                unsafe {
+                    match call {
+                        Call::Post(r) => ffi::MPI_Iallreduce(s, c, m, dt, op, self.comm, r),
+                        Call::Block => ffi::MPI_Allreduce(s, c, m, dt, op, self.comm),
+                    }
+                }
             },
         )
+    }
+}
+
+/// A collective's check, which its body runs ([`Check::run`]) with what
+/// it sends inline.
+struct Check<'c, L> {
+    comm: &'c MpiCommunicator,
+    /// When the call started: the record exchange's deadline runs from it.
+    started: Instant,
+    call: CallArgs<'c>,
+    elements: usize,
+    local: L,
+}
+
+impl<'c, L: FnOnce() -> Result<(), CommError>> Check<'c, L> {
+    /// With checks on: exchange every rank's record (and, for a small call,
+    /// `parcel`: [`inline`]) with the deadline, and agree. A deadline for
+    /// the record exchange (every rank arrives), then a fresh one for the
+    /// data phase (the data moves): a peer that arrives late but within its
+    /// deadline must not leave too little time for a large transfer. A call
+    /// ends within twice the timeout (or, on the caller's buffers, the job
+    /// is aborted then). Without checks: this rank's own arguments, and
+    /// MPI's `int` limit on them.
+    fn run(self, parcel: Parcel<'_>) -> Result<Checked<'c>, CommError> {
+        let comm = self.comm;
+        if !comm.session.checked {
+            let call = self.call;
+            comm.admit_unchecked(|| {
+                (self.local)()?;
+                raw::fits_int(&call, comm.size, comm.rank)
+            })?;
+            return Ok(Checked {
+                comm,
+                fp: call.fp,
+                elements: self.elements,
+                agreed: None,
+            });
+        }
+        let agreed = agree::agree(
+            &comm.channel(),
+            &self.call,
+            self.started + comm.session.timeout,
+            &parcel,
+            &comm.inbox,
+        )?;
+        Ok(Checked {
+            comm,
+            fp: self.call.fp,
+            elements: self.elements,
+            agreed: Some(agreed),
+        })
+    }
+}
+
+/// A checked collective: what came inline, and the data phase's deadline.
+struct Checked<'c> {
+    comm: &'c MpiCommunicator,
+    fp: Fingerprint,
+    elements: usize,
+    agreed: Option<agree::Agreed>,
+}
+
+impl Checked<'_> {
+    /// Whether every rank's record came (checks on).
+    fn agreed(&self) -> bool {
+        self.agreed.is_some()
+    }
+
+    /// The data that came with the records, when the call went inline.
+    fn inbox(&self) -> Option<Inbox<'_>> {
+        self.agreed
+            .as_ref()
+            .filter(|a| a.inline)
+            .map(agree::Agreed::inbox)
+    }
+
+    /// The data phase's deadline (from now: every record is in) and what to
+    /// report when it passes (checks on).
+    fn watch(&self) -> Option<Watch> {
+        let comm = self.comm;
+        self.agreed.as_ref().map(|_| Watch {
+            deadline: Instant::now() + comm.session.timeout,
+            op: self.fp.op,
+            seq: self.fp.seq,
+            elements: self.elements,
+            rank: comm.rank,
+            ctl: comm.ctl,
+            world_ranks: comm.world_ranks.clone(),
+            session: comm.session.clone(),
+        })
+    }
+}
+
+impl Drop for Checked<'_> {
+    /// Hand the exchange's buffer back to the communicator for its next
+    /// call (a convenience: a buffer not handed back is simply freed).
+    fn drop(&mut self) {
+        if let Some(a) = self.agreed.take() {
+            a.release(&self.comm.inbox);
+        }
     }
 }
 
@@ -690,14 +805,21 @@ impl Communicator for MpiCommunicator {
             0,
             (&[], &[]),
             || Ok(()),
-            |deadline| {
-                if deadline.is_some() {
+            |gate| {
+                let checked = gate.run(Parcel::None)?;
+                let watch = checked.watch();
+                if watch.is_some() {
                     // MPI has no nonblocking split: first make sure, within
                     // the deadline, that every rank has reached this point,
                     // so that the blocking split below has every rank.
-                    self.data(Phase::new(op, deadline, &[], &mut []), |_, _, r| {
+                    self.data(Phase::new(op, watch, &[], &mut []), |_, _, call| {
                         // SAFETY: a valid communicator; no buffers.
-                        unsafe { ffi::MPI_Ibarrier(self.comm, r) }
+                        unsafe {
+                            match call {
+                                Call::Post(r) => ffi::MPI_Ibarrier(self.comm, r),
+                                Call::Block => ffi::MPI_Barrier(self.comm),
+                            }
+                        }
                     })?;
                 }
                 // SAFETY: reading MPI's null communicator handle.
@@ -730,12 +852,26 @@ impl Communicator for MpiCommunicator {
             len,
             (&[], &[]),
             || Ok(()),
-            |deadline| {
+            |check| {
+                let c = check.run(Parcel::Same(bytes(buf)))?;
+                if let Some(inbox) = c.inbox() {
+                    self.avg_on_integers::<T>(kind, op)?;
+                    let inputs = (0..self.size)
+                        .map(|q| {
+                            (q != self.rank)
+                                .then(|| inbox.from::<T>(kind, q, len))
+                                .transpose()
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    inline::reduce_in_place(&inputs, buf, op);
+                    return Ok(());
+                }
+                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
                 if is_half(T::DTYPE) {
                     let mut wide = widen(buf);
                     self.all_reduce_raw(
-                        deadline,
+                        watch,
                         bytemuck::cast_slice_mut(&mut wide),
                         4,
                         // SAFETY: reading MPI's predefined datatype handle.
@@ -755,7 +891,7 @@ impl Communicator for MpiCommunicator {
                     let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
                     let mut wide: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
                     self.all_reduce_raw(
-                        deadline,
+                        watch,
                         bytemuck::cast_slice_mut(&mut wide),
                         4,
                         datatype(DType::U32),
@@ -767,7 +903,7 @@ impl Communicator for MpiCommunicator {
                     return Ok(());
                 }
                 self.all_reduce_raw(
-                    deadline,
+                    watch,
                     bytemuck::cast_slice_mut(buf),
                     size_of::<T>(),
                     datatype(T::DTYPE),
@@ -794,16 +930,38 @@ impl Communicator for MpiCommunicator {
             recv_len,
             (&[], &[]),
             || self.length(kind, BufferRole::Receive, want()?, recv_len),
-            |deadline| {
+            |check| {
+                let c = check.run(Parcel::Same(bytes(send)))?;
+                if let Some(inbox) = c.inbox() {
+                    for (q, block) in recv.chunks_exact_mut(send_len.max(1)).enumerate().take(n) {
+                        let src = if q == me {
+                            send
+                        } else {
+                            inbox.from::<T>(kind, q, send_len)?
+                        };
+                        block.copy_from_slice(src);
+                    }
+                    return Ok(());
+                }
+                let watch = c.watch();
                 // MPI takes the per-rank count; the total may exceed an int.
                 let c = count(kind, me, send.len())?;
                 let dt = datatype(T::DTYPE);
                 self.data(
-                    Phase::new(kind, deadline, bytes(send), bytes_mut(recv)),
-                    |p, _, r| {
+                    Phase::new(kind, watch, bytes(send), bytes_mut(recv)),
+                    |p, _, call| {
                         // SAFETY: lengths checked: `send` holds c and `recv`
                         // n × c elements, only MPI's until completion.
-                        unsafe { ffi::MPI_Iallgather(p.send, c, dt, p.recv, c, dt, self.comm, r) }
+                        unsafe {
+                            match call {
+                                Call::Post(r) => {
+                                    ffi::MPI_Iallgather(p.send, c, dt, p.recv, c, dt, self.comm, r)
+                                }
+                                Call::Block => {
+                                    ffi::MPI_Allgather(p.send, c, dt, p.recv, c, dt, self.comm)
+                                }
+                            }
+                        }
                     },
                 )
             },
@@ -841,21 +999,41 @@ impl Communicator for MpiCommunicator {
                 let total = self.total::<T>(kind, counts)?;
                 self.length(kind, BufferRole::Receive, total, recv_len)
             },
-            |deadline| {
+            |check| {
+                let c = check.run(Parcel::Same(bytes(send)))?;
+                if let Some(inbox) = c.inbox() {
+                    let mut off = 0;
+                    for (q, &k) in counts.iter().enumerate() {
+                        let src = if q == me {
+                            send
+                        } else {
+                            inbox.from::<T>(kind, q, k)?
+                        };
+                        recv[off..off + k].copy_from_slice(src);
+                        off += k;
+                    }
+                    return Ok(());
+                }
+                let watch = c.watch();
                 let (c, d) = counts_and_displs(kind, me, counts)?;
                 let dt = datatype(T::DTYPE);
                 let mine = c[me];
                 let phase = Phase {
                     ints: vec![c, d],
-                    ..Phase::new(kind, deadline, bytes(send), bytes_mut(recv))
+                    ..Phase::new(kind, watch, bytes(send), bytes_mut(recv))
                 };
-                self.data(phase, |p, _, r| {
+                self.data(phase, |p, _, call| {
                     // SAFETY: lengths checked against the counts; the count
                     // arrays live until completion.
                     unsafe {
-                        ffi::MPI_Iallgatherv(
-                            p.send, mine, dt, p.recv, p.ints[0], p.ints[1], dt, self.comm, r,
-                        )
+                        match call {
+                            Call::Post(r) => ffi::MPI_Iallgatherv(
+                                p.send, mine, dt, p.recv, p.ints[0], p.ints[1], dt, self.comm, r,
+                            ),
+                            Call::Block => ffi::MPI_Allgatherv(
+                                p.send, mine, dt, p.recv, p.ints[0], p.ints[1], dt, self.comm,
+                            ),
+                        }
                     }
                 })
             },
@@ -887,15 +1065,38 @@ impl Communicator for MpiCommunicator {
                 )?;
                 self.length(kind, BufferRole::Send, want, send_len)
             },
-            |deadline| {
+            |check| {
+                let c = check.run(inline::blocks(send, vec![recv_len; n]))?;
+                if let Some(inbox) = c.inbox() {
+                    self.avg_on_integers::<T>(kind, op)?;
+                    let inputs = (0..n)
+                        .map(|q| {
+                            if q == me {
+                                Ok(&send[me * recv_len..(me + 1) * recv_len])
+                            } else {
+                                inbox.from::<T>(kind, q, recv_len)
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    inline::reduce_blocks(&inputs, recv, op);
+                    return Ok(());
+                }
+                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
                 let c = count(kind, me, recv_len)?;
                 let mop = operator(op);
-                self.reduce_into(kind, deadline, send, recv, op, Vec::new(), |p, dt, r| {
+                self.reduce_into(kind, watch, send, recv, op, Vec::new(), |p, dt, call| {
                     // SAFETY: buffers of n × c and c elements of `dt`, only
                     // MPI's until completion.
                     unsafe {
-                        ffi::MPI_Ireduce_scatter_block(p.send, p.recv, c, dt, mop, self.comm, r)
+                        match call {
+                            Call::Post(r) => ffi::MPI_Ireduce_scatter_block(
+                                p.send, p.recv, c, dt, mop, self.comm, r,
+                            ),
+                            Call::Block => {
+                                ffi::MPI_Reduce_scatter_block(p.send, p.recv, c, dt, mop, self.comm)
+                            }
+                        }
                     }
                 })
             },
@@ -924,15 +1125,41 @@ impl Communicator for MpiCommunicator {
                 let total = self.total::<T>(kind, counts)?;
                 self.length(kind, BufferRole::Send, total, send_len)
             },
-            |deadline| {
+            |check| {
+                let c = check.run(inline::blocks(send, counts.iter().copied()))?;
+                if let Some(inbox) = c.inbox() {
+                    // The records agreed: the counts fit the buffers.
+                    let offsets = crate::local::kernels::offsets(counts);
+                    let block = |p: usize| &send[offsets[p]..offsets[p] + counts[p]];
+                    self.avg_on_integers::<T>(kind, op)?;
+                    let inputs = (0..n)
+                        .map(|q| {
+                            if q == me {
+                                Ok(block(me))
+                            } else {
+                                inbox.from::<T>(kind, q, counts[me])
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    inline::reduce_blocks(&inputs, recv, op);
+                    return Ok(());
+                }
+                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
                 let (c, _) = counts_and_displs(kind, me, counts)?;
                 let mop = operator(op);
-                self.reduce_into(kind, deadline, send, recv, op, vec![c], |p, dt, r| {
+                self.reduce_into(kind, watch, send, recv, op, vec![c], |p, dt, call| {
                     // SAFETY: buffers of the checked lengths, in elements of
                     // `dt`; the count array lives until completion.
                     unsafe {
-                        ffi::MPI_Ireduce_scatter(p.send, p.recv, p.ints[0], dt, mop, self.comm, r)
+                        match call {
+                            Call::Post(r) => ffi::MPI_Ireduce_scatter(
+                                p.send, p.recv, p.ints[0], dt, mop, self.comm, r,
+                            ),
+                            Call::Block => ffi::MPI_Reduce_scatter(
+                                p.send, p.recv, p.ints[0], dt, mop, self.comm,
+                            ),
+                        }
                     }
                 })
             },
@@ -959,23 +1186,40 @@ impl Communicator for MpiCommunicator {
             len,
             (&[], &[]),
             || Ok(()),
-            |deadline| {
+            |check| {
+                let parcel = if self.rank == root {
+                    Parcel::Same(bytes(buf))
+                } else {
+                    Parcel::None
+                };
+                let c = check.run(parcel)?;
+                if let Some(inbox) = c.inbox() {
+                    bad_root()?;
+                    if self.rank != root {
+                        buf.copy_from_slice(inbox.from::<T>(kind, root, len)?);
+                    }
+                    return Ok(());
+                }
+                let watch = c.watch();
                 bad_root()?;
                 let dt = datatype(T::DTYPE);
                 let size = size_of::<T>();
                 let phase = Phase {
                     recv_in: true,
                     requests: len.div_ceil(raw::MAX_COUNT),
-                    ..Phase::new(kind, deadline, &[], bytes_mut(buf))
+                    ..Phase::new(kind, watch, &[], bytes_mut(buf))
                 };
-                self.data(phase, |p, i, r| {
+                self.data(phase, |p, i, call| {
                     let off = i * raw::MAX_COUNT;
                     let m = (len - off).min(raw::MAX_COUNT) as c_int;
                     // SAFETY: `p.recv` holds `len` elements and `off < len`;
                     // the chunk holds `m` of them, only MPI's until completion.
                     unsafe {
                         let c = (p.recv as *mut u8).add(off * size) as *mut c_void;
-                        ffi::MPI_Ibcast(c, m, dt, root as c_int, self.comm, r)
+                        match call {
+                            Call::Post(r) => ffi::MPI_Ibcast(c, m, dt, root as c_int, self.comm, r),
+                            Call::Block => ffi::MPI_Bcast(c, m, dt, root as c_int, self.comm),
+                        }
                     }
                 })
             },
@@ -1005,16 +1249,39 @@ impl Communicator for MpiCommunicator {
                 }
                 self.length(kind, BufferRole::Receive, send_len, recv_len)
             },
-            |deadline| {
+            |check| {
+                let k = send_len / n;
+                let c = check.run(inline::blocks(send, vec![k; n]))?;
+                if let Some(inbox) = c.inbox() {
+                    for (q, block) in recv.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+                        let src = if q == me {
+                            &send[me * k..(me + 1) * k]
+                        } else {
+                            inbox.from::<T>(kind, q, k)?
+                        };
+                        block.copy_from_slice(src);
+                    }
+                    return Ok(());
+                }
+                let watch = c.watch();
                 // MPI takes the per-block count; the total may exceed an int.
                 let c = count(kind, me, send_len / n)?;
                 let dt = datatype(T::DTYPE);
                 self.data(
-                    Phase::new(kind, deadline, bytes(send), bytes_mut(recv)),
-                    |p, _, r| {
+                    Phase::new(kind, watch, bytes(send), bytes_mut(recv)),
+                    |p, _, call| {
                         // SAFETY: both buffers hold n × c elements, only
                         // MPI's until completion.
-                        unsafe { ffi::MPI_Ialltoall(p.send, c, dt, p.recv, c, dt, self.comm, r) }
+                        unsafe {
+                            match call {
+                                Call::Post(r) => {
+                                    ffi::MPI_Ialltoall(p.send, c, dt, p.recv, c, dt, self.comm, r)
+                                }
+                                Call::Block => {
+                                    ffi::MPI_Alltoall(p.send, c, dt, p.recv, c, dt, self.comm)
+                                }
+                            }
+                        }
                     },
                 )
             },
@@ -1045,22 +1312,47 @@ impl Communicator for MpiCommunicator {
                 let received = self.total::<T>(kind, recv_counts)?;
                 self.length(kind, BufferRole::Receive, received, recv_len)
             },
-            |deadline| {
+            |check| {
+                let c = check.run(inline::blocks(send, send_counts.iter().copied()))?;
+                if let Some(inbox) = c.inbox() {
+                    // The records agreed: the counts fit the buffers.
+                    let (so, ro) = (
+                        crate::local::kernels::offsets(send_counts),
+                        crate::local::kernels::offsets(recv_counts),
+                    );
+                    for q in 0..n {
+                        let k = recv_counts[q];
+                        let src = if q == me {
+                            &send[so[me]..so[me] + send_counts[me]]
+                        } else {
+                            inbox.from::<T>(kind, q, k)?
+                        };
+                        recv[ro[q]..ro[q] + k].copy_from_slice(src);
+                    }
+                    return Ok(());
+                }
+                let watch = c.watch();
                 let (sc, sd) = counts_and_displs(kind, me, send_counts)?;
                 let (rc, rd) = counts_and_displs(kind, me, recv_counts)?;
                 let dt = datatype(T::DTYPE);
                 let phase = Phase {
                     ints: vec![sc, sd, rc, rd],
-                    ..Phase::new(kind, deadline, bytes(send), bytes_mut(recv))
+                    ..Phase::new(kind, watch, bytes(send), bytes_mut(recv))
                 };
-                self.data(phase, |p, _, r| {
+                self.data(phase, |p, _, call| {
                     // SAFETY: lengths checked against the counts; the count
                     // arrays live until completion.
                     unsafe {
-                        ffi::MPI_Ialltoallv(
-                            p.send, p.ints[0], p.ints[1], dt, p.recv, p.ints[2], p.ints[3], dt,
-                            self.comm, r,
-                        )
+                        match call {
+                            Call::Post(r) => ffi::MPI_Ialltoallv(
+                                p.send, p.ints[0], p.ints[1], dt, p.recv, p.ints[2], p.ints[3], dt,
+                                self.comm, r,
+                            ),
+                            Call::Block => ffi::MPI_Alltoallv(
+                                p.send, p.ints[0], p.ints[1], dt, p.recv, p.ints[2], p.ints[3], dt,
+                                self.comm,
+                            ),
+                        }
                     }
                 })
             },
@@ -1070,12 +1362,12 @@ impl Communicator for MpiCommunicator {
     fn send<T: Element>(&self, buf: &[T], dest: usize) -> Result<(), CommError> {
         let kind = OpKind::Send;
         let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len());
-        self.call(fp, buf.len(), Some(dest), |_| {
+        self.call(fp, buf.len(), Some(dest), |_, started| {
             let d = self.peer(kind, dest)?;
             if d == self.rank {
                 return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind }));
             }
-            let deadline = Instant::now() + self.session.timeout;
+            let deadline = started + self.session.timeout;
             super::p2p::exchange(
                 &self.channel(),
                 self.comm,
@@ -1090,12 +1382,12 @@ impl Communicator for MpiCommunicator {
     fn recv<T: Element>(&self, buf: &mut [T], source: usize) -> Result<(), CommError> {
         let kind = OpKind::Recv;
         let fp = Fingerprint::new(0, kind, Some(T::DTYPE), buf.len());
-        self.call(fp, buf.len(), Some(source), |_| {
+        self.call(fp, buf.len(), Some(source), |_, started| {
             let s = self.peer(kind, source)?;
             if s == self.rank {
                 return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind }));
             }
-            let deadline = Instant::now() + self.session.timeout;
+            let deadline = started + self.session.timeout;
             super::p2p::exchange(
                 &self.channel(),
                 self.comm,
@@ -1117,7 +1409,7 @@ impl Communicator for MpiCommunicator {
         let kind = OpKind::SendRecv;
         let fp = Fingerprint::new(0, kind, Some(T::DTYPE), send.len());
         let me = self.rank;
-        self.call(fp, send.len(), Some(dest), |_| {
+        self.call(fp, send.len(), Some(dest), |_, started| {
             let (d, s) = (self.peer(kind, dest)?, self.peer(kind, source)?);
             match (d == me, s == me) {
                 (true, true) => {
@@ -1128,7 +1420,7 @@ impl Communicator for MpiCommunicator {
                 (false, false) => {}
                 _ => return Err(self.invalid(kind, InvalidArgument::SelfMessage { op: kind })),
             }
-            let deadline = Instant::now() + self.session.timeout;
+            let deadline = started + self.session.timeout;
             super::p2p::exchange(
                 &self.channel(),
                 self.comm,
@@ -1149,10 +1441,22 @@ impl Communicator for MpiCommunicator {
             0,
             (&[], &[]),
             || Ok(()),
-            |deadline| {
-                self.data(Phase::new(kind, deadline, &[], &mut []), |_, _, r| {
+            |check| {
+                let c = check.run(Parcel::None)?;
+                if c.agreed() {
+                    // Every rank sent its record on entering the call, and
+                    // this rank has them all: every rank has entered.
+                    return Ok(());
+                }
+                let watch = c.watch();
+                self.data(Phase::new(kind, watch, &[], &mut []), |_, _, call| {
                     // SAFETY: a valid communicator; no buffers.
-                    unsafe { ffi::MPI_Ibarrier(self.comm, r) }
+                    unsafe {
+                        match call {
+                            Call::Post(r) => ffi::MPI_Ibarrier(self.comm, r),
+                            Call::Block => ffi::MPI_Barrier(self.comm),
+                        }
+                    }
                 })
             },
         )

@@ -1,31 +1,36 @@
-//! The data phase of a collective: MPI's nonblocking collective
-//! (`MPI_Iallreduce`, `MPI_Ibcast`, …), tested in a loop with the MPI lock
-//! held only around each call.
+//! The data phase of a collective, in one of three ways.
 //!
-//! With the per-call checks on, the wait has the call's deadline. Every
-//! rank's record arrived, yet a peer may still be missing from the data:
-//! one whose own record exchange timed out a moment earlier (its deadline
-//! passed just before the last record reached it) gives up and never
-//! starts the collective. A blocking call would then wait for it with no
-//! deadline. Here the wait ends at the deadline with a
-//! [`CommError::Timeout`]; since MPI can neither cancel nor free a pending
-//! collective, MPI works on copies of the caller's buffers that this module
-//! owns: on success the result is copied out, on a timeout the copies (and
-//! the count arrays) are leaked, because peers may still complete the
-//! collective and MPI would then read and write them. The caller's buffers
-//! are never touched by MPI after the call returns.
-//!
-//! With the checks off (the `unsafe` `MpiWorldBuilder::unchecked`, whose
-//! contract says every rank makes matching calls), MPI works on the
-//! caller's buffers directly and the wait has no deadline.
+//! - **On the caller's buffers, blocking** (the default, and without checks,
+//!   at `MPI_THREAD_MULTIPLE`): MPI's blocking collective (`MPI_Allreduce`,
+//!   `MPI_Bcast`, …), whose tuned algorithms beat the nonblocking ones
+//!   (Open MPI's `MPI_Iallreduce` took 2–3× its blocking call on 2 ranks).
+//!   With checks on, the deadline is kept by the watchdog
+//!   ([`super::watchdog`]): every rank's record arrived, yet a peer may
+//!   never join the data (its own exchange timed out a moment earlier, it
+//!   died, its link is down); a rank still in the data phase at the
+//!   deadline cannot hand back buffers MPI may still write, so it names
+//!   the call and the silent peers and aborts the job.
+//! - **On the caller's buffers, polled** (the same under
+//!   `MPI_THREAD_SERIALIZED`, where a blocking call would hold ruda's MPI
+//!   lock): the nonblocking collective, tested in a loop with the lock held
+//!   only around each test; at the deadline the rank does what the
+//!   watchdog does.
+//! - **Staged** (`MpiWorldBuilder::staged(true)`): the nonblocking
+//!   collective on copies that this module owns; on success the result is
+//!   copied out, at the deadline the call returns a [`CommError::Timeout`]
+//!   and the copies (and count arrays) are leaked, because peers may still
+//!   complete the collective and MPI would then read and write them. The
+//!   caller's buffers are never touched by MPI after the call returns.
 
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use super::raw::check;
 use super::session::Session;
 use super::wait::{Inflight, ReqKind};
+use super::watchdog::{self, Watch};
 use crate::{CommError, ErrorContext, OpKind};
 
 /// A word that zero-length buffers point to (never read or written: every
@@ -43,12 +48,23 @@ pub(crate) struct Ptrs {
     pub ints: Vec<*const c_int>,
 }
 
+/// How a collective's `start` function runs its MPI call.
+pub(crate) enum Call<'r> {
+    /// Post the nonblocking form (`MPI_Iallreduce`, …), setting this
+    /// request.
+    Post(&'r mut ffi::MPI_Request),
+    /// Run the blocking form (`MPI_Allreduce`, …): only at
+    /// `MPI_THREAD_MULTIPLE`, with no lock held.
+    Block,
+}
+
 /// One collective's data phase.
 pub(crate) struct Phase<'a> {
     /// The operation (for errors).
     pub op: OpKind,
-    /// The call's deadline with checks on; `None` without them.
-    pub deadline: Option<Instant>,
+    /// The call's deadline and what to report when it passes, with checks
+    /// on; `None` without them.
+    pub watch: Option<Watch>,
     /// The bytes MPI reads.
     pub send: &'a [u8],
     /// The bytes MPI writes.
@@ -65,13 +81,13 @@ impl<'a> Phase<'a> {
     /// One request, no count arrays, `recv` write-only.
     pub(crate) fn new(
         op: OpKind,
-        deadline: Option<Instant>,
+        watch: Option<Watch>,
         send: &'a [u8],
         recv: &'a mut [u8],
     ) -> Self {
         Phase {
             op,
-            deadline,
+            watch,
             send,
             recv,
             recv_in: false,
@@ -114,23 +130,31 @@ fn words(session: &Session, bytes: &[u8], copy: bool) -> Vec<u64> {
     w
 }
 
-/// Run the data phase: post request `i` for `i` in `0..phase.requests`
-/// with `start(ptrs, i, request)`, then wait for all of them.
+/// Run the data phase: call `start(ptrs, i, call)` for `i` in
+/// `0..phase.requests` (one MPI call per chunk), blocking or posted and
+/// waited for (see the module's documentation for which).
 ///
 /// # Errors
-/// [`CommError::Timeout`] when the deadline passes first (no ranks named:
-/// MPI does not say which peer is missing from a collective; every peer
-/// sent its record, so the missing one gave up in its own exchange);
-/// [`CommError::Transport`] when MPI fails.
+/// [`CommError::Timeout`] when a staged data phase passes its deadline (no
+/// ranks named: MPI does not say which peer is missing from a collective;
+/// every peer sent its record, so the missing one gave up in its own
+/// exchange); [`CommError::Transport`] when MPI fails. A data phase on the
+/// caller's buffers that passes its deadline aborts the job instead.
 pub(crate) fn run(
     session: &Session,
     rank: usize,
     phase: Phase<'_>,
-    start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
+    start: impl Fn(&Ptrs, usize, Call<'_>) -> c_int,
 ) -> Result<(), CommError> {
-    match phase.deadline {
-        Some(deadline) if session.staged => staged(session, rank, phase, deadline, start),
-        deadline => direct(session, rank, phase, deadline, start),
+    if session.staged
+        && let Some(watch) = phase.watch.clone()
+    {
+        return staged(session, rank, phase, watch.deadline, start);
+    }
+    if session.multiple() {
+        blocking(rank, phase, start)
+    } else {
+        polled(session, rank, phase, start)
     }
 }
 
@@ -139,7 +163,7 @@ fn staged(
     rank: usize,
     phase: Phase<'_>,
     deadline: Instant,
-    start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
+    start: impl Fn(&Ptrs, usize, Call<'_>) -> c_int,
 ) -> Result<(), CommError> {
     let op = phase.op;
     let (send_bytes, recv_bytes) = (phase.send.len(), phase.recv.len());
@@ -165,7 +189,9 @@ fn staged(
         }
     };
     for i in 0..phase.requests {
-        fl.post(op, rank, ReqKind::Collective, |r| start(&ptrs, i, r))?;
+        fl.post(op, rank, ReqKind::Collective, |r| {
+            start(&ptrs, i, Call::Post(r))
+        })?;
     }
     // On an error here `fl` is dropped with requests pending and leaks the
     // copies; the caller's buffers were never given to MPI.
@@ -192,18 +218,8 @@ fn staged(
     Ok(())
 }
 
-/// The data phase on the caller's buffers: without checks (no deadline), or
-/// checked but not staged (`MpiWorldBuilder::staged(false)`), where a
-/// collective still pending at the deadline aborts the job, since MPI may
-/// still use the buffers the caller gets back.
-fn direct(
-    session: &Session,
-    rank: usize,
-    phase: Phase<'_>,
-    deadline: Option<Instant>,
-    start: impl Fn(&Ptrs, usize, &mut ffi::MPI_Request) -> c_int,
-) -> Result<(), CommError> {
-    let op = phase.op;
+/// The pointers of a data phase on the caller's buffers.
+fn direct_ptrs(phase: &mut Phase<'_>) -> Ptrs {
     let send = if phase.send.is_empty() {
         EMPTY.as_ptr().cast()
     } else {
@@ -214,48 +230,81 @@ fn direct(
     } else {
         phase.recv.as_mut_ptr().cast()
     };
-    let mut fl = Inflight::new(session, phase.ints);
-    let b = fl.bufs();
-    // SAFETY: `b` is owned by `fl`; no request is in flight yet.
-    let ints = unsafe { (*b).iter().map(|v| v.as_ptr()).collect() };
-    let ptrs = Ptrs { send, recv, ints };
+    Ptrs {
+        send,
+        recv,
+        ints: phase.ints.iter().map(|v| v.as_ptr()).collect(),
+    }
+}
+
+/// MPI's blocking calls on the caller's buffers, at `MPI_THREAD_MULTIPLE`
+/// (no lock to hold); with checks on, under the watchdog.
+fn blocking(
+    rank: usize,
+    mut phase: Phase<'_>,
+    start: impl Fn(&Ptrs, usize, Call<'_>) -> c_int,
+) -> Result<(), CommError> {
+    let op = phase.op;
+    // `phase` (the caller's exclusively borrowed buffers and the count
+    // arrays) outlives every blocking call below, after which MPI keeps no
+    // pointer into it.
+    let ptrs = direct_ptrs(&mut phase);
+    let armed = phase.watch.clone().map(watchdog::arm);
     let mut outcome = Ok(());
     for i in 0..phase.requests {
-        if let Err(e) = fl.post(op, rank, ReqKind::Collective, |r| start(&ptrs, i, r)) {
+        outcome = check(op, rank, start(&ptrs, i, Call::Block));
+        if outcome.is_err() {
+            break;
+        }
+    }
+    if let Some(armed) = armed {
+        watchdog::disarm(armed, op, rank)?;
+    }
+    outcome
+}
+
+/// The nonblocking calls on the caller's buffers, tested with ruda's MPI
+/// lock held only around each call (`MPI_THREAD_SERIALIZED`): with checks
+/// on, a collective still pending at the deadline ends the job (see
+/// [`watchdog::expire`]), since MPI may still use the buffers the caller
+/// would get back.
+fn polled(
+    session: &Session,
+    rank: usize,
+    mut phase: Phase<'_>,
+    start: impl Fn(&Ptrs, usize, Call<'_>) -> c_int,
+) -> Result<(), CommError> {
+    let op = phase.op;
+    let ptrs = direct_ptrs(&mut phase);
+    let mut fl = Inflight::new(session, ());
+    let mut outcome = Ok(());
+    for i in 0..phase.requests {
+        if let Err(e) = fl.post(op, rank, ReqKind::Collective, |r| {
+            start(&ptrs, i, Call::Post(r))
+        }) {
             outcome = Err(e);
             break;
         }
     }
-    if let Some(deadline) = deadline {
-        if outcome.is_ok() {
-            match fl.wait_eagerly(op, rank, deadline) {
-                Ok(pending) if !pending.is_empty() => {
-                    let e = CommError::Timeout {
-                        op,
-                        rank,
-                        missing: Vec::new(),
-                        waited: session.timeout,
-                        context: ErrorContext::none(),
-                    };
-                    eprintln!(
-                        "ruda: {e}; MPI may still use the caller's buffers (data phase not staged), so the MPI job is aborted"
-                    );
-                    session.mark_broken();
-                    super::abort::abort_job(75);
-                    // Returns only when MPI is finalised: nothing can touch
-                    // the buffers any more.
-                    return Err(e);
-                }
-                Ok(_) => {}
-                Err(e) => outcome = Err(e),
+    if let Some(watch) = &phase.watch
+        && outcome.is_ok()
+    {
+        match fl.wait_eagerly(op, rank, watch.deadline) {
+            Ok(pending) if !pending.is_empty() => {
+                watchdog::expire(watch);
+                // Returns only when MPI is finalised: nothing can touch
+                // the buffers any more.
+                return Err(CommError::Timeout {
+                    op,
+                    rank,
+                    missing: Vec::new(),
+                    waited: session.timeout,
+                    context: ErrorContext::none(),
+                });
             }
+            Ok(_) => {}
+            Err(e) => outcome = Err(e),
         }
-    } else if outcome.is_ok() && fl.pending() && session.multiple() {
-        // No deadline (the unchecked contract says every rank arrives): at
-        // MPI_THREAD_MULTIPLE block in MPI, which progresses the collective
-        // best; under the MPI lock, poll in rounds (below) so that other
-        // threads' calls go on.
-        outcome = fl.wait_all_blocking(op, rank);
     }
     while outcome.is_ok() && fl.pending() {
         if let Err(e) = fl.wait_eagerly(op, rank, Instant::now() + Duration::from_secs(60)) {
@@ -267,9 +316,11 @@ fn direct(
         // not hand back: end the job instead (this returns only when MPI
         // is finalised, when nothing can touch them any more).
         eprintln!(
-            "ruda: {op} failed with MPI still using the caller's buffers (checks are off); aborting the MPI job"
+            "ruda: {op} failed with MPI still using the caller's buffers; aborting the MPI job"
         );
         super::abort::abort_job(74);
     }
+    // `phase` lives until here: no request is pending (or the job ended).
+    drop(phase);
     outcome
 }

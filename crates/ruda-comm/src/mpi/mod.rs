@@ -5,10 +5,12 @@ mod abort;
 mod agree;
 mod communicator;
 mod data;
+mod inline;
 mod p2p;
 mod raw;
 mod session;
 mod wait;
+mod watchdog;
 mod world;
 
 pub use communicator::MpiCommunicator;

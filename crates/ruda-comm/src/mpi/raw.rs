@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_int};
 
 use mpi::ffi;
 
+use crate::validate::CallArgs;
 use crate::{CommError, DType, ErrorContext, InvalidArgument, OpKind, ReduceOp};
 
 /// The MPI datatype an element moves as. `f16` and `bf16` move as 2-byte
@@ -65,10 +66,38 @@ pub(crate) fn counts_and_displs(
     for &n in counts {
         c.push(count(op, rank, n)?);
         d.push(count(op, rank, off)?);
+        // Both are at most `MAX_COUNT` here, so this cannot overflow.
         off += n;
     }
     count(op, rank, off)?;
     Ok((c, d))
+}
+
+/// Whether one rank's call fits MPI's `int` counts: the counts each MPI
+/// call of the operation takes (per-rank blocks, count lists and their
+/// displacements; all-reduce and broadcast go in chunks and have no
+/// limit). The record exchange applies it to every rank's record, in rank
+/// order, so that every rank reports the same error before any data moves;
+/// without checks a rank applies it to its own arguments.
+///
+/// # Errors
+/// [`InvalidArgument::TooLarge`] with the first count that does not fit,
+/// as reported by rank `me`.
+pub(crate) fn fits_int(call: &CallArgs<'_>, size: usize, me: usize) -> Result<(), CommError> {
+    let op = call.fp.op;
+    let one = |n: usize| count(op, me, n).map(|_| ());
+    let list = |counts: &[usize]| counts_and_displs(op, me, counts).map(|_| ());
+    match op {
+        OpKind::AllGather => one(call.send_len),
+        OpKind::ReduceScatter => one(call.recv_len),
+        OpKind::AllToAll => one(call.send_len / size.max(1)),
+        OpKind::AllGatherV | OpKind::ReduceScatterV => list(call.counts.values),
+        OpKind::AllToAllV => {
+            list(call.counts.values)?;
+            list(call.counts2.values)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// MPI's own text for an error code.

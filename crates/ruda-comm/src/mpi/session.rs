@@ -41,6 +41,11 @@ pub(crate) struct Session {
 /// Staging buffers kept for reuse, at most.
 const STAGING_KEPT: usize = 4;
 
+/// Bytes of staging buffers kept for reuse, at most (a larger buffer is
+/// freed after its call): the pool must not hold the largest buffers a
+/// process ever staged for the rest of its life.
+pub(crate) const STAGING_KEPT_BYTES: usize = 256 << 20;
+
 /// Keeps MPI from being finalised while a call runs.
 pub(crate) type Gate<'a> = RwLockReadGuard<'a, bool>;
 
@@ -106,23 +111,39 @@ impl Session {
         v
     }
 
-    /// Return a staging buffer (after its collective completed) for reuse;
-    /// beyond [`STAGING_KEPT`] the smallest is freed.
+    /// Return a staging buffer (after its collective completed) for reuse:
+    /// at most [`STAGING_KEPT`] buffers and [`STAGING_KEPT_BYTES`] are
+    /// kept, the smallest freed first (a buffer above the byte cap on its
+    /// own is freed at once).
     pub(crate) fn keep_staging(&self, v: Vec<u64>) {
-        if v.capacity() == 0 {
+        let bytes = |v: &Vec<u64>| v.capacity().saturating_mul(8);
+        if v.capacity() == 0 || bytes(&v) > STAGING_KEPT_BYTES {
             return;
         }
         let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         kept.push(v);
-        if kept.len() > STAGING_KEPT
-            && let Some(i) = kept
+        loop {
+            let total = kept.iter().map(bytes).fold(0usize, usize::saturating_add);
+            if kept.len() <= STAGING_KEPT && total <= STAGING_KEPT_BYTES {
+                break;
+            }
+            let Some(i) = kept
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, v)| v.capacity())
                 .map(|(i, _)| i)
-        {
+            else {
+                break;
+            };
             kept.swap_remove(i);
         }
+    }
+
+    /// The bytes of staging buffers kept now.
+    #[cfg(test)]
+    fn kept_bytes(&self) -> usize {
+        let kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter().map(|v| v.capacity() * 8).sum()
     }
 
     /// Whether MPI runs at `MPI_THREAD_MULTIPLE` (no process-wide lock:
@@ -181,5 +202,43 @@ impl Session {
     /// Whether a call of this process timed out.
     pub(crate) fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session::new(true, true, true, Duration::from_secs(1), true)
+    }
+
+    /// Staging buffers are reused, and the pool keeps at most four of them
+    /// and at most `STAGING_KEPT_BYTES` (without the byte cap it held the
+    /// four largest buffers ever staged: here 4 × 200 MiB).
+    #[test]
+    fn the_staging_pool_is_capped_in_bytes_and_count() {
+        let s = session();
+        let words = |mib: usize| (mib << 20) / 8;
+        let v = s.staging(words(1));
+        let p = v.as_ptr();
+        s.keep_staging(v);
+        let again = s.staging(words(1) / 2);
+        assert_eq!(again.as_ptr(), p, "a kept buffer is reused");
+        drop(again);
+        for _ in 0..4 {
+            s.keep_staging(vec![0u64; words(200)]);
+        }
+        assert!(s.kept_bytes() <= STAGING_KEPT_BYTES, "{}", s.kept_bytes());
+        assert_eq!(s.kept_bytes(), 200 << 20);
+        // One above the cap on its own is not kept at all.
+        s.keep_staging(vec![0u64; words(300)]);
+        assert_eq!(s.kept_bytes(), 200 << 20);
+        // Many small ones: at most four.
+        for _ in 0..6 {
+            s.keep_staging(vec![0u64; words(1)]);
+        }
+        assert!(s.staging.lock().unwrap().len() <= STAGING_KEPT);
+        assert!(s.kept_bytes() <= STAGING_KEPT_BYTES);
     }
 }

@@ -9,7 +9,7 @@ use mpi::ffi;
 
 use super::raw::check;
 use super::session::Session;
-use crate::{CommError, ErrorContext, OpKind};
+use crate::{CommError, OpKind};
 
 /// The null request handle.
 pub(crate) fn null_request() -> ffi::MPI_Request {
@@ -35,6 +35,9 @@ pub(crate) enum Poll {
 /// Poll `reqs` until every one completes or `deadline` passes. Completed
 /// requests become the null request. Returns the indices still pending.
 ///
+/// Each poll is one `MPI_Testall` (one turn of MPI's progress engine for
+/// every request; testing them one by one cost a turn each); only at the
+/// deadline are the requests tested one by one, to tell which are pending.
 /// The MPI lock (when MPI needs one) is held only for each test, so other
 /// threads' calls go on meanwhile; `poll` says how tests are spaced.
 pub(crate) fn wait_until(
@@ -46,52 +49,86 @@ pub(crate) fn wait_until(
     poll: Poll,
 ) -> Result<Vec<usize>, CommError> {
     let null = null_request();
-    let start = Instant::now();
+    let n = c_int::try_from(reqs.len()).map_err(|_| CommError::InvalidArgument {
+        op,
+        rank,
+        reason: crate::InvalidArgument::TooLarge {
+            count: reqs.len(),
+            max: c_int::MAX as usize,
+        },
+        context: crate::ErrorContext::none(),
+    })?;
+    // Read at the first clock reading: a wait that ends within its first
+    // polls reads no clock at all.
+    let mut start = None;
     let mut polls = 0u32;
     loop {
-        let mut pending = false;
-        for r in reqs.iter_mut() {
-            if *r == null {
-                continue;
-            }
-            let mut flag: c_int = 0;
-            // SAFETY: `r` is an active request of this process; MPI_Test
-            // completes it (setting it to null) or leaves it active.
-            let rc =
-                session.mpi(|| unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
-            check(op, rank, rc)?;
-            pending |= flag == 0;
-        }
-        if !pending {
+        let mut flag: c_int = 0;
+        let all = reqs.as_mut_ptr();
+        // SAFETY: `all` points to `n` valid, unaliased requests (active or
+        // null) of this process; MPI_Testall completes them all (setting
+        // each to null) or leaves them all as they are.
+        let rc = session
+            .mpi(|| unsafe { ffi::MPI_Testall(n, all, &mut flag, ffi::RSMPI_STATUSES_IGNORE) });
+        check(op, rank, rc)?;
+        if flag != 0 {
             return Ok(Vec::new());
+        }
+        polls = polls.wrapping_add(1);
+        // The clock is read every CLOCK_EVERY polls only (it cost a tenth
+        // of a small collective's time when read at every poll).
+        if !polls.is_multiple_of(CLOCK_EVERY) {
+            std::hint::spin_loop();
+            continue;
         }
         let now = Instant::now();
         if now >= deadline {
-            return Ok(reqs
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| **r != null)
-                .map(|(i, _)| i)
-                .collect());
+            let mut pending = Vec::new();
+            for (i, r) in reqs.iter_mut().enumerate() {
+                if *r == null {
+                    continue;
+                }
+                let mut done: c_int = 0;
+                // SAFETY: `r` is an active request of this process; MPI_Test
+                // completes it (setting it to null) or leaves it active.
+                let rc = session
+                    .mpi(|| unsafe { ffi::MPI_Test(r, &mut done, ffi::RSMPI_STATUS_IGNORE) });
+                check(op, rank, rc)?;
+                if done == 0 {
+                    pending.push(i);
+                }
+            }
+            return Ok(pending);
         }
-        polls = polls.saturating_add(1);
-        match poll {
-            Poll::Patient => back_off(polls, now - start),
-            Poll::Eager if polls.is_multiple_of(256) => std::thread::yield_now(),
-            Poll::Eager => std::hint::spin_loop(),
-        }
+        back_off(poll, now - *start.get_or_insert(now));
     }
 }
 
-fn back_off(polls: u32, waited: Duration) {
-    if polls < 64 {
-        std::hint::spin_loop();
-    } else if waited < Duration::from_millis(2) {
-        std::thread::yield_now();
-    } else if waited < Duration::from_millis(200) {
-        std::thread::sleep(Duration::from_micros(20));
-    } else {
-        std::thread::sleep(Duration::from_millis(1));
+/// How many polls pass between two readings of the clock.
+const CLOCK_EVERY: u32 = 16;
+
+/// How long a wait tests without pause before it starts to yield the core:
+/// peers that arrive together exchange their records within a few
+/// microseconds, and a yield (a system call) in that window delays the
+/// progress that a peer's rendezvous needs from this rank.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Pause between polls: none within [`SPIN`]; then a patient wait (for a
+/// peer that has not arrived) yields, then sleeps for growing intervals so
+/// that it does not take a core from the ranks it waits for, while an
+/// eager one (a data phase, whose peers have all arrived and whose
+/// nonblocking collective progresses only inside tests) only yields.
+fn back_off(poll: Poll, waited: Duration) {
+    if waited < SPIN {
+        return;
+    }
+    match poll {
+        Poll::Eager => std::thread::yield_now(),
+        Poll::Patient if waited < Duration::from_millis(2) => std::thread::yield_now(),
+        Poll::Patient if waited < Duration::from_millis(200) => {
+            std::thread::sleep(Duration::from_micros(20))
+        }
+        Poll::Patient => std::thread::sleep(Duration::from_millis(1)),
     }
 }
 
@@ -181,6 +218,12 @@ impl<'a, B> Inflight<'a, B> {
         }
     }
 
+    /// Room for `more` requests, so that posting them does not allocate.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.reqs.reserve(more);
+        self.kinds.reserve(more);
+    }
+
     /// The buffers, for taking pointers into them and, once the requests
     /// that write them have completed, reading them.
     pub(crate) fn bufs(&self) -> *mut B {
@@ -242,34 +285,6 @@ impl<'a, B> Inflight<'a, B> {
             deadline,
             Poll::Eager,
         )
-    }
-
-    /// Wait for every posted request in one blocking `MPI_Waitall`, with
-    /// no deadline: for calls without checks under `MPI_THREAD_MULTIPLE`,
-    /// where no lock is held and MPI progresses the collective inside the
-    /// wait (polling with `MPI_Test` leaves multi-round algorithms idle
-    /// between polls).
-    pub(crate) fn wait_all_blocking(&mut self, op: OpKind, rank: usize) -> Result<(), CommError> {
-        assert!(
-            self.session.multiple(),
-            "a blocking wait under the MPI lock would stop other threads' calls"
-        );
-        let n = c_int::try_from(self.reqs.len()).map_err(|_| CommError::InvalidArgument {
-            op,
-            rank,
-            reason: crate::InvalidArgument::TooLarge {
-                count: self.reqs.len(),
-                max: c_int::MAX as usize,
-            },
-            context: ErrorContext::none(),
-        })?;
-        // Every buffer the requests use is owned by this value or outlives it
-        // (the caller's, in the unchecked mode); no lock is needed at
-        // MPI_THREAD_MULTIPLE (asserted above).
-        let reqs = self.reqs.as_mut_ptr();
-        // SAFETY: `reqs` points to `n` valid, unaliased requests (active or null) MPI completes.
-        let rc = unsafe { ffi::MPI_Waitall(n, reqs, ffi::RSMPI_STATUSES_IGNORE) };
-        check(op, rank, rc)
     }
 
     /// Whether a posted request is still pending.

@@ -19,9 +19,18 @@ pub(crate) fn words(n: usize) -> usize {
 }
 
 /// The record of `call` in a group of `n`.
+#[cfg(test)]
 pub(crate) fn encode(call: &CallArgs<'_>, n: usize) -> Vec<i64> {
-    let fp = call.fp;
     let mut w = vec![0i64; words(n)];
+    encode_into(call, n, &mut w);
+    w
+}
+
+/// Write the record of `call` in a group of `n` into `w` ([`words`]`(n)`
+/// words, zeroed).
+pub(crate) fn encode_into(call: &CallArgs<'_>, n: usize, w: &mut [i64]) {
+    debug_assert_eq!(w.len(), words(n));
+    let fp = call.fp;
     w[0] = fp.seq as i64;
     w[1] = fp.op.code() as i64;
     w[2] = fp.dtype.map_or(0, |d| d.code() as i64 + 1);
@@ -40,7 +49,6 @@ pub(crate) fn encode(call: &CallArgs<'_>, n: usize) -> Vec<i64> {
     for (x, &c) in w[10 + n..].iter_mut().zip(call.counts2.values) {
         *x = c as i64;
     }
-    w
 }
 
 /// A record decoded: owns the count lists a [`CallArgs`] borrows.

@@ -13,8 +13,9 @@
 //!   with `--unchecked` takes that contract on: every rank of the job must
 //!   run this binary, in this mode, with the same flag. Other modes refuse
 //!   the flag (they make mismatched calls on purpose).
-//! - `failures`: mismatched lengths, different collectives, bad roots and
-//!   overflowing counts end in the documented error on every rank, and
+//! - `failures`: mismatched lengths, different collectives, bad roots,
+//!   overflowing counts and counts past MPI's `int` on some ranks end in
+//!   the documented error on every rank, and
 //!   `MPI_COMM_WORLD`'s own error handler is left alone.
 //! - `timeout`: the last rank arrives after the deadline; the others get a
 //!   `Timeout` naming it (with their flight record), and the job is then
@@ -24,10 +25,11 @@
 //!   rank 0 while rank 1 has given up: every rank must still end the call
 //!   with the right result or a `Timeout` within twice its timeout (one for
 //!   every rank to arrive, one for the data phase) and a small margin, and
-//!   say so; the job is then aborted.
-//!   With `--unstaged` (`MpiWorldBuilder::staged(false)`: the data phase
-//!   on the caller's buffers) the ranks left in the data phase abort the
-//!   job at their deadline instead of returning.
+//!   say so; the job is then aborted. This needs `--staged`
+//!   (`MpiWorldBuilder::staged(true)`: the data phase on copies). Without
+//!   it (the default: the data phase on the caller's buffers) the ranks
+//!   left in the data phase abort the job at their deadline instead of
+//!   returning, naming the rank that never joined.
 //! - `p2p-failures`: point-to-point length and type mismatches end in the
 //!   same error on both sides, a self-addressed half of a `send_recv` is
 //!   refused, and large rings complete.
@@ -48,7 +50,17 @@ use ruda_testkit::conformance;
 
 fn conformance_suite(world: &MpiCommunicator) -> Result<usize, String> {
     let mut passed = 0;
-    for (len, seed) in [(0usize, 3u64), (1, 4), (13, 5), (64, 6), (1000, 7)] {
+    // Up to 1000 elements every call goes inline (its data with its call
+    // record, 8 KiB at most); 3000 take MPI's data phase for every type but
+    // u8.
+    for (len, seed) in [
+        (0usize, 3u64),
+        (1, 4),
+        (13, 5),
+        (64, 6),
+        (1000, 7),
+        (3000, 8),
+    ] {
         conformance::check_all_dtypes(world, len, seed).map_err(|e| format!("len {len}: {e}"))?;
         passed += 1;
     }
@@ -113,6 +125,28 @@ fn failures(world: &MpiCommunicator) -> Result<usize, String> {
                 ..
             }) => passed += 1,
             other => return Err(format!("overflowing counts: {other:?}")),
+        }
+        // Counts that add up but exceed MPI's `int` on ranks 0 and 1 only
+        // (2^31 bytes from rank 0 to rank 1): too large on every rank, the
+        // others included, before any data moves (they used to enter the
+        // data phase alone and wait). The buffers are zeroed allocations
+        // that nothing touches.
+        let big = 1usize << 31;
+        let (mut sends, mut recvs) = (vec![0usize; n], vec![0usize; n]);
+        if me == 0 {
+            sends[1] = big;
+        }
+        if me == 1 {
+            recvs[0] = big;
+        }
+        let send = vec![0u8; sends.iter().sum()];
+        let mut recv = vec![0u8; recvs.iter().sum()];
+        match world.all_to_all_v(&send, &sends, &mut recv, &recvs) {
+            Err(CommError::InvalidArgument {
+                reason: InvalidArgument::TooLarge { count, max },
+                ..
+            }) if count == big && max == i32::MAX as usize => passed += 1,
+            other => return Err(format!("counts past MPI's int: {other:?}")),
         }
     }
     // A bad root is refused everywhere.
@@ -196,6 +230,10 @@ fn timeout(world: &MpiCommunicator) -> Result<usize, String> {
 /// The deadline of the `straggler` mode.
 const STRAGGLER_TIMEOUT: Duration = Duration::from_millis(1500);
 
+/// The elements of the `straggler` mode's all-reduce: 32 KiB, past what
+/// travels with a call record.
+const STRAGGLER_LEN: usize = 4096;
+
 /// Rank 1 starts the all-reduce at once (deadline at 1.5 s), rank 0 after
 /// 0.5 s (deadline at 2 s), rank 2 at 1.75 s: rank 1 times out in the
 /// record exchange, while ranks 0 and 2 receive every record (rank 1 sent
@@ -213,12 +251,14 @@ fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
     let delay = [500, 0, 1750][me];
     std::thread::sleep(Duration::from_millis(delay));
     let start = std::time::Instant::now();
-    let mut v = [1f64];
+    // Large enough for a data phase (a small call's data travels with its
+    // record, and the ranks that get every record finish it).
+    let mut v = vec![1f64; STRAGGLER_LEN];
     let r = world.all_reduce(&mut v, ReduceOp::Sum);
     let took = start.elapsed();
     let margin = Duration::from_millis(500);
     let outcome = match &r {
-        Ok(()) if v[0] == 3.0 => "the right result".to_string(),
+        Ok(()) if v.iter().all(|&x| x == 3.0) => "the right result".to_string(),
         Ok(()) => return Err(format!("a wrong result {}", v[0])),
         Err(CommError::Timeout {
             op: OpKind::AllReduce,
@@ -361,7 +401,7 @@ fn threads(world: &MpiCommunicator) -> Result<usize, String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let unchecked = args.iter().any(|a| a == "--unchecked");
-    let unstaged = args.iter().any(|a| a == "--unstaged");
+    let staged = args.iter().any(|a| a == "--staged");
     let mode = args
         .iter()
         .find(|a| !a.starts_with("--"))
@@ -385,8 +425,8 @@ fn main() -> ExitCode {
         // SAFETY: every rank makes the same collective calls with matching arguments.
         builder = unsafe { builder.unchecked() };
     }
-    if unstaged {
-        builder = builder.staged(false);
+    if staged {
+        builder = builder.staged(true);
     }
     let mpi = match builder.init() {
         Ok(m) => m,
