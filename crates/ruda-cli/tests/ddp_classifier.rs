@@ -43,6 +43,7 @@ pub fn example_binary() -> PathBuf {
 fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
     let launched = ruda_comm::MPI_LAUNCHER_ENV
         .iter()
+        .chain(&ruda_comm::OTHER_LAUNCHER_ENV)
         .chain([&ruda_comm::WORLD_SIZE_ENV, &ruda_comm::LAUNCH_ENV])
         .find(|k| std::env::var_os(k).is_some());
     if let Some(k) = launched {
@@ -92,7 +93,10 @@ fn the_ddp_example_equals_the_serial_run_however_it_is_launched() {
     // Slurm or mpirun would otherwise switch it to MPI).
     let command = || {
         let mut c = Command::new(&bin);
-        for k in ruda_comm::MPI_LAUNCHER_ENV {
+        for k in ruda_comm::MPI_LAUNCHER_ENV
+            .iter()
+            .chain(&ruda_comm::OTHER_LAUNCHER_ENV)
+        {
             c.env_remove(k);
         }
         c.env_remove(ruda_comm::LAUNCH_ENV);

@@ -46,7 +46,8 @@ pub use flight::{
 };
 pub use hash::mix;
 pub use launch::{
-    AnyCommunicator, LAUNCH_ENV, Launch, LaunchError, LaunchMode, MPI_LAUNCHER_ENV, WORLD_SIZE_ENV,
+    AnyCommunicator, LAUNCH_ENV, Launch, LaunchError, LaunchMode, MPI_LAUNCHER_ENV,
+    OTHER_LAUNCHER_ENV, WORLD_SIZE_ENV,
 };
 pub use local::{
     DEFAULT_TIMEOUT, LocalCommunicator, LocalWorld, PIN_ENV, RankError, TIMEOUT_ENV, WorldError,

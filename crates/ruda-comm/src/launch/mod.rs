@@ -16,15 +16,33 @@ use crate::{CommError, LocalWorld, RankError, WorldError};
 /// started the program): `RUDA_WORLD_SIZE=4`.
 pub const WORLD_SIZE_ENV: &str = "RUDA_WORLD_SIZE";
 
-/// Variables MPI launchers set in every process they start: Open MPI's
-/// `mpirun`, the PMI of MPICH/Intel MPI (Hydra), PMIx (Slurm's
-/// `srun --mpi=pmix`, recent Open MPI) and MVAPICH's `mpirun_rsh`.
-pub const MPI_LAUNCHER_ENV: [&str; 4] = [
+/// Variables MPI launchers set in every process they start, any one of
+/// which means one rank per process: Open MPI's `mpirun` (ORTE in 4.x,
+/// PRRTE in 5.x: `OMPI_COMM_WORLD_*`, and PRRTE's PMIx rank), the PMI of
+/// MPICH's and Intel MPI's Hydra (`PMI_*`, `MPI_LOCALNRANKS`), Slurm's
+/// `srun --mpi=pmi2` (`PMI_FD`, `PMI_RANK`, `PMI_SIZE`) and
+/// `srun --mpi=pmix` (`PMIX_RANK`), and MVAPICH's `mpirun_rsh`.
+pub const MPI_LAUNCHER_ENV: [&str; 8] = [
     "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
     "PMI_SIZE",
+    "PMI_RANK",
+    "PMI_FD",
     "PMIX_RANK",
+    "MPI_LOCALNRANKS",
     "MV2_COMM_WORLD_SIZE",
 ];
+
+/// Variables that show a process launcher started this program among
+/// others, without any of [`MPI_LAUNCHER_ENV`]: a Slurm step of several
+/// tasks without an MPI plugin (`SLURM_NTASKS` above 1, with
+/// `SLURM_PROCID`), a PMIx server's namespace without a rank
+/// (`PMIX_NAMESPACE`), a Hydra proxy's control channel
+/// (`HYDRA_CONTROL_FD`). Running each process as its own thread world
+/// there would make several independent jobs, each thinking it is the
+/// whole one, so [`Launch`] refuses to guess
+/// ([`LaunchError::UnknownLauncher`]) until [`LAUNCH_ENV`] says which.
+pub const OTHER_LAUNCHER_ENV: [&str; 3] = ["SLURM_NTASKS", "PMIX_NAMESPACE", "HYDRA_CONTROL_FD"];
 
 /// The variable that decides the mode outright: `RUDA_LAUNCH=threads` (for a
 /// program started under a launcher that is not meant to be an MPI job,
@@ -87,6 +105,15 @@ pub enum LaunchError<E> {
         /// The launcher's variable found in the environment.
         variable: &'static str,
     },
+    /// A process launcher started this program among others, but none of
+    /// the MPI launchers' variables ([`MPI_LAUNCHER_ENV`]) is set (see
+    /// [`OTHER_LAUNCHER_ENV`]): set [`LAUNCH_ENV`] to `mpi` or `threads`.
+    UnknownLauncher {
+        /// The variable found.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// MPI did not start, or its world communicator could not be made.
     Mpi(CommError),
 }
@@ -106,6 +133,10 @@ impl<E: fmt::Display> fmt::Display for LaunchError<E> {
             LaunchError::NoMpi { variable } => write!(
                 f,
                 "started by an MPI launcher ({variable} is set), but this program was built without ruda's `mpi` feature"
+            ),
+            LaunchError::UnknownLauncher { variable, value } => write!(
+                f,
+                "started by a process launcher ({variable}={value}) that sets none of the MPI launchers' variables: set {LAUNCH_ENV}=mpi to run one rank per process over MPI, or {LAUNCH_ENV}=threads to run each process as its own world of threads"
             ),
             LaunchError::Mpi(e) => write!(f, "MPI did not start: {e}"),
         }
@@ -205,13 +236,16 @@ impl Launch {
     ///
     /// # Errors
     /// [`LaunchError::WorldSize`] for a bad [`WORLD_SIZE_ENV`] or 0 threads;
-    /// [`LaunchError::Mode`] for a bad [`LAUNCH_ENV`].
+    /// [`LaunchError::Mode`] for a bad [`LAUNCH_ENV`];
+    /// [`LaunchError::UnknownLauncher`] when a launcher of several processes
+    /// is seen only through [`OTHER_LAUNCHER_ENV`].
     ///
     /// # Example
     /// ```
     /// use ruda_comm::{Launch, LaunchMode};
     /// # if std::env::var_os("RUDA_WORLD_SIZE").is_none() && std::env::var_os("RUDA_LAUNCH").is_none()
-    /// #     && ruda_comm::MPI_LAUNCHER_ENV.iter().all(|k| std::env::var_os(k).is_none()) {
+    /// #     && ruda_comm::MPI_LAUNCHER_ENV.iter().all(|k| std::env::var_os(k).is_none())
+    /// #     && ruda_comm::OTHER_LAUNCHER_ENV.iter().all(|k| std::env::var_os(k).is_none()) {
     /// let mode = Launch::new().threads(2).mode::<String>().unwrap();
     /// assert_eq!(mode, LaunchMode::Threads(2)); // no launcher, no RUDA_WORLD_SIZE
     /// # }
@@ -310,6 +344,23 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic with a non-string payload".into())
 }
 
+/// The first of [`OTHER_LAUNCHER_ENV`] that shows a launcher of several
+/// processes, with its value.
+fn other_launcher(var: &impl Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+    OTHER_LAUNCHER_ENV.into_iter().find_map(|k| {
+        let v = var(k)?;
+        let shows = match k {
+            // One task is a single process; SLURM_NTASKS alone is also set
+            // in a batch script's shell, outside any step.
+            "SLURM_NTASKS" => {
+                v.trim().parse::<usize>().is_ok_and(|n| n > 1) && var("SLURM_PROCID").is_some()
+            }
+            _ => true,
+        };
+        shows.then_some((k, v))
+    })
+}
+
 /// [`Launch::mode`] with the environment given as a lookup (for tests).
 fn mode_in<E>(
     threads: &Option<usize>,
@@ -330,6 +381,9 @@ fn mode_in<E>(
         None => {
             if let Some(variable) = MPI_LAUNCHER_ENV.into_iter().find(|k| var(k).is_some()) {
                 return Ok(LaunchMode::Mpi { variable });
+            }
+            if let Some((variable, value)) = other_launcher(&var) {
+                return Err(LaunchError::UnknownLauncher { variable, value });
             }
         }
     }
@@ -378,6 +432,55 @@ mod tests {
                 LaunchMode::Mpi { variable: k }
             );
         }
+        // A launcher seen only another way is an error until RUDA_LAUNCH
+        // decides; a Slurm batch shell (no task id) or a one-task step is not.
+        for (k, v) in [
+            ("SLURM_NTASKS", "4"),
+            ("PMIX_NAMESPACE", "prterun-h1-1234@1"),
+            ("HYDRA_CONTROL_FD", "7"),
+        ] {
+            let e = m(Some(3), &[(k, v), ("SLURM_PROCID", "2")]).unwrap_err();
+            assert!(
+                matches!(&e, LaunchError::UnknownLauncher { variable, value } if *variable == k && value == v),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("RUDA_LAUNCH=mpi"), "{e}");
+            assert_eq!(
+                m(
+                    Some(3),
+                    &[(k, v), ("SLURM_PROCID", "2"), ("RUDA_LAUNCH", "threads")]
+                )
+                .unwrap(),
+                LaunchMode::Threads(3)
+            );
+            assert_eq!(
+                m(Some(3), &[(k, v), ("RUDA_LAUNCH", "mpi")]).unwrap(),
+                LaunchMode::Mpi {
+                    variable: LAUNCH_ENV
+                }
+            );
+        }
+        assert_eq!(
+            m(Some(2), &[("SLURM_NTASKS", "4")]).unwrap(),
+            LaunchMode::Threads(2)
+        );
+        assert_eq!(
+            m(Some(2), &[("SLURM_NTASKS", "1"), ("SLURM_PROCID", "0")]).unwrap(),
+            LaunchMode::Threads(2)
+        );
+        // Slurm's PMI2 plugin and Hydra are MPI launchers.
+        assert_eq!(
+            m(
+                None,
+                &[
+                    ("PMI_FD", "5"),
+                    ("SLURM_NTASKS", "4"),
+                    ("SLURM_PROCID", "1")
+                ]
+            )
+            .unwrap(),
+            LaunchMode::Mpi { variable: "PMI_FD" }
+        );
         for bad in ["0", "-1", "four", ""] {
             let e = m(Some(3), &[("RUDA_WORLD_SIZE", bad)]).unwrap_err();
             assert!(
@@ -404,6 +507,7 @@ mod tests {
         if std::env::var_os(WORLD_SIZE_ENV).is_none()
             && MPI_LAUNCHER_ENV
                 .iter()
+                .chain(&OTHER_LAUNCHER_ENV)
                 .all(|k| std::env::var_os(k).is_none())
         {
             assert_eq!(out.unwrap(), vec![0, 1, 2, 3]);
