@@ -12,7 +12,10 @@
 //! - `ruda-mpi-conformance` and `ruda-tensor-mpi-check` (feature `mpi`): the
 //!   conformance suite, failure modes and the tensor layer under real
 //!   `mpirun`, launched by `tests/comm_mpi.rs` and `tests/tensor_mpi.rs`.
+//! - [`cluster`]: the namespace cluster of `scripts/cluster.sh` (hosts on
+//!   this machine, faults between them) for `tests/cluster_mpi.rs`.
 
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod conformance;

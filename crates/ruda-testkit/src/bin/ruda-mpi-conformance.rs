@@ -39,6 +39,10 @@
 //!   a transport error instead of calling into a finalised MPI.
 //! - `panic`: with `abort_on_panic`, rank 1 panics while the others wait in
 //!   a collective; the job must end promptly with a non-zero status.
+//! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
+//!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
+//!   packet loss must leave every result right; a cut link or a killed
+//!   rank must end the job.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -283,6 +287,48 @@ fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
     Ok(1)
 }
 
+/// `soak CALLS ELEMENTS`: `CALLS` all-reduces of `ELEMENTS` f32 on the
+/// world, each checked (rank r contributes r + 1 + call number, so a stale
+/// or mixed-up buffer shows), printing when they start (`soak: started`,
+/// for a test that waits to break something mid-run) and how long they
+/// took. A network fault under it must leave every result right, or end
+/// the job (the watchdog).
+fn soak(world: &MpiCommunicator, args: &[String]) -> Result<usize, String> {
+    let (me, n) = (world.rank(), world.size());
+    let num = |i: usize, default: usize| {
+        args.iter()
+            .filter(|a| !a.starts_with("--"))
+            .nth(i)
+            .map_or(Ok(default), |a| {
+                a.parse::<usize>().map_err(|e| format!("{a}: {e}"))
+            })
+    };
+    let (calls, len) = (num(1, 100)?, num(2, 1 << 20)?);
+    world.barrier().map_err(|e| e.to_string())?;
+    if me == 0 {
+        println!("soak: started, {calls} all-reduces of {len} f32 on {n} ranks");
+    }
+    let start = std::time::Instant::now();
+    let mut v = vec![0f32; len];
+    for call in 0..calls {
+        v.fill((me + 1 + call) as f32);
+        world
+            .all_reduce(&mut v, ReduceOp::Sum)
+            .map_err(|e| format!("call {call}: {e}"))?;
+        let want = (0..n).map(|r| (r + 1 + call) as f32).sum::<f32>();
+        if let Some(i) = v.iter().position(|&x| x != want) {
+            return Err(format!("call {call}: element {i} is {} not {want}", v[i]));
+        }
+    }
+    if me == 0 {
+        println!(
+            "soak: {calls} all-reduces of {len} f32 right on {n} ranks in {:.3} s",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(calls)
+}
+
 /// Point-to-point mismatches are errors on both sides, and the pair keeps
 /// working afterwards; large rings do not deadlock.
 fn p2p_failures(world: &MpiCommunicator) -> Result<usize, String> {
@@ -458,6 +504,7 @@ fn main() -> ExitCode {
                 other => Err(format!("a call after finalize: {other:?}")),
             }
         }
+        "soak" => soak(&world, &args),
         "panic" => {
             world.barrier().expect("barrier");
             if me == 1 % n {
