@@ -14,6 +14,7 @@
 #   scripts/cluster.sh link HOST up|down   set HOST's link (a cut cable)
 #   scripts/cluster.sh stall HOST MS   stop every process of HOST for MS milliseconds (SIGSTOP, SIGCONT)
 #   scripts/cluster.sh loss HOST PCT   drop PCT % of the packets HOST receives (nftables; 0 clears)
+#   scripts/cluster.sh dropped HOST    how many packets that rule has dropped
 #   scripts/cluster.sh shape HOST RATE shape HOST's outgoing traffic to RATE (tc tbf, e.g. 10gbit; "off" clears)
 #   scripts/cluster.sh slots           the slots of every host, for --hostfile (used by `mpirun`)
 #
@@ -45,8 +46,13 @@ die() {
     exit 1
 }
 
-need_root() {
-    [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+# Every command but the help needs root (network namespaces): run again
+# under sudo when not root, as scripts/install-mpi.sh installs with sudo.
+as_root() {
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null || die "needs root (network namespaces), and sudo is missing"
+        exec sudo --preserve-env=PATH,RUDA_CLUSTER_SLOTS bash "$0" "$@"
+    fi
 }
 
 hosts() {
@@ -95,7 +101,6 @@ down() {
 up() {
     local n=${1:-2}
     [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 8 ] || die "up takes 1 to 8 hosts, not $n"
-    need_root
     install_tools
     down
     trap 'echo "cluster: up failed; tearing down" >&2; down' EXIT
@@ -103,8 +108,7 @@ up() {
     ip netns add "$SWITCH"
     ip -n "$SWITCH" link add "$BRIDGE" type bridge
     ip -n "$SWITCH" link set "$BRIDGE" up
-    local i hostsfile
-    hostsfile=$(mktemp)
+    local i hostsfile="$STATE/etc-hosts"
     printf '127.0.0.1 localhost\n::1 localhost\n' >"$hostsfile"
     for i in $(seq 1 "$n"); do
         printf '%s.%d %s%d\n' "$SUBNET" $((10 + i)) "$PREFIX" "$i" >>"$hostsfile"
@@ -113,11 +117,11 @@ up() {
         local h="$PREFIX$i"
         ip netns add "$h"
         ip -n "$h" link set lo up
-        # The host's end is eth0; the switch's end is on the bridge.
-        ip link add "rv$i" type veth peer name "rs$i"
-        ip link set "rv$i" netns "$h"
-        ip -n "$h" link set "rv$i" name eth0
-        ip link set "rs$i" netns "$SWITCH"
+        # The host's end is eth0; the switch's end is on the bridge. Both
+        # are made inside their namespaces: nothing ever appears in the
+        # machine's own, so a failed `up` leaves nothing that `down` (which
+        # deletes the namespaces) misses.
+        ip link add eth0 netns "$h" type veth peer name "rs$i" netns "$SWITCH"
         ip -n "$SWITCH" link set "rs$i" master "$BRIDGE"
         ip -n "$SWITCH" link set "rs$i" up
         ip -n "$h" addr add "$SUBNET.$((10 + i))/$MASK" dev eth0
@@ -134,7 +138,6 @@ up() {
         cp "$hostsfile" "/etc/netns/$h/hosts"
         echo "$h" >>"$STATE/hosts"
     done
-    rm -f "$hostsfile"
     # Every host reaches the others before anyone uses the cluster: a TCP
     # connection to a closed port is refused at once by a host that is
     # reachable, and times out otherwise.
@@ -203,8 +206,11 @@ stall() {
     check_host "$h"
     [[ $ms =~ ^[0-9]+$ ]] || die "stall takes milliseconds, not $ms"
     local pids
-    pids=$(ip netns pids "$h")
+    pids=$(ip netns pids "$h" | tr "\n" " ")
     [ -n "$pids" ] || die "nothing runs on $h"
+    # The host runs again whatever happens to this script.
+    # shellcheck disable=SC2064,SC2086
+    trap "kill -CONT $pids 2>/dev/null || true" EXIT INT TERM
     # shellcheck disable=SC2086
     kill -STOP $pids
     sleep "$(awk "BEGIN { print $ms / 1000 }")"
@@ -222,11 +228,19 @@ loss() {
 table inet ruda_loss {
     chain input {
         type filter hook input priority 0; policy accept;
-        iifname "eth0" numgen random mod 100 < $pct drop
+        iifname "eth0" numgen random mod 100 < $pct counter drop
     }
 }
 EOF
     fi
+}
+
+# How many packets the loss rule of HOST dropped (0 without one).
+dropped() {
+    local h=$1
+    check_host "$h"
+    ip netns exec "$h" nft list table inet ruda_loss 2>/dev/null |
+        awk '/counter packets/ { for (i = 1; i < NF; i++) if ($i == "packets") { print $(i + 1); found = 1 } } END { if (!found) print 0 }'
 }
 
 shape() {
@@ -246,7 +260,8 @@ status() {
         return
     fi
     for h in $(hosts); do
-        local i=$(host_index "$h")
+        local i
+        i=$(host_index "$h")
         printf '%s %s.%d link %s\n' "$h" "$SUBNET" $((10 + i)) \
             "$(ip -n "$SWITCH" -br link show "rs$i" | awk '{print $2}')"
     done
@@ -255,15 +270,19 @@ status() {
 cmd=${1:-}
 shift || true
 case $cmd in
+    up | down | status | mpirun | exec | link | stall | loss | dropped | shape | slots) as_root "$cmd" "$@" ;;
+esac
+case $cmd in
     up) up "$@" ;;
-    down) need_root; down; echo "cluster: down" ;;
+    down) down; echo "cluster: down" ;;
     status) status ;;
     mpirun) run_mpirun "$@" ;;
     exec) [ $# -ge 2 ] || die "exec HOST CMD..."; on_host "$@" ;;
     link) [ $# -eq 2 ] || die "link HOST up|down"; link "$@" ;;
     stall) [ $# -eq 2 ] || die "stall HOST MS"; stall "$@" ;;
     loss) [ $# -eq 2 ] || die "loss HOST PCT"; loss "$@" ;;
+    dropped) [ $# -eq 1 ] || die "dropped HOST"; dropped "$@" ;;
     shape) [ $# -eq 2 ] || die "shape HOST RATE|off"; shape "$@" ;;
     slots) slots ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

@@ -153,6 +153,16 @@ impl Cluster {
         self.ok(&["loss", host, &pct.to_string()]);
     }
 
+    /// How many packets `host`'s loss rule has dropped.
+    pub fn dropped(&self, host: &str) -> u64 {
+        let out = run(&["dropped", host]);
+        assert!(out.status.success(), "cluster dropped:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("a packet count")
+    }
+
     /// The processes on `host` whose command line contains `name`.
     pub fn pids(&self, host: &str, name: &str) -> Vec<u32> {
         let out = Command::new("ip")

@@ -34,15 +34,17 @@ pub const MPI_LAUNCHER_ENV: [&str; 8] = [
 ];
 
 /// Variables that show a process launcher started this program among
-/// others, without any of [`MPI_LAUNCHER_ENV`]: a Slurm step of several
-/// tasks without an MPI plugin (`SLURM_NTASKS` above 1, with
-/// `SLURM_PROCID`), a PMIx server's namespace without a rank
+/// others, without any of [`MPI_LAUNCHER_ENV`]: an `srun` step of several
+/// tasks without an MPI plugin (`SLURM_STEP_NUM_TASKS` above 1; a batch
+/// script, task 0 of its allocation, runs in a step of one task), a PMIx
+/// server's namespace without a rank
 /// (`PMIX_NAMESPACE`), a Hydra proxy's control channel
 /// (`HYDRA_CONTROL_FD`). Running each process as its own thread world
 /// there would make several independent jobs, each thinking it is the
 /// whole one, so [`Launch`] refuses to guess
 /// ([`LaunchError::UnknownLauncher`]) until [`LAUNCH_ENV`] says which.
-pub const OTHER_LAUNCHER_ENV: [&str; 3] = ["SLURM_NTASKS", "PMIX_NAMESPACE", "HYDRA_CONTROL_FD"];
+pub const OTHER_LAUNCHER_ENV: [&str; 3] =
+    ["SLURM_STEP_NUM_TASKS", "PMIX_NAMESPACE", "HYDRA_CONTROL_FD"];
 
 /// The variable that decides the mode outright: `RUDA_LAUNCH=threads` (for a
 /// program started under a launcher that is not meant to be an MPI job,
@@ -350,11 +352,9 @@ fn other_launcher(var: &impl Fn(&str) -> Option<String>) -> Option<(&'static str
     OTHER_LAUNCHER_ENV.into_iter().find_map(|k| {
         let v = var(k)?;
         let shows = match k {
-            // One task is a single process; SLURM_NTASKS alone is also set
-            // in a batch script's shell, outside any step.
-            "SLURM_NTASKS" => {
-                v.trim().parse::<usize>().is_ok_and(|n| n > 1) && var("SLURM_PROCID").is_some()
-            }
+            // A step of one task is a single process (a batch script, or
+            // `srun -n 1`).
+            "SLURM_STEP_NUM_TASKS" => v.trim().parse::<usize>().is_ok_and(|n| n > 1),
             _ => true,
         };
         shows.then_some((k, v))
@@ -433,9 +433,10 @@ mod tests {
             );
         }
         // A launcher seen only another way is an error until RUDA_LAUNCH
-        // decides; a Slurm batch shell (no task id) or a one-task step is not.
+        // decides; a Slurm batch script (task 0 of an allocation of several
+        // tasks, in a step of one) or a one-task step is not.
         for (k, v) in [
-            ("SLURM_NTASKS", "4"),
+            ("SLURM_STEP_NUM_TASKS", "4"),
             ("PMIX_NAMESPACE", "prterun-h1-1234@1"),
             ("HYDRA_CONTROL_FD", "7"),
         ] {
@@ -460,21 +461,19 @@ mod tests {
                 }
             );
         }
-        assert_eq!(
-            m(Some(2), &[("SLURM_NTASKS", "4")]).unwrap(),
-            LaunchMode::Threads(2)
-        );
-        assert_eq!(
-            m(Some(2), &[("SLURM_NTASKS", "1"), ("SLURM_PROCID", "0")]).unwrap(),
-            LaunchMode::Threads(2)
-        );
+        let batch = [
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_NUM_TASKS", "1"),
+        ];
+        assert_eq!(m(Some(2), &batch).unwrap(), LaunchMode::Threads(2));
         // Slurm's PMI2 plugin and Hydra are MPI launchers.
         assert_eq!(
             m(
                 None,
                 &[
                     ("PMI_FD", "5"),
-                    ("SLURM_NTASKS", "4"),
+                    ("SLURM_STEP_NUM_TASKS", "4"),
                     ("SLURM_PROCID", "1")
                 ]
             )

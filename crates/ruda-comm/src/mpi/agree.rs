@@ -120,6 +120,15 @@ pub(crate) fn agree(
     buf[me * slot + w] = 0;
     // What it sends: the record, the payload's length, the payload (to
     // nobody in a group of one).
+    // Each peer gets two messages: the record (with the payload's length)
+    // and, in a group small enough to carry data, the payload message (the
+    // call's sequence number, then the payload, possibly empty), so that
+    // the record stays within MPI's eager size (a record and a 4 KiB payload
+    // in one message went through Open MPI's rendezvous protocol on shared
+    // memory: a round trip more). Every call posts and sends exactly one of
+    // each per peer, so they pair up in order, and the sequence number
+    // catches a pairing that went wrong.
+    let carries = n <= inline::INLINE_RANKS;
     for j in (0..sends).filter(|_| n > 1) {
         let base = (n + j) * slot;
         buf.copy_within(me * slot..me * slot + w, base);
@@ -132,23 +141,18 @@ pub(crate) fn agree(
         } else {
             &[]
         };
-        assert!(
-            payload.len() <= (slot - w - 1) * 8,
-            "an inline payload within its slot"
-        );
         buf[base + w] = payload.len() as u64;
-        let room: &mut [u8] = bytemuck::cast_slice_mut(&mut buf[base + w + 1..base + slot]);
-        room[..payload.len()].copy_from_slice(payload);
+        if carries {
+            assert!(
+                payload.len() <= (slot - w - 2) * 8,
+                "an inline payload within its slot"
+            );
+            buf[base + w + 1] = call.fp.seq;
+            let room: &mut [u8] = bytemuck::cast_slice_mut(&mut buf[base + w + 2..base + slot]);
+            room[..payload.len()].copy_from_slice(payload);
+        }
     }
     let mut fl = Inflight::new(ch.session, buf);
-    // Each peer gets two messages: the record (with the payload's length)
-    // and, in a group small enough to carry data, the payload (possibly
-    // empty), so that the record stays within MPI's eager size (a record
-    // and a 4 KiB payload in one message went through Open MPI's
-    // rendezvous protocol on shared memory: a round trip more). Every call
-    // posts and sends exactly one of each per peer, so they pair up in
-    // order.
-    let carries = n <= inline::INLINE_RANKS;
     let kinds = if carries { 2 } else { 1 };
     fl.reserve(2 * kinds * (n - 1));
     // Every pointer MPI gets, taken before any request is posted.
@@ -156,15 +160,19 @@ pub(crate) fn agree(
     // request is complete (or leaks it); no request is in flight yet.
     let base: *mut u64 = unsafe { (*fl.bufs()).as_mut_ptr() };
     let at = |k: usize, word: usize| -> *mut c_void {
-        // SAFETY: `k < n + sends` and `word < slot`, so the address is
-        // inside the buffer of `(n + sends) * slot` words.
+        debug_assert!(k < n + sends && word < slot);
+        // SAFETY: every call below has `k < n + sends` and `word < slot`
+        // (the payload's word `w + 1` only when `carries`, whose slots hold
+        // more), so the address is inside the buffer of `(n + sends) *
+        // slot` words.
         unsafe { base.add(k * slot + word) }.cast()
     };
     let (i64t, u8t) = (
         super::raw::datatype(DType::I64),
         super::raw::datatype(DType::U8),
     );
-    // The record with its length word, and the payload's room.
+    // The record with its length word, and the payload message's room (its
+    // sequence word and the payload).
     let record_len = count(op, me, w + 1)?;
     let room = count(op, me, (slot - w - 1) * 8)?;
     // Requests, in order: the records from every peer (peer `i` of the
@@ -186,7 +194,8 @@ pub(crate) fn agree(
             fl.post(op, me, ReqKind::Recv, |r| {
                 // SAFETY: `into` holds `room` bytes (the rest of rank `p`'s
                 // slot), which only MPI touches until this receive completes;
-                // no rank sends a longer payload.
+                // no rank sends a longer payload message (MPI refuses one
+                // with a truncation error, never writes past `room`).
                 unsafe { ffi::MPI_Irecv(into, room, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
             })?;
         }
@@ -194,19 +203,22 @@ pub(crate) fn agree(
     for i in 0..n - 1 {
         let p = peer(i);
         let j = n + if sends == 1 { 0 } else { p };
-        let (record, payload) = (at(j, 0), at(j, w + 1));
-        // SAFETY: the length word of send slot `j`, inside the buffer, which
-        // no request writes; at most the slot's room, which fits an int.
-        let bytes = unsafe { *base.add(j * slot + w) } as c_int;
+        let record = at(j, 0);
         fl.post(op, me, ReqKind::Send, |r| {
             // SAFETY: send slot `j` starts with `record_len` words, unchanged
             // until the sends complete (the receives write other slots).
             unsafe { ffi::MPI_Isend(record, record_len, i64t, p as c_int, TAG_RECORD, ch.ctl, r) }
         })?;
         if carries {
+            let payload = at(j, w + 1);
+            // SAFETY: the length word of send slot `j`, inside the buffer,
+            // which no request writes.
+            let len = unsafe { *base.add(j * slot + w) } as usize;
+            // The sequence word and the payload: at most `room`, an int.
+            let bytes = (8 + len) as c_int;
             fl.post(op, me, ReqKind::Send, |r| {
-                // SAFETY: the payload of send slot `j`, `bytes` ≤ `room`
-                // bytes, unchanged until the sends complete.
+                // SAFETY: send slot `j`'s payload message, `bytes` ≤ `room`
+                // bytes from word `w + 1`, unchanged until the sends complete.
                 unsafe { ffi::MPI_Isend(payload, bytes, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
             })?;
         }

@@ -30,7 +30,8 @@ use crate::{
 /// `MPI_Reduce_scatter`, `MPI_Alltoallv`, `MPI_Bcast`, …): the blocking
 /// call, whose tuned algorithms run at the raw call's speed, at
 /// `MPI_THREAD_MULTIPLE`; the nonblocking one, tested in a loop with ruda's
-/// MPI lock held only around each test, under `MPI_THREAD_SERIALIZED`.
+/// MPI lock held only around each test, under `MPI_THREAD_SERIALIZED` and,
+/// on copies, with `staged(true)`.
 /// `f16`/`bf16` move as 2-byte words and are reduced in `f32`, rounded
 /// once. Every length is checked against the counts before the call and
 /// every MPI return code is checked.
@@ -41,8 +42,8 @@ use crate::{
 /// [`CommError::Timeout`] naming it, and ranks in different collectives or
 /// with counts that do not fit (MPI's `int` counts included) get the same
 /// error on every rank, as with the local transport, before any data moves.
-/// A small call (every rank's largest message at most 8 KiB, in a group of
-/// at most 8) sends its data with its record and completes from what
+/// A small call (every rank's largest message at most 4000 bytes, in a
+/// group of at most 8) sends its data with its record and completes from what
 /// arrived, with no data phase: reductions combine the ranks' blocks in
 /// rank order with the local transport's kernel, so every rank gets the
 /// same bits as the threads of a `LocalWorld`. A barrier is the record
@@ -62,7 +63,9 @@ use crate::{
 /// [`CommError::Timeout`] (no rank named: MPI does not say who is missing
 /// from a collective); the copies are leaked, never the caller's memory.
 /// Either way every rank of a call ends within twice the timeout plus a
-/// poll interval (and, on the caller's buffers, the roll call's grace).
+/// poll interval (and, on the caller's buffers, the roll call's grace, a
+/// 0.2 s pause and the abort's stagger of 0.2 s per world rank, at most
+/// 3.2 s).
 /// `split` has no nonblocking MPI form: a bounded barrier first makes sure
 /// every rank is there, then the blocking split runs. A communicator that
 /// timed out stays failed. Point-to-point calls rendezvous on a header and
@@ -322,10 +325,17 @@ impl MpiCommunicator {
             Some(e) => Err(with_op(e, fp.op, self.rank)),
             None => body(fp, started),
         };
-        if let Err(e @ CommError::Timeout { .. }) = &r {
+        // A timeout leaves peers inside the call, and an MPI error may leave
+        // a call's messages half received (a record without its payload):
+        // either fails the communicator for good, since a later call could
+        // meet this one's messages. A timeout also keeps MPI from being
+        // finalised cleanly.
+        if let Err(e @ (CommError::Timeout { .. } | CommError::Transport { .. })) = &r {
             *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
             self.has_failed.store(true, Ordering::Release);
-            self.session.mark_broken();
+            if matches!(e, CommError::Timeout { .. }) {
+                self.session.mark_broken();
+            }
         }
         self.recorder.end(token, flight::outcome_of(&r));
         r.map_err(|e| self.finish(e))

@@ -138,7 +138,7 @@ fn words(session: &Session, bytes: &[u8], copy: bool) -> Vec<u64> {
 /// [`CommError::Timeout`] when a staged data phase passes its deadline (no
 /// ranks named: MPI does not say which peer is missing from a collective;
 /// every peer sent its record, so the missing one gave up in its own
-/// exchange); [`CommError::Transport`] when MPI fails. A data phase on the
+/// exchange, died or was cut off); [`CommError::Transport`] when MPI fails. A data phase on the
 /// caller's buffers that passes its deadline aborts the job instead.
 pub(crate) fn run(
     session: &Session,
@@ -276,6 +276,10 @@ fn polled(
 ) -> Result<(), CommError> {
     let op = phase.op;
     let ptrs = direct_ptrs(&mut phase);
+    // The buffers stay the caller's (and the count arrays `phase`'s), not
+    // `fl`'s, against `Inflight`'s rule: this is sound only because no path
+    // below returns with a request pending except through an abort of the
+    // job (which returns only once MPI is finalised).
     let mut fl = Inflight::new(session, ());
     let mut outcome = Ok(());
     for i in 0..phase.requests {
@@ -293,7 +297,9 @@ fn polled(
             Ok(pending) if !pending.is_empty() => {
                 watchdog::expire(watch);
                 // Returns only when MPI is finalised: nothing can touch
-                // the buffers any more.
+                // the buffers any more, and the pending request must not
+                // be tested (after `MPI_Finalize`) when `fl` is dropped.
+                std::mem::forget(fl);
                 return Err(CommError::Timeout {
                     op,
                     rank,

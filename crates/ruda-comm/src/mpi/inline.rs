@@ -5,7 +5,8 @@
 //! the development machine a 4 KiB all-gather took 0.9 µs in MPI and 2.0 µs
 //! behind a separate record exchange. So when every rank's largest message
 //! is at most [`INLINE_BYTES`] in a group of at most [`INLINE_RANKS`], each
-//! rank sends its data in the same message as its record, and once the
+//! rank sends its data along with its record (a second message, tagged
+//! and numbered, so the record stays small), and once the
 //! records agree the call completes from what arrived, with no data phase:
 //! gathers copy each rank's block into place, reductions combine the
 //! ranks' blocks in rank order with the local transport's kernel
@@ -23,8 +24,12 @@
 use crate::validate::CallArgs;
 use crate::{CommError, Element, ErrorContext, OpKind, ReduceOp};
 
-/// The largest message (bytes) a rank sends with its record.
-pub(crate) const INLINE_BYTES: usize = 8 << 10;
+/// The largest payload (bytes) a rank sends with its record: with its
+/// sequence word and MPI's headers, within Open MPI's eager size on shared
+/// memory (4 KiB with headers). A larger payload would go by rendezvous,
+/// a round trip more, and a receive it had matched could then not be
+/// cancelled when the call times out.
+pub(crate) const INLINE_BYTES: usize = 4000;
 
 /// The largest group whose small collectives go inline (each rank sends
 /// every peer its own message, so the cost grows with the group).
@@ -94,21 +99,23 @@ pub(crate) fn inline_ok(call: &CallArgs<'_>, n: usize) -> bool {
 }
 
 /// The words of one message slot in a group of `n` with records of
-/// `record` words: the record, the payload's length in bytes, and room for
-/// the payload when the group is small enough to carry one.
+/// `record` words: the record, the payload's length in bytes, and, when
+/// the group is small enough to carry a payload, the payload message: the
+/// call's sequence number (so that a payload is never taken for another
+/// call's) and room for [`INLINE_BYTES`].
 pub(crate) fn slot_words(record: usize, n: usize) -> usize {
-    let room = if n <= INLINE_RANKS {
-        INLINE_BYTES / 8
+    let payload = if n <= INLINE_RANKS {
+        1 + INLINE_BYTES.div_ceil(8)
     } else {
         0
     };
-    record + 1 + room
+    record + 1 + payload
 }
 
 /// The payloads that arrived with the records of a call that went inline.
 pub(crate) struct Inbox<'a> {
-    /// Every rank's message slot (`slot` words each; this rank's own holds
-    /// only its record).
+    /// Every rank's message slot (`slot` words each: record, length word,
+    /// sequence word, payload; this rank's own holds only its record).
     pub(crate) slots: &'a [u64],
     /// Words per slot.
     pub(crate) slot: usize,
@@ -122,8 +129,9 @@ impl Inbox<'_> {
     /// The elements rank `q` (a peer) sent, which must number `expected`.
     ///
     /// # Errors
-    /// [`CommError::Transport`] when the payload has another length (the
-    /// records agreed, so this means a corrupted message).
+    /// [`CommError::Transport`] when the payload has another length or
+    /// belongs to another call (the records agreed, so this means a
+    /// corrupted or stale message).
     pub(crate) fn from<T: Element>(
         &self,
         op: OpKind,
@@ -133,18 +141,30 @@ impl Inbox<'_> {
         let s = &self.slots[q * self.slot..(q + 1) * self.slot];
         let bytes = s[self.record] as usize;
         let want = expected.saturating_mul(size_of::<T>());
-        let room = (self.slot - self.record - 1) * 8;
-        if bytes != want || bytes > room {
+        let room = (self.slot - self.record).saturating_sub(2) * 8;
+        // The record's first word is the call's sequence number.
+        let (seq, record_seq) = (s.get(self.record + 1).copied(), s[0]);
+        let problem = if bytes != want || bytes > room {
+            Some(format!(
+                "has {bytes} bytes where the agreed call needs {want}"
+            ))
+        } else if seq != Some(record_seq) {
+            Some(format!(
+                "belongs to call {} where the agreed call is {record_seq}",
+                seq.unwrap_or(u64::MAX)
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
             return Err(CommError::Transport {
                 op,
                 rank: self.me,
-                message: format!(
-                    "rank {q}'s data sent with its call record has {bytes} bytes where the agreed call needs {want}"
-                ),
+                message: format!("rank {q}'s data sent with its call record {problem}"),
                 context: ErrorContext::none(),
             });
         }
-        let words = &s[self.record + 1..];
+        let words = &s[self.record + 2..];
         let all: &[u8] = bytemuck::cast_slice(words);
         // The payload starts on an 8-byte word: aligned for every element.
         Ok(bytemuck::cast_slice(&all[..bytes]))
@@ -216,9 +236,9 @@ mod tests {
             20
         );
         assert_eq!(largest_message(&call(OpKind::Barrier, 0, 0, &[]), n), 0);
-        // 2048 f32 fit, 2049 do not; nor do more than INLINE_RANKS ranks.
-        assert!(inline_ok(&call(OpKind::AllReduce, 0, 2048, &[]), 2));
-        assert!(!inline_ok(&call(OpKind::AllReduce, 0, 2049, &[]), 2));
+        // 1000 f32 fit, 1001 do not; nor do more than INLINE_RANKS ranks.
+        assert!(inline_ok(&call(OpKind::AllReduce, 0, 1000, &[]), 2));
+        assert!(!inline_ok(&call(OpKind::AllReduce, 0, 1001, &[]), 2));
         assert!(!inline_ok(
             &call(OpKind::AllReduce, 0, 1, &[]),
             INLINE_RANKS + 1
@@ -242,10 +262,13 @@ mod tests {
         let (record, n) = (3, 2);
         let slot = slot_words(record, n);
         let mut slots = vec![0u64; 2 * slot];
-        // Rank 1 sent 2 f32 (8 bytes): 1.0 and 2.0.
+        // Rank 1's record of call 5 and its payload for call 5: 2 f32 (8
+        // bytes), 1.0 and 2.0.
+        slots[slot] = 5;
         slots[slot + record] = 8;
+        slots[slot + record + 1] = 5;
         let two = [1f32, 2.0];
-        slots[slot + record + 1] = bytemuck::cast::<[f32; 2], u64>(two);
+        slots[slot + record + 2] = bytemuck::cast::<[f32; 2], u64>(two);
         let inbox = Inbox {
             slots: &slots,
             slot,
@@ -257,6 +280,21 @@ mod tests {
             inbox.from::<f32>(OpKind::AllGather, 1, 3),
             Err(CommError::Transport { .. })
         ));
+        // A payload of another call (an earlier one, left unreceived) is
+        // refused, never used.
+        slots[slot + record + 1] = 4;
+        let inbox = Inbox {
+            slots: &slots,
+            slot,
+            record,
+            me: 0,
+        };
+        match inbox.from::<f32>(OpKind::AllGather, 1, 2) {
+            Err(CommError::Transport { message, .. }) => {
+                assert!(message.contains("belongs to call 4"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
         // A length word past the slot is refused too.
         slots[slot + record] = u64::MAX;
         let inbox = Inbox {

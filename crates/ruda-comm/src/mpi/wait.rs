@@ -132,6 +132,9 @@ fn back_off(poll: Poll, waited: Duration) {
     }
 }
 
+/// How long a cancelled receive is tested before it is left pending.
+const CANCEL_GRACE: Duration = Duration::from_millis(100);
+
 /// What a request does, which decides how a pending one is given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReqKind {
@@ -147,7 +150,7 @@ pub(crate) enum ReqKind {
 }
 
 /// Give up on the pending requests of a timed-out call: receives are
-/// cancelled and completed; a send still pending (MPI cannot cancel it
+/// cancelled and completed (or left pending after [`CANCEL_GRACE`]); a send still pending (MPI cannot cancel it
 /// reliably) is freed; a collective still pending is left active (see
 /// [`ReqKind::Collective`]). Returns whether every request is complete
 /// (so that all buffers may be released); otherwise the caller must leak
@@ -161,13 +164,26 @@ pub(crate) fn abandon(session: &Session, reqs: &mut [ffi::MPI_Request], kinds: &
         }
         match kind {
             ReqKind::Recv => {
-                // SAFETY: an active receive of this process: cancel it, then
-                // complete it (a cancelled or just-matched small receive
-                // completes at once).
-                session.mpi(|| unsafe {
-                    ffi::MPI_Cancel(r);
-                    ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
-                });
+                // SAFETY: an active receive of this process: cancel it.
+                session.mpi(|| unsafe { ffi::MPI_Cancel(r) });
+                // A cancelled receive, or one matched by an eager message,
+                // completes at once; one already matched by a rendezvous
+                // completes only as its sender progresses, which a peer
+                // that gave up may never do: test it for a moment, then
+                // leave it pending (its buffer is leaked).
+                let until = Instant::now() + CANCEL_GRACE;
+                let mut flag: c_int = 0;
+                loop {
+                    // SAFETY: an active (cancelled) receive of this process;
+                    // MPI_Test completes it (setting it to null) or leaves it.
+                    session
+                        .mpi(|| unsafe { ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE) });
+                    if flag != 0 || Instant::now() >= until {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+                all_done &= flag != 0;
             }
             ReqKind::Send => {
                 let mut flag: c_int = 0;

@@ -119,9 +119,19 @@ fn watchdog() -> &'static Watchdog {
     })
 }
 
-/// A call under the watchdog (see [`arm`]).
+/// A call under the watchdog (see [`arm`]): [`disarm`] ends the watch, and
+/// so does dropping it (on an unwind between the two), so that no entry
+/// outlives its call and its communicator's handle.
 #[must_use = "an armed call must be disarmed"]
 pub(crate) struct Armed(u64);
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        // Only an unwind gets here (`disarm` forgets the value); the error,
+        // if the watchdog fired, goes with the unwind.
+        let _ = end_watch(self.0);
+    }
+}
 
 /// Put a blocking data phase under the watchdog until [`disarm`].
 pub(crate) fn arm(watch: Watch) -> Armed {
@@ -150,9 +160,23 @@ pub(crate) fn arm(watch: Watch) -> Armed {
 /// and the abort it started returned (it does not on a live MPI): the
 /// caller's buffers are handed back only once the watchdog is done.
 pub(crate) fn disarm(armed: Armed, op: OpKind, rank: usize) -> Result<(), CommError> {
+    let id = armed.0;
+    std::mem::forget(armed);
+    end_watch(id).map_err(|waited| CommError::Timeout {
+        op,
+        rank,
+        missing: Vec::new(),
+        waited,
+        context: ErrorContext::none(),
+    })
+}
+
+/// Remove watch `id`; if the watchdog fired on it, wait until it is done
+/// with it and return the timeout that passed.
+fn end_watch(id: u64) -> Result<(), Duration> {
     let dog = watchdog();
     let mut reg = dog.lock();
-    let find = |reg: &Registry| reg.entries.iter().position(|e| e.id == armed.0);
+    let find = |reg: &Registry| reg.entries.iter().position(|e| e.id == id);
     // Only this function removes an entry, so it is there.
     let Some(mut i) = find(&reg) else {
         return Ok(());
@@ -167,14 +191,7 @@ pub(crate) fn disarm(armed: Armed, op: OpKind, rank: usize) -> Result<(), CommEr
         reg = dog.done.wait(reg).unwrap_or_else(|e| e.into_inner());
         i = find(&reg).unwrap_or(i);
     }
-    let waited = reg.entries.swap_remove(i).watch.session.timeout;
-    Err(CommError::Timeout {
-        op,
-        rank,
-        missing: Vec::new(),
-        waited,
-        context: ErrorContext::none(),
-    })
+    Err(reg.entries.swap_remove(i).watch.session.timeout)
 }
 
 impl Watchdog {
@@ -232,8 +249,16 @@ pub(crate) fn expire(w: &Watch) {
     let grace = roll_call_grace(w.session.timeout);
     let roll = roll_call(w, grace);
     eprintln!("ruda: {}", report(w, &roll));
+    // The peers stuck in the same data phase print their own lines at about
+    // this moment: a short pause lets them out before the job goes down
+    // (the lowest world rank aborts first, the others are staggered).
+    std::thread::sleep(REPORT_PAUSE);
     super::abort::abort_job(EXIT_DATA_TIMEOUT);
 }
+
+/// How long a rank waits after printing its watchdog line before it aborts
+/// the job.
+const REPORT_PAUSE: Duration = Duration::from_millis(200);
 
 /// How long a roll call listens for peers: long enough for every peer
 /// stuck in the same data phase (whose deadlines fall within a message
@@ -352,7 +377,7 @@ fn report(w: &Watch, roll: &Roll) -> String {
         .collect();
     let silent: Vec<usize> = peers.filter(|&p| roll.heard[p].is_none()).collect();
     let mut line = format!(
-        "{} (call {}, {} elements) on {} of a communicator of world ranks {:?}: its data phase did not complete within {:?} of every call record arriving (MPI may still use the caller's buffers); peers that never joined it or cannot be reached: {}; peers still in it: {}",
+        "{} (call {}, {} elements) on {} of a communicator of world ranks {:?}: its data phase did not complete within {:?} of every call record arriving (MPI may still use the caller's buffers); peers not in it (never joined, already left, or cannot be reached): {}; peers still in it: {}",
         w.op,
         w.seq,
         w.elements,

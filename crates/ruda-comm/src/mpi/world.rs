@@ -64,9 +64,11 @@ impl MpiWorldBuilder {
     /// every rank's call record with each peer, with the deadline: a
     /// missing rank is a [`CommError::Timeout`] naming it, and ranks in
     /// different collectives or with counts that do not fit get the same
-    /// error on every rank before any data moves, at the cost of one small
-    /// message to and from each peer per call. The data phase that follows
-    /// has the same deadline (see [`MpiCommunicator`]).
+    /// error on every rank before any data moves, at the cost of a record
+    /// to and from each peer per call (and, in groups of up to 8, a second
+    /// small message that carries a call of up to 4000 bytes a message, which
+    /// then needs no data phase). The data phase that follows has the same
+    /// deadline (see [`MpiCommunicator`]).
     ///
     /// # Example
     /// ```no_run
@@ -141,8 +143,9 @@ impl MpiWorldBuilder {
     ///
     /// # Example
     /// ```no_run
-    /// // A rank whose peers vanish mid-call gets a Timeout instead of
-    /// // ending the job.
+    /// // A rank whose peers vanish mid-call gets a Timeout to report instead
+    /// // of ending the job there (dropping the world then aborts the job,
+    /// // since peers may still be inside the call).
     /// let mpi = ruda_comm::MpiWorld::builder().staged(true).init().expect("MPI starts");
     /// # drop(mpi);
     /// ```

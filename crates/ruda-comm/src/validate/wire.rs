@@ -27,9 +27,10 @@ pub(crate) fn encode(call: &CallArgs<'_>, n: usize) -> Vec<i64> {
 }
 
 /// Write the record of `call` in a group of `n` into `w` ([`words`]`(n)`
-/// words, zeroed).
+/// words; what was there is overwritten, unused count words with zeros).
 pub(crate) fn encode_into(call: &CallArgs<'_>, n: usize, w: &mut [i64]) {
     debug_assert_eq!(w.len(), words(n));
+    w.fill(0);
     let fp = call.fp;
     w[0] = fp.seq as i64;
     w[1] = fp.op.code() as i64;
@@ -38,7 +39,9 @@ pub(crate) fn encode_into(call: &CallArgs<'_>, n: usize, w: &mut [i64]) {
     w[4] = fp.reduce.map_or(0, |r| {
         ReduceOp::ALL.iter().position(|&o| o == r).expect("listed") as i64 + 1
     });
-    w[5] = fp.root.map_or(0, |r| r as i64 + 1);
+    // A root past i64::MAX (refused by the rules either way) wraps rather
+    // than overflows.
+    w[5] = fp.root.map_or(0, |r| (r as i64).wrapping_add(1));
     w[6] = call.send_len as i64;
     w[7] = call.recv_len as i64;
     w[8] = call.counts.len as i64;

@@ -54,16 +54,16 @@ use ruda_testkit::conformance;
 
 fn conformance_suite(world: &MpiCommunicator) -> Result<usize, String> {
     let mut passed = 0;
-    // Up to 1000 elements every call goes inline (its data with its call
-    // record, 8 KiB at most); 3000 take MPI's data phase for every type but
-    // u8.
+    // Calls of up to 4000 bytes a message go inline (their data with their
+    // call records): up to 1000 elements of 4 bytes; 5000 elements take
+    // MPI's data phase for every type (half precision included).
     for (len, seed) in [
         (0usize, 3u64),
         (1, 4),
         (13, 5),
         (64, 6),
         (1000, 7),
-        (3000, 8),
+        (5000, 8),
     ] {
         conformance::check_all_dtypes(world, len, seed).map_err(|e| format!("len {len}: {e}"))?;
         passed += 1;
