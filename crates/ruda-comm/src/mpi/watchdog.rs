@@ -94,29 +94,21 @@ struct Registry {
     asleep_until: Option<Instant>,
 }
 
-/// The process's watchdog.
+/// A watchdog: the registry of armed calls and the thread that fires.
 struct Watchdog {
     registry: Mutex<Registry>,
     /// Wakes the watchdog thread for a deadline earlier than all others.
     wake: Condvar,
     /// Wakes a disarm waiting for a fired entry to be done with.
     done: Condvar,
+    /// What firing does ([`expire`]; a recorder in tests).
+    fire: fn(&Watch),
 }
 
+/// The process's watchdog, started on first use.
 fn watchdog() -> &'static Watchdog {
     static DOG: OnceLock<&'static Watchdog> = OnceLock::new();
-    DOG.get_or_init(|| {
-        let dog: &'static Watchdog = Box::leak(Box::new(Watchdog {
-            registry: Mutex::new(Registry::default()),
-            wake: Condvar::new(),
-            done: Condvar::new(),
-        }));
-        std::thread::Builder::new()
-            .name("ruda-mpi-watchdog".into())
-            .spawn(move || dog.run())
-            .expect("the MPI watchdog thread starts");
-        dog
-    })
+    DOG.get_or_init(|| Watchdog::start(expire))
 }
 
 /// A call under the watchdog (see [`arm`]): [`disarm`] ends the watch, and
@@ -129,28 +121,13 @@ impl Drop for Armed {
     fn drop(&mut self) {
         // Only an unwind gets here (`disarm` forgets the value); the error,
         // if the watchdog fired, goes with the unwind.
-        let _ = end_watch(self.0);
+        let _ = watchdog().end_watch(self.0);
     }
 }
 
 /// Put a blocking data phase under the watchdog until [`disarm`].
 pub(crate) fn arm(watch: Watch) -> Armed {
-    let dog = watchdog();
-    let mut reg = dog.lock();
-    let earliest = reg.asleep_until.is_none_or(|t| t > watch.deadline);
-    let id = reg.next;
-    reg.next += 1;
-    reg.entries.push(Entry {
-        id,
-        watch,
-        fired: false,
-        over: false,
-    });
-    drop(reg);
-    if earliest {
-        dog.wake.notify_one();
-    }
-    Armed(id)
+    Armed(watchdog().arm(watch))
 }
 
 /// End the watch of a data phase that returned.
@@ -162,39 +139,75 @@ pub(crate) fn arm(watch: Watch) -> Armed {
 pub(crate) fn disarm(armed: Armed, op: OpKind, rank: usize) -> Result<(), CommError> {
     let id = armed.0;
     std::mem::forget(armed);
-    end_watch(id).map_err(|waited| CommError::Timeout {
-        op,
-        rank,
-        missing: Vec::new(),
-        waited,
-        context: ErrorContext::none(),
-    })
-}
-
-/// Remove watch `id`; if the watchdog fired on it, wait until it is done
-/// with it and return the timeout that passed.
-fn end_watch(id: u64) -> Result<(), Duration> {
-    let dog = watchdog();
-    let mut reg = dog.lock();
-    let find = |reg: &Registry| reg.entries.iter().position(|e| e.id == id);
-    // Only this function removes an entry, so it is there.
-    let Some(mut i) = find(&reg) else {
-        return Ok(());
-    };
-    if !reg.entries[i].fired {
-        reg.entries.swap_remove(i);
-        return Ok(());
-    }
-    // The deadline passed and the watchdog is aborting the job: wait until
-    // it is done with this call (the process normally ends meanwhile).
-    while !reg.entries[i].over {
-        reg = dog.done.wait(reg).unwrap_or_else(|e| e.into_inner());
-        i = find(&reg).unwrap_or(i);
-    }
-    Err(reg.entries.swap_remove(i).watch.session.timeout)
+    watchdog()
+        .end_watch(id)
+        .map_err(|waited| CommError::Timeout {
+            op,
+            rank,
+            missing: Vec::new(),
+            waited,
+            context: ErrorContext::none(),
+        })
 }
 
 impl Watchdog {
+    /// A watchdog whose thread runs for the rest of the process.
+    fn start(fire: fn(&Watch)) -> &'static Watchdog {
+        let dog: &'static Watchdog = Box::leak(Box::new(Watchdog {
+            registry: Mutex::new(Registry::default()),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+            fire,
+        }));
+        std::thread::Builder::new()
+            .name("ruda-mpi-watchdog".into())
+            .spawn(move || dog.run())
+            .expect("the MPI watchdog thread starts");
+        dog
+    }
+
+    /// Register `watch`; returns its id.
+    fn arm(&self, watch: Watch) -> u64 {
+        let mut reg = self.lock();
+        let earliest = reg.asleep_until.is_none_or(|t| t > watch.deadline);
+        let id = reg.next;
+        reg.next += 1;
+        reg.entries.push(Entry {
+            id,
+            watch,
+            fired: false,
+            over: false,
+        });
+        drop(reg);
+        if earliest {
+            self.wake.notify_one();
+        }
+        id
+    }
+
+    /// Remove watch `id`; if the watchdog fired on it, wait until it is
+    /// done with it and return the timeout that passed.
+    fn end_watch(&self, id: u64) -> Result<(), Duration> {
+        let mut reg = self.lock();
+        let find = |reg: &Registry| reg.entries.iter().position(|e| e.id == id);
+        // Only this function removes an entry, so it is there.
+        let Some(mut i) = find(&reg) else {
+            return Ok(());
+        };
+        if !reg.entries[i].fired {
+            reg.entries.swap_remove(i);
+            return Ok(());
+        }
+        // The deadline passed and the watchdog is aborting the job: wait
+        // until it is done with this call (the process normally ends
+        // meanwhile).
+        while !reg.entries[i].over {
+            reg = self.done.wait(reg).unwrap_or_else(|e| e.into_inner());
+            i = find(&reg).unwrap_or(i);
+        }
+        Err(reg.entries.swap_remove(i).watch.session.timeout)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -227,7 +240,7 @@ impl Watchdog {
                     reg.entries[i].fired = true;
                     let (id, watch) = (reg.entries[i].id, reg.entries[i].watch.clone());
                     drop(reg);
-                    expire(&watch);
+                    (self.fire)(&watch);
                     // The abort returned (MPI was finalised meanwhile):
                     // let the call return its timeout.
                     reg = self.lock();
@@ -399,6 +412,145 @@ fn report(w: &Watch, roll: &Roll) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A watch of call `seq` of a 3-rank communicator, due `after` from now.
+    fn watch(seq: u64, after: Duration) -> Watch {
+        Watch {
+            deadline: Instant::now() + after,
+            op: OpKind::AllReduce,
+            seq,
+            elements: 4096,
+            rank: 0,
+            // SAFETY: reading MPI's null handle (no MPI call is made: the
+            // tests' watchdogs fire into a recorder, not a roll call).
+            ctl: unsafe { ffi::RSMPI_COMM_NULL },
+            world_ranks: vec![0, 1, 2].into(),
+            session: Arc::new(Session::new(
+                true,
+                true,
+                false,
+                Duration::from_secs(7),
+                true,
+            )),
+        }
+    }
+
+    /// Each test's own watchdog, firing into its own counters: `fired`
+    /// when a firing starts, `finished` when it is done (an abort takes a
+    /// moment; a disarm must wait it out).
+    macro_rules! dog_counting {
+        ($dog:ident, $fired:ident, $finished:ident) => {
+            static $fired: AtomicUsize = AtomicUsize::new(0);
+            static $finished: AtomicUsize = AtomicUsize::new(0);
+            fn fire(_: &Watch) {
+                $fired.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+                $finished.fetch_add(1, Ordering::SeqCst);
+            }
+            let $dog = Watchdog::start(fire);
+        };
+    }
+
+    fn wait_for(counter: &AtomicUsize, n: usize, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while counter.load(Ordering::SeqCst) < n {
+            if Instant::now() > until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    #[test]
+    fn a_call_disarmed_in_time_never_fires() {
+        dog_counting!(dog, FIRED, FINISHED);
+        for seq in 0..50 {
+            let id = dog.arm(watch(seq, Duration::from_millis(100)));
+            assert_eq!(dog.end_watch(id), Ok(()));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(FIRED.load(Ordering::SeqCst), 0);
+        assert!(dog.lock().entries.is_empty());
+    }
+
+    /// A call past its deadline fires once; its disarm waits until the
+    /// firing is done and reports the timeout.
+    #[test]
+    fn a_late_call_fires_once_and_its_disarm_waits_for_it() {
+        dog_counting!(dog, FIRED, FINISHED);
+        let id = dog.arm(watch(1, Duration::from_millis(20)));
+        assert!(
+            wait_for(&FIRED, 1, Duration::from_secs(10)),
+            "it never fired"
+        );
+        assert_eq!(dog.end_watch(id), Err(Duration::from_secs(7)));
+        // The disarm returned only once the firing was over.
+        assert_eq!(FINISHED.load(Ordering::SeqCst), 1);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(FIRED.load(Ordering::SeqCst), 1);
+        assert!(dog.lock().entries.is_empty());
+    }
+
+    /// The thread sleeps until the earliest deadline; a call due earlier
+    /// than that wakes it (the wake-up a later deadline is spared).
+    #[test]
+    fn an_earlier_deadline_wakes_the_sleeping_watchdog() {
+        dog_counting!(dog, FIRED, FINISHED);
+        let far = dog.arm(watch(1, Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(50)); // asleep until `far`
+        let near = dog.arm(watch(2, Duration::from_millis(20)));
+        assert!(
+            wait_for(&FIRED, 1, Duration::from_secs(30)),
+            "the near deadline waited for the far one"
+        );
+        assert_eq!(dog.end_watch(far), Ok(()));
+        assert!(dog.end_watch(near).is_err());
+        assert_eq!(FINISHED.load(Ordering::SeqCst), 1);
+    }
+
+    /// A dropped `Armed` (an unwind between arm and disarm) leaves no entry
+    /// behind to fire on a communicator that is gone.
+    #[test]
+    fn an_unwound_call_leaves_no_watch() {
+        let before = watchdog().lock().entries.len();
+        let armed = arm(watch(9, Duration::from_secs(3600)));
+        assert_eq!(watchdog().lock().entries.len(), before + 1);
+        drop(armed);
+        assert_eq!(watchdog().lock().entries.len(), before);
+    }
+
+    #[test]
+    fn the_report_names_the_call_the_rank_and_each_peer() {
+        let w = watch(4, Duration::ZERO);
+        let roll = Roll {
+            heard: vec![None, Some(4), None],
+        };
+        let line = report(&w, &roll);
+        assert!(
+            line.starts_with("all_reduce (call 4, 4096 elements) on rank 0 (world rank 0) of a communicator of world ranks [0, 1, 2]"),
+            "{line}"
+        );
+        assert!(line.contains("within 7s"), "{line}");
+        assert!(
+            line.contains("cannot be reached): rank 2 (world rank 2); peers still in it: rank 1 (world rank 1)"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("aborting the MPI job (exit code 75)"),
+            "{line}"
+        );
+        let roll = Roll {
+            heard: vec![None, Some(5), Some(4)],
+        };
+        let line = report(&w, &roll);
+        assert!(line.contains("cannot be reached): none;"), "{line}");
+        assert!(
+            line.contains("peers in another call: rank 1 (world rank 1) in call 5"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn the_grace_is_a_quarter_of_the_timeout_within_bounds() {
