@@ -161,10 +161,11 @@ pub(crate) fn agree(
     let base: *mut u64 = unsafe { (*fl.bufs()).as_mut_ptr() };
     let at = |k: usize, word: usize| -> *mut c_void {
         debug_assert!(k < n + sends && word < slot);
-        // SAFETY: every call below has `k < n + sends` and `word < slot`
-        // (the payload's word `w + 1` only when `carries`, whose slots hold
-        // more), so the address is inside the buffer of `(n + sends) *
-        // slot` words.
+        // SAFETY: `base` is valid for the `(n + sends) * slot` words `fl`
+        // owns; every call below has `k < n + sends` and `word < slot` (the
+        // payload's word `w + 1` only when `carries`, whose slots hold
+        // more), so the offset stays inside it. Only an address is made:
+        // no reference, so nothing is aliased.
         unsafe { base.add(k * slot + word) }.cast()
     };
     let (i64t, u8t) = (

@@ -198,13 +198,7 @@ fn staged(
     let pending = fl.wait_eagerly(op, rank, deadline)?;
     if !pending.is_empty() {
         drop(fl); // leaves the collective active and leaks its buffers
-        return Err(CommError::Timeout {
-            op,
-            rank,
-            missing: Vec::new(),
-            waited: session.timeout,
-            context: ErrorContext::none(),
-        });
+        return Err(data_timeout(session, op, rank));
     }
     // Every request is complete: the copies are ours again.
     let s = fl
@@ -216,6 +210,18 @@ fn staged(
     session.keep_staging(s.send);
     session.keep_staging(s.recv);
     Ok(())
+}
+
+/// A data phase past its deadline: no ranks named (MPI does not say which
+/// peer is missing from a collective).
+fn data_timeout(session: &Session, op: OpKind, rank: usize) -> CommError {
+    CommError::Timeout {
+        op,
+        rank,
+        missing: Vec::new(),
+        waited: session.timeout,
+        context: ErrorContext::none(),
+    }
 }
 
 /// The pointers of a data phase on the caller's buffers.
@@ -300,13 +306,7 @@ fn polled(
                 // the buffers any more, and the pending request must not
                 // be tested (after `MPI_Finalize`) when `fl` is dropped.
                 std::mem::forget(fl);
-                return Err(CommError::Timeout {
-                    op,
-                    rank,
-                    missing: Vec::new(),
-                    waited: session.timeout,
-                    context: ErrorContext::none(),
-                });
+                return Err(data_timeout(session, op, rank));
             }
             Ok(_) => {}
             Err(e) => outcome = Err(e),

@@ -201,11 +201,11 @@ pub(crate) fn reduce_in_place<T: Element>(inputs: &[Option<&[T]>], buf: &mut [T]
         .iter()
         .map(|x| x.map_or(out as *const T, |s| s.as_ptr()))
         .collect();
-    // SAFETY: every input holds `len` elements (asserted; `buf` too) and
-    // the peers' are not written during the call; `buf` is exclusively
-    // borrowed and reached only through `out` meanwhile; the kernel reads
-    // each chunk of every input before it writes that chunk of the output,
-    // so the output may be one of the inputs.
+    // SAFETY: every pointer is valid for `len` elements (asserted; `buf`
+    // too); the peers' inputs are shared borrows that nothing writes during
+    // the call; `buf` is exclusively borrowed, so `out` (and its copy in
+    // `ptrs`) is its only alias meanwhile; the kernel reads each chunk of
+    // every input before it writes that chunk, so output = input is fine.
     unsafe { crate::local::kernels::reduce(&ptrs, &[out], len, op) }
 }
 

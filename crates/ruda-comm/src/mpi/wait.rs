@@ -65,11 +65,13 @@ pub(crate) fn wait_until(
     loop {
         let mut flag: c_int = 0;
         let all = reqs.as_mut_ptr();
-        // SAFETY: `all` points to `n` valid, unaliased requests (active or
-        // null) of this process; MPI_Testall completes them all (setting
-        // each to null) or leaves them all as they are.
-        let rc = session
-            .mpi(|| unsafe { ffi::MPI_Testall(n, all, &mut flag, ffi::RSMPI_STATUSES_IGNORE) });
+        let rc = session.mpi(|| {
+            // SAFETY: `all` is valid for `n` requests (active or null) of
+            // this process, from `reqs`, which nothing else aliases while
+            // we hold it mutably; `flag` is a valid local. MPI_Testall
+            // completes them all (setting each to null) or leaves them all.
+            unsafe { ffi::MPI_Testall(n, all, &mut flag, ffi::RSMPI_STATUSES_IGNORE) }
+        });
         check(op, rank, rc)?;
         if flag != 0 {
             return Ok(Vec::new());

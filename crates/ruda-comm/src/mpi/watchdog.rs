@@ -303,8 +303,9 @@ fn roll_call(w: &Watch, grace: Duration) -> Roll {
     };
     let mut fl = Inflight::new(&w.session, notes);
     let b = fl.bufs();
-    // SAFETY: `b` is owned by `fl`, which keeps it alive until every
-    // request is complete (or leaks it); no request is in flight yet.
+    // SAFETY: `b` is valid (owned by `fl`, which keeps it alive until every
+    // request is complete, or leaks it); no request is in flight yet, so
+    // this `&mut` is its only alias while the pointers are taken.
     let (recv, send): (Vec<*mut c_void>, *const c_void) = unsafe {
         let s = &mut *b;
         (
@@ -317,20 +318,23 @@ fn roll_call(w: &Watch, grace: Duration) -> Roll {
     let mut posted = true;
     for &p in &peers {
         let buf = recv[p];
-        // SAFETY: `buf` holds 2 words only MPI touches until the receive
-        // completes; `p` is a rank of `ctl`, a valid communicator (see
-        // `Watch`).
         posted &= fl
-            .post(w.op, w.rank, ReqKind::Recv, |r| unsafe {
-                ffi::MPI_Irecv(buf, 2, i64t, p as c_int, TAG_ROLL_CALL, w.ctl, r)
+            .post(w.op, w.rank, ReqKind::Recv, |r| {
+                // SAFETY: `buf` is valid for 2 words of `fl`'s notes, which
+                // only MPI touches (no reference aliases them) until the
+                // receive completes; `p` is a rank of `ctl`, a valid
+                // communicator (see `Watch`).
+                unsafe { ffi::MPI_Irecv(buf, 2, i64t, p as c_int, TAG_ROLL_CALL, w.ctl, r) }
             })
             .is_ok();
     }
     for &p in &peers {
-        // SAFETY: `send` holds 2 words, unchanged until the sends complete.
         posted &= fl
-            .post(w.op, w.rank, ReqKind::Send, |r| unsafe {
-                ffi::MPI_Isend(send, 2, i64t, p as c_int, TAG_ROLL_CALL, w.ctl, r)
+            .post(w.op, w.rank, ReqKind::Send, |r| {
+                // SAFETY: `send` is valid for the 2 words of this rank's
+                // note in `fl`, which nothing writes (no mutable alias) until
+                // the sends complete; `ctl` is valid (see `Watch`).
+                unsafe { ffi::MPI_Isend(send, 2, i64t, p as c_int, TAG_ROLL_CALL, w.ctl, r) }
             })
             .is_ok();
     }
@@ -345,10 +349,11 @@ fn roll_call(w: &Watch, grace: Duration) -> Roll {
         if pending.contains(&i) {
             continue;
         }
-        // SAFETY: receive `i` is complete, so MPI no longer touches its
-        // note, which `fl` keeps alive; read through the raw pointer taken
-        // before any request was posted, never through a reference to the
-        // notes that other receives may still be writing.
+        // SAFETY: `recv[p]` is valid for 2 words that `fl` keeps alive;
+        // receive `i` is complete, so MPI no longer writes them; read
+        // through the raw pointer taken before any request was posted,
+        // never through a reference that would alias the notes other
+        // receives may still be writing.
         let note = unsafe { std::ptr::read(recv[p] as *const [i64; 2]) };
         if note[0] == ROLL_CALL_MAGIC {
             heard[p] = Some(note[1] as u64);
