@@ -87,6 +87,60 @@ fn conformance_on_one_to_four_ranks() {
             )),
             "{t}"
         );
+        // Ranks on one host move data through shared memory by default.
+        let on = if n > 1 { "on" } else { "off" };
+        assert!(t.contains(&format!("rank 0: shared memory {on}")), "{t}");
+    }
+}
+
+/// The same suite with the data of ranks on one host moving through MPI
+/// (`shared_memory(false)`): the same results.
+#[test]
+fn conformance_through_mpi_on_one_host() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(
+            n,
+            &["conformance", "--no-shm"],
+            false,
+            Duration::from_secs(300),
+        ) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(t.contains("rank 0: shared memory off"), "{t}");
+        assert!(
+            t.contains(&format!(
+                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+            )),
+            "{t}"
+        );
+    }
+}
+
+/// The suite through one-page shared-memory slots: its 5000-element
+/// calls take many rounds (an f64 all-reduce 10, a reduce-scatter block
+/// of 1/n of a slot per round), every dtype with a partial last round.
+#[test]
+fn conformance_through_small_shared_memory_slots() {
+    for n in [2, 3] {
+        let Some((out, _)) = launch(
+            n,
+            &["conformance", "--slot", "4096"],
+            false,
+            Duration::from_secs(300),
+        ) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        assert!(t.contains("rank 0: shared memory on"), "{t}");
+        assert!(
+            t.contains(&format!(
+                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+            )),
+            "{t}"
+        );
     }
 }
 
@@ -123,14 +177,14 @@ fn conformance_without_the_per_call_checks() {
     }
 }
 
-/// Checked collectives on copies (`staged(true)`) give the same results
-/// as on the caller's buffers (the default, above).
+/// Checked collectives through MPI on copies (`staged(true)`, shared
+/// memory off) give the same results as on the caller's buffers.
 #[test]
 fn conformance_with_the_data_phase_on_copies() {
     for n in [2, 3] {
         let Some((out, _)) = launch(
             n,
-            &["conformance", "--staged"],
+            &["conformance", "--staged", "--no-shm"],
             false,
             Duration::from_secs(300),
         ) else {
@@ -237,7 +291,7 @@ fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
 /// A rank that arrives just after one peer's deadline but before
 /// another's: its record exchange completes with the second, which then
 /// moves to the data phase that the first (timed out) never joins. With
-/// the data phase on copies (`staged(true)`) every rank must end within
+/// MPI's data phase (shared memory off) on copies (`staged(true)`) every rank must end within
 /// twice its timeout (arrival, then the data phase's own deadline) plus a
 /// margin, with the right result or a `Timeout` (the mode checks both and
 /// prints a line per rank), and the job must end (it is aborted: the ranks
@@ -246,7 +300,7 @@ fn a_rank_that_arrives_late_is_a_timeout_naming_it_and_the_job_ends() {
 fn a_staged_straggler_ends_every_rank_in_time() {
     let Some((out, took)) = launch(
         3,
-        &["straggler", "--staged"],
+        &["straggler", "--staged", "--no-shm"],
         false,
         Duration::from_secs(60),
     ) else {
@@ -270,7 +324,7 @@ fn a_staged_straggler_ends_every_rank_in_time() {
 }
 
 /// The same straggler with the data phase on the caller's buffers (the
-/// default): ranks 0 and 2 are left in the data phase, which rank 1 never
+/// default across hosts, here with shared memory off): ranks 0 and 2 are left in the data phase, which rank 1 never
 /// joins; they cannot return while MPI may still write their buffers, so
 /// at their deadline each holds a roll call, names the call, itself, the
 /// peer that never joined (rank 1) and the one still in it, and the job is
@@ -278,7 +332,12 @@ fn a_staged_straggler_ends_every_rank_in_time() {
 /// timed out to abort it).
 #[test]
 fn a_straggler_left_out_of_the_data_phase_ends_the_job_naming_it() {
-    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
+    let Some((out, took)) = launch(
+        3,
+        &["straggler", "--no-shm"],
+        false,
+        Duration::from_secs(60),
+    ) else {
         return;
     };
     let t = text(&out);
@@ -308,6 +367,54 @@ fn a_straggler_left_out_of_the_data_phase_ends_the_job_naming_it() {
     // The rank that timed out in its record exchange still reports it.
     assert!(
         t.contains("rank 1: straggler ended within twice the timeout"),
+        "{t}"
+    );
+}
+
+/// The same straggler on one host, whose data moves through shared
+/// memory (the default): ranks 0 and 2 get past the record exchange and
+/// wait in the segment for rank 1, which gave up in its own exchange
+/// (naming rank 2, late then). At their deadline each returns a `Timeout`
+/// naming rank 1, within twice the timeout: no abort in the data phase,
+/// since the caller's buffers were never shared.
+#[test]
+fn a_straggler_left_out_of_shared_memory_is_named_by_every_rank() {
+    let Some((out, took)) = launch(3, &["straggler"], false, Duration::from_secs(60)) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    assert!(t.contains("rank 0: shared memory on"), "{t}");
+    for (r, missing) in [(0, 1), (1, 2), (2, 1)] {
+        assert!(
+            t.contains(&format!(
+                "rank {r}: straggler ended within twice the timeout"
+            )) && t
+                .lines()
+                .any(|l| l.starts_with(&format!("rank {r}: straggler"))
+                    && l.ends_with(&format!("a timeout naming [{missing}]"))),
+            "rank {r} must end in time naming rank {missing}:\n{t}"
+        );
+    }
+    assert!(!t.contains("exit code 75"), "no watchdog abort:\n{t}");
+}
+
+/// A rank killed (`SIGKILL`) in the middle of a stream of shared-memory
+/// all-reduces: Open MPI's runtime ends the job at once, naming it; no
+/// rank is left spinning in the segment.
+#[test]
+fn a_rank_killed_in_shared_memory_ends_the_job_naming_it() {
+    let Some((out, took)) = launch(3, &["die"], false, Duration::from_secs(120)) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert_ne!(out.status.code(), Some(0), "the job must fail:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    assert!(t.contains("rank 0: shared memory on"), "{t}");
+    assert!(
+        t.contains("rank 1 with PID") && t.contains("exited on signal 9"),
         "{t}"
     );
 }

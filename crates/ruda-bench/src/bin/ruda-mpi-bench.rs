@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -10,6 +10,10 @@
 //! buffers under the watchdog (the default world). `--staged` measures the
 //! checked collectives on copies instead (`MpiWorldBuilder::staged(true)`,
 //! the mode whose calls return a `Timeout` rather than end the job).
+//!
+//! Ranks on one host move data through shared memory (the default world);
+//! `--no-shm` measures them through MPI instead
+//! (`MpiWorldBuilder::shared_memory(false)`).
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
@@ -43,6 +47,9 @@ fn main() {
         // is a Timeout instead of ending the job).
         builder = builder.staged(true);
     }
+    if args.iter().any(|a| a == "--no-shm") {
+        builder = builder.shared_memory(false);
+    }
     let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
@@ -56,9 +63,10 @@ fn main() {
         .collect();
     if me == 0 {
         println!(
-            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}; per-call checks: {}",
+            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}; per-call checks: {}; shared memory: {}",
             bench::mpi_in_place(),
-            world.checked()
+            world.checked(),
+            world.shared_memory()
         );
         let header = bench::header();
         let mut lines = header.lines();

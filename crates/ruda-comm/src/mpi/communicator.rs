@@ -12,7 +12,9 @@ use super::agree::{self, Channel};
 use super::data::{self, Call, Phase, Ptrs};
 use super::inline::{self, Inbox, Parcel};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
+use super::segment::{self, Segment, Stop};
 use super::session::Session;
+use super::shared;
 use super::watchdog::Watch;
 use crate::flight::{self, FlightRecorder, RankHistory};
 use crate::validate::sizes::max_elements;
@@ -95,7 +97,18 @@ pub struct MpiCommunicator {
     /// The record exchange's message buffer, kept between calls (see
     /// [`agree::agree`]).
     inbox: Mutex<Vec<u64>>,
+    /// The shared-memory segment of a communicator on one host.
+    shm: Mutex<Shm>,
     session: Arc<Session>,
+}
+
+/// Whether a communicator moves its data through shared memory.
+enum Shm {
+    /// No: its ranks span hosts, checks are off, or a rank's world was
+    /// built with `shared_memory(false)`.
+    Off,
+    /// Yes, through this segment.
+    Ready(Segment),
 }
 
 // SAFETY: the MPI handles are only used inside calls, which never overlap
@@ -151,6 +164,145 @@ fn bytes<T: Element>(s: &[T]) -> &[u8] {
 /// The bytes of a receive buffer.
 fn bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
     bytemuck::cast_slice_mut(s)
+}
+
+/// Whether every rank of `comm` runs on one host (MPI's
+/// `MPI_COMM_TYPE_SHARED` split) and wants shared memory (`want` on every
+/// rank). Collective over `comm`, blocking, like the rest of a
+/// communicator's creation.
+fn one_host(
+    comm: ffi::MPI_Comm,
+    size: usize,
+    want: bool,
+    session: &Session,
+) -> Result<bool, CommError> {
+    session.mpi(|| {
+        // SAFETY: reading MPI's null communicator handle.
+        let mut node = unsafe { ffi::RSMPI_COMM_NULL };
+        let mut node_size: c_int = 0;
+        // SAFETY: a valid communicator; MPI writes the new handle, which is
+        // freed here; `flag` and `all` are one int each.
+        let rc = unsafe {
+            let rc = ffi::MPI_Comm_split_type(
+                comm,
+                ffi::RSMPI_COMM_TYPE_SHARED,
+                0,
+                ffi::RSMPI_INFO_NULL,
+                &mut node,
+            );
+            if rc == 0 {
+                ffi::MPI_Comm_size(node, &mut node_size);
+                ffi::MPI_Comm_free(&mut node);
+            }
+            rc
+        };
+        raw::check(OpKind::Init, 0, rc)?;
+        let flag = c_int::from(want && node_size as usize == size);
+        let mut all: c_int = 0;
+        // SAFETY: one int each way; a blocking call on a valid communicator.
+        let rc = unsafe {
+            ffi::MPI_Allreduce(
+                (&flag as *const c_int).cast(),
+                (&mut all as *mut c_int).cast(),
+                1,
+                datatype(DType::I32),
+                operator(ReduceOp::Min),
+                comm,
+            )
+        };
+        raw::check(OpKind::Init, 0, rc)?;
+        Ok(all == 1)
+    })
+}
+
+/// Make the segment (rank 0), tell every rank its name, map it on every
+/// rank and agree that every rank did; then remove the name, so the memory
+/// goes with the last rank that unmaps it. Collective over `comm` (all of
+/// whose ranks run on one host), blocking, like the rest of a
+/// communicator's creation. A segment that some rank cannot map is no
+/// error: the communicator moves its data through MPI (and says why).
+fn open_segment(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    session: &Session,
+) -> Result<Shm, CommError> {
+    // Rank 0's message: whether it made the segment, the length of its
+    // name, the name, and (in the last 8 bytes) the slot size.
+    let mut msg = [0u8; 64];
+    let mut created = None;
+    let mut why = None;
+    if rank == 0 {
+        let name = segment::fresh_name();
+        let slot = segment::slot_bytes(session.shared_memory_slot, size);
+        msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
+        match Segment::map(&name, true, size, slot, 0) {
+            Ok(s) if name.len() <= 54 => {
+                msg[0] = 1;
+                msg[1] = name.len() as u8;
+                msg[2..2 + name.len()].copy_from_slice(name.as_bytes());
+                created = Some((name, s));
+            }
+            Ok(_) => {
+                segment::unlink(&name);
+                why = Some(format!("the name {name} is too long"));
+            }
+            Err(e) => why = Some(e.0),
+        }
+    }
+    // SAFETY: 64 bytes from rank 0 to all, a blocking call on a valid
+    // communicator.
+    let rc = session.mpi(|| unsafe {
+        ffi::MPI_Bcast(msg.as_mut_ptr().cast(), 64, datatype(DType::U8), 0, comm)
+    });
+    let name = created.as_ref().map(|(n, _)| n.clone());
+    let sent = raw::check(OpKind::Init, rank, rc);
+    let agreed = sent.and_then(|()| {
+        let mine = match created.take() {
+            Some((_, s)) => Some(s),
+            None if msg[0] == 1 => {
+                let len = usize::from(msg[1]).min(54);
+                let name = String::from_utf8_lossy(&msg[2..2 + len]).into_owned();
+                let slot = u64::from_le_bytes(msg[56..].try_into().expect("8 bytes"));
+                let slot = segment::slot_bytes(usize::try_from(slot).unwrap_or(usize::MAX), size);
+                Segment::map(&name, false, size, slot, rank)
+                    .map_err(|e| why = Some(e.0))
+                    .ok()
+            }
+            None => None,
+        };
+        let flag = c_int::from(mine.is_some());
+        let mut all: c_int = 0;
+        // SAFETY: one int each way; a blocking call on a valid communicator.
+        let rc = session.mpi(|| unsafe {
+            ffi::MPI_Allreduce(
+                (&flag as *const c_int).cast(),
+                (&mut all as *mut c_int).cast(),
+                1,
+                datatype(DType::I32),
+                operator(ReduceOp::Min),
+                comm,
+            )
+        });
+        raw::check(OpKind::Init, rank, rc)?;
+        Ok(mine.filter(|_| all == 1))
+    });
+    // Every rank that could map it has (or the call failed): the name is
+    // no longer needed.
+    if let Some(n) = name {
+        segment::unlink(&n);
+    }
+    match agreed? {
+        Some(s) => Ok(Shm::Ready(s)),
+        None => {
+            if let Some(why) = why {
+                eprintln!(
+                    "ruda: rank {rank} of a communicator of {size} cannot use shared memory ({why}); it moves data through MPI"
+                );
+            }
+            Ok(Shm::Off)
+        }
+    }
 }
 
 /// The world rank of each rank of `comm`.
@@ -222,6 +374,23 @@ impl MpiCommunicator {
         }
         let size = size as usize;
         let world_ranks = session.mpi(|| world_ranks(comm, size))?;
+        let shm = if size > 1 && session.checked {
+            match one_host(comm, size, session.shared_memory, &session)
+                .and_then(|yes| if yes { open_segment(comm, rank as usize, size, &session) } else { Ok(Shm::Off) })
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    // SAFETY: free the handles we own.
+                    session.mpi(|| unsafe {
+                        ffi::MPI_Comm_free(&mut ctl);
+                        ffi::MPI_Comm_free(&mut comm);
+                    });
+                    return Err(e);
+                }
+            }
+        } else {
+            Shm::Off
+        };
         Ok(MpiCommunicator {
             comm,
             ctl,
@@ -234,8 +403,56 @@ impl MpiCommunicator {
             failed: Mutex::new(None),
             has_failed: AtomicBool::new(false),
             inbox: Mutex::new(Vec::new()),
+            shm: Mutex::new(shm),
             session,
         })
+    }
+
+    /// Whether this communicator's collectives move their data through a
+    /// shared-memory segment: all its ranks run on one host, checks are on,
+    /// no rank's world was built with `shared_memory(false)`, and every
+    /// rank could map the segment when the communicator was made (see
+    /// [`super::MpiWorldBuilder::shared_memory`]). The same on every rank.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let mpi = ruda_comm::MpiWorld::init().expect("MPI starts");
+    /// let world = mpi.world().unwrap();
+    /// println!("shared memory: {}", world.shared_memory());
+    /// ```
+    pub fn shared_memory(&self) -> bool {
+        matches!(
+            *self.shm.lock().unwrap_or_else(|e| e.into_inner()),
+            Shm::Ready(_)
+        )
+    }
+
+    /// Run `f` on this communicator's shared-memory segment with the data
+    /// phase's deadline; `None` when the data goes through MPI instead
+    /// (checks off, ranks on several hosts, or no segment could be made).
+    fn on_segment(
+        &self,
+        c: &Checked<'_>,
+        f: impl FnOnce(&mut Segment, Instant) -> Result<(), Stop>,
+    ) -> Option<Result<(), CommError>> {
+        if !c.agreed() {
+            return None;
+        }
+        let mut shm = self.shm.lock().unwrap_or_else(|e| e.into_inner());
+        let Shm::Ready(seg) = &mut *shm else {
+            return None;
+        };
+        let op = c.fp.op;
+        let waited = self.session.timeout;
+        Some(
+            f(seg, Instant::now() + waited).map_err(|stop| CommError::Timeout {
+                op,
+                rank: self.rank,
+                missing: stop.missing,
+                waited,
+                context: ErrorContext::none(),
+            }),
+        )
     }
 
     /// Whether collectives exchange call records first (off only after the
@@ -876,8 +1093,11 @@ impl Communicator for MpiCommunicator {
                     inline::reduce_in_place(&inputs, buf, op);
                     return Ok(());
                 }
-                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
+                if let Some(r) = self.on_segment(&c, |seg, d| shared::all_reduce(seg, buf, op, d)) {
+                    return r;
+                }
+                let watch = c.watch();
                 if is_half(T::DTYPE) {
                     let mut wide = widen(buf);
                     self.all_reduce_raw(
@@ -953,6 +1173,12 @@ impl Communicator for MpiCommunicator {
                     }
                     return Ok(());
                 }
+                let counts = vec![send_len; n];
+                if let Some(r) =
+                    self.on_segment(&c, |seg, d| shared::all_gather(seg, send, recv, &counts, d))
+                {
+                    return r;
+                }
                 let watch = c.watch();
                 // MPI takes the per-rank count; the total may exceed an int.
                 let c = count(kind, me, send.len())?;
@@ -1024,6 +1250,11 @@ impl Communicator for MpiCommunicator {
                     }
                     return Ok(());
                 }
+                if let Some(r) =
+                    self.on_segment(&c, |seg, d| shared::all_gather(seg, send, recv, counts, d))
+                {
+                    return r;
+                }
                 let watch = c.watch();
                 let (c, d) = counts_and_displs(kind, me, counts)?;
                 let dt = datatype(T::DTYPE);
@@ -1091,8 +1322,14 @@ impl Communicator for MpiCommunicator {
                     inline::reduce_blocks(&inputs, recv, op);
                     return Ok(());
                 }
-                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
+                let counts = vec![recv_len; n];
+                if let Some(r) = self.on_segment(&c, |seg, d| {
+                    shared::reduce_scatter(seg, send, recv, &counts, op, d)
+                }) {
+                    return r;
+                }
+                let watch = c.watch();
                 let c = count(kind, me, recv_len)?;
                 let mop = operator(op);
                 self.reduce_into(kind, watch, send, recv, op, Vec::new(), |p, dt, call| {
@@ -1154,8 +1391,13 @@ impl Communicator for MpiCommunicator {
                     inline::reduce_blocks(&inputs, recv, op);
                     return Ok(());
                 }
-                let watch = c.watch();
                 self.avg_on_integers::<T>(kind, op)?;
+                if let Some(r) = self.on_segment(&c, |seg, d| {
+                    shared::reduce_scatter(seg, send, recv, counts, op, d)
+                }) {
+                    return r;
+                }
+                let watch = c.watch();
                 let (c, _) = counts_and_displs(kind, me, counts)?;
                 let mop = operator(op);
                 self.reduce_into(kind, watch, send, recv, op, vec![c], |p, dt, call| {
@@ -1210,8 +1452,12 @@ impl Communicator for MpiCommunicator {
                     }
                     return Ok(());
                 }
-                let watch = c.watch();
                 bad_root()?;
+                if let Some(r) = self.on_segment(&c, |seg, d| shared::broadcast(seg, buf, root, d))
+                {
+                    return r;
+                }
+                let watch = c.watch();
                 let dt = datatype(T::DTYPE);
                 let size = size_of::<T>();
                 let phase = Phase {
@@ -1272,6 +1518,11 @@ impl Communicator for MpiCommunicator {
                         block.copy_from_slice(src);
                     }
                     return Ok(());
+                }
+                if let Some(r) =
+                    self.on_segment(&c, |seg, d| shared::all_to_all(seg, send, recv, k, d))
+                {
+                    return r;
                 }
                 let watch = c.watch();
                 // MPI takes the per-block count; the total may exceed an int.

@@ -24,6 +24,12 @@ pub(crate) struct Session {
     pub staged: bool,
     /// The deadline of every wait.
     pub timeout: Duration,
+    /// Whether communicators on one host may move data through shared
+    /// memory (see `MpiWorldBuilder::shared_memory`).
+    pub shared_memory: bool,
+    /// Bytes of each slot of a shared-memory segment, as asked for (see
+    /// `MpiWorldBuilder::shared_memory_slot`).
+    pub shared_memory_slot: usize,
     /// Held around every MPI call when MPI is at `MPI_THREAD_SERIALIZED`;
     /// `None` at `MPI_THREAD_MULTIPLE`, where calls from several threads
     /// may overlap.
@@ -56,12 +62,16 @@ impl Session {
         staged: bool,
         timeout: Duration,
         multiple: bool,
+        shared_memory: bool,
+        shared_memory_slot: usize,
     ) -> Self {
         Session {
             in_place,
             checked,
             staged,
             timeout,
+            shared_memory,
+            shared_memory_slot,
             serial: (!multiple).then(|| Mutex::new(())),
             finalized: RwLock::new(false),
             broken: AtomicBool::new(false),
@@ -210,7 +220,7 @@ mod tests {
     use super::*;
 
     fn session() -> Session {
-        Session::new(true, true, true, Duration::from_secs(1), true)
+        Session::new(true, true, true, Duration::from_secs(1), true, true, 1 << 18)
     }
 
     /// Staging buffers are reused, and the pool keeps at most four of them

@@ -437,6 +437,8 @@ mod tests {
                 false,
                 Duration::from_secs(7),
                 true,
+                true,
+                1 << 18,
             )),
         }
     }

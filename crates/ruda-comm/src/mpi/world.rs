@@ -10,6 +10,7 @@ use mpi::ffi;
 
 use super::communicator::MpiCommunicator;
 use super::raw;
+use super::segment::SLOT as DEFAULT_SLOT;
 use super::session::Session;
 use crate::{CommError, ErrorContext, OpKind, TIMEOUT_ENV};
 
@@ -39,6 +40,8 @@ pub struct MpiWorldBuilder {
     abort_on_panic: bool,
     checked: bool,
     staged: bool,
+    shared_memory: bool,
+    shared_memory_slot: usize,
 }
 
 impl MpiWorldBuilder {
@@ -154,6 +157,58 @@ impl MpiWorldBuilder {
         self
     }
 
+    /// Whether communicators whose processes all run on one host move
+    /// their collectives' data through a shared-memory segment with ruda's
+    /// own kernels (default `true`; only with checks on). The segment is
+    /// mapped by a communicator's first collective that moves data (two
+    /// slots of 256 KiB per rank, plus a page) and unmapped when it is
+    /// dropped. Then:
+    /// - all-reduce, reduce-scatter(-v), all-gather(-v), broadcast and
+    ///   all-to-all run through it (all-to-all-v, point-to-point calls and
+    ///   calls across hosts go through MPI);
+    /// - reductions run in rank order with the thread transport's kernels,
+    ///   so a result has the same bits as on a [`crate::LocalWorld`];
+    /// - a rank that does not come within the deadline (it died, or waits
+    ///   elsewhere) gives every other rank a [`CommError::Timeout`] naming
+    ///   it, without aborting the job: the caller's buffers are never
+    ///   shared.
+    ///
+    /// With `false` on any rank, MPI moves every communicator's data (as
+    /// across hosts). Each rank tells whether its communicator uses the
+    /// segment: [`MpiCommunicator::shared_memory`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// // Compare with Open MPI's own shared-memory path.
+    /// let mpi = ruda_comm::MpiWorld::builder().shared_memory(false).init().expect("MPI starts");
+    /// assert!(!mpi.world().unwrap().shared_memory());
+    /// ```
+    pub fn shared_memory(mut self, yes: bool) -> Self {
+        self.shared_memory = yes;
+        self
+    }
+
+    /// The size of each of a rank's two slots in a shared-memory segment,
+    /// in bytes (default 256 KiB; rounded up to whole pages, at least one
+    /// page and a cache line per rank, at most 1 GiB). Data moves in rounds
+    /// of at most one slot per rank (a `1/n` block of one for
+    /// reduce-scatter and all-to-all), with a barrier or two per round;
+    /// rank 0's setting holds for every rank of a communicator. Small slots
+    /// only serve tests that want many rounds from small buffers.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let mpi = ruda_comm::MpiWorld::builder()
+    ///     .shared_memory_slot(1 << 20)
+    ///     .init()
+    ///     .expect("MPI starts");
+    /// # drop(mpi);
+    /// ```
+    pub fn shared_memory_slot(mut self, bytes: usize) -> Self {
+        self.shared_memory_slot = bytes;
+        self
+    }
+
     /// Start MPI (or join an MPI someone else started) and return the guard
     /// that finalises it.
     ///
@@ -190,6 +245,8 @@ impl MpiWorldBuilder {
                 self.staged,
                 timeout,
                 multiple,
+                self.shared_memory,
+                self.shared_memory_slot,
             )),
             owns,
             multiple,
@@ -242,6 +299,8 @@ impl MpiWorld {
             abort_on_panic: false,
             checked: true,
             staged: false,
+            shared_memory: true,
+            shared_memory_slot: DEFAULT_SLOT,
         }
     }
 

@@ -39,6 +39,13 @@
 //!   a transport error instead of calling into a finalised MPI.
 //! - `panic`: with `abort_on_panic`, rank 1 panics while the others wait in
 //!   a collective; the job must end promptly with a non-zero status.
+//! - `die`: rank 1 is killed mid-collective; the job must end promptly,
+//!   naming it.
+//! - `--no-shm` (any mode): `MpiWorldBuilder::shared_memory(false)`, so
+//!   that ranks on one host move data through MPI. Rank 0 prints whether
+//!   the world uses shared memory. `--slot BYTES`: shared-memory slots of
+//!   that size (`MpiWorldBuilder::shared_memory_slot`; 4096 makes the
+//!   suite's 5000-element calls take many rounds).
 //! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
 //!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
 //!   packet loss must leave every result right; a cut link or a killed
@@ -273,7 +280,7 @@ fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
             op: OpKind::AllReduce,
             missing,
             ..
-        }) => format!("a timeout in the record exchange naming {missing:?}"),
+        }) => format!("a timeout naming {missing:?}"),
         Err(e) => return Err(format!("an unexpected error: {e}")),
     };
     if took > 2 * STRAGGLER_TIMEOUT + margin {
@@ -285,6 +292,33 @@ fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
     );
     std::thread::sleep(Duration::from_secs(5).saturating_sub(t0.elapsed()));
     Ok(1)
+}
+
+/// `die` (2 ranks or more): rank 1 is killed (`SIGKILL`, by itself, from
+/// another thread) while every rank is inside a stream of 4 MiB
+/// all-reduces; the job must end promptly, naming it (mpirun's own line).
+fn die(world: &MpiCommunicator) -> Result<usize, String> {
+    let me = world.rank();
+    world.barrier().map_err(|e| e.to_string())?;
+    if me == 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &std::process::id().to_string()])
+                .status();
+        });
+    }
+    let mut v = vec![1f32; 1 << 20];
+    for _ in 0..100_000 {
+        match world.all_reduce(&mut v, ReduceOp::Max) {
+            Ok(()) => {}
+            Err(e) => {
+                println!("rank {me}: die: {e}");
+                return Ok(1);
+            }
+        }
+    }
+    Err("rank 1 should have died".into())
 }
 
 /// `soak CALLS ELEMENTS`: `CALLS` all-reduces of `ELEMENTS` f32 on the
@@ -448,9 +482,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let unchecked = args.iter().any(|a| a == "--unchecked");
     let staged = args.iter().any(|a| a == "--staged");
+    let no_shm = args.iter().any(|a| a == "--no-shm");
     let mode = args
         .iter()
-        .find(|a| !a.starts_with("--"))
+        .enumerate()
+        .find(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--slot"))
+        .map(|(_, a)| a)
         .cloned()
         .unwrap_or_else(|| "conformance".into());
     let mut builder = match mode.as_str() {
@@ -474,6 +511,16 @@ fn main() -> ExitCode {
     if staged {
         builder = builder.staged(true);
     }
+    if no_shm {
+        builder = builder.shared_memory(false);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--slot") {
+        let Some(bytes) = args.get(i + 1).and_then(|b| b.parse::<usize>().ok()) else {
+            eprintln!("--slot takes a number of bytes");
+            return ExitCode::FAILURE;
+        };
+        builder = builder.shared_memory_slot(bytes);
+    }
     let mpi = match builder.init() {
         Ok(m) => m,
         Err(e) => {
@@ -483,6 +530,10 @@ fn main() -> ExitCode {
     };
     let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
+    if me == 0 {
+        let on = if world.shared_memory() { "on" } else { "off" };
+        println!("rank 0: shared memory {on}");
+    }
     let result = match mode.as_str() {
         "conformance" => conformance_suite(&world),
         "failures" => failures(&world),
@@ -505,6 +556,7 @@ fn main() -> ExitCode {
             }
         }
         "soak" => soak(&world, &args),
+        "die" => die(&world),
         "panic" => {
             world.barrier().expect("barrier");
             if me == 1 % n {

@@ -1,0 +1,458 @@
+//! A shared-memory segment for the ranks of one communicator whose
+//! processes all run on one host: a barrier with a verdict, and two slot
+//! buffers per rank that the collectives of [`super::shared`] move data
+//! through.
+//!
+//! The segment is a POSIX shared-memory object that rank 0 creates and
+//! every rank maps; its name is unlinked as soon as every rank has mapped
+//! it, so the memory goes with the last process that unmaps it (a rank
+//! dropping its communicator, or any process ending, crashed or not). No
+//! MPI window is used: `MPI_Win_free` is collective, and a communicator
+//! dropped on one rank while its peers still work elsewhere must not wait
+//! for them.
+//!
+//! # Layout
+//! Cache lines of 128 bytes (two 64-byte lines, against the adjacent-line
+//! prefetcher): line 0 holds the *verdict*, lines `1..=n` each rank's
+//! *arrival* count; the slots follow at the next 4 KiB boundary, rank `q`'s
+//! buffer `b` (0 or 1) at `(2 q + b) × SLOT`.
+//!
+//! # The barrier
+//! A rank arrives at episode `e` by storing `e` in its arrival word, then
+//! waits for the verdict on `e`, which is decided exactly once, by a
+//! compare-and-swap from `e − 1`: to `e` (passed) by a rank that sees every
+//! arrival, or to `FAILED | e` by a rank whose deadline passed first. So
+//! either every rank passes an episode or none does, and a rank that comes
+//! after a failure fails too. A failed segment stays failed.
+
+use std::cell::Cell;
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bytes of one slot buffer by default (each rank has two, used in
+/// alternate rounds). A round's copy-in, reduction and copy-out stay in
+/// the caches at this size (see the README's measurements).
+pub(crate) const SLOT: usize = 256 << 10;
+
+/// The slot size for a request on `size` ranks: a whole number of pages,
+/// at least one and at least a cache line per rank (the blocks of an
+/// all-to-all), at most 1 GiB.
+pub(crate) fn slot_bytes(requested: usize, size: usize) -> usize {
+    requested
+        .max(size.saturating_mul(64))
+        .clamp(4096, 1 << 30)
+        .next_multiple_of(4096)
+}
+
+/// Bytes between the words of different ranks.
+const LINE: usize = 128;
+
+/// The verdict's failure bit.
+const FAILED: u64 = 1 << 63;
+
+/// Why a barrier did not pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stop {
+    /// The ranks that had not arrived at the failed episode when this rank
+    /// read the verdict, with this rank when the verdict was already in at
+    /// its arrival (it was late itself).
+    pub missing: Vec<usize>,
+}
+
+/// How a waiting rank spends its time.
+#[derive(Clone, Copy, Debug)]
+struct Patience {
+    /// Spin this long before yielding (zero when ranks outnumber cores).
+    spin: Duration,
+    /// Yield this long, then sleep between looks.
+    yield_for: Duration,
+}
+
+/// One rank's mapping of a communicator's segment.
+pub(crate) struct Segment {
+    base: NonNull<u8>,
+    len: usize,
+    size: usize,
+    rank: usize,
+    /// Bytes of each slot buffer.
+    slot: usize,
+    /// Barrier episodes this rank has arrived at.
+    episode: Cell<u64>,
+    /// Rounds run (their parity picks the slot buffer).
+    round: u64,
+    patience: Patience,
+}
+
+// SAFETY: the mapping is plain shared memory, valid wherever this value
+// goes; its words are atomics and its slots are read and written only
+// inside a collective, under the barrier protocol, by the one thread that
+// holds the communicator (calls on one communicator never overlap).
+unsafe impl Send for Segment {}
+
+/// Why a segment could not be made or mapped.
+#[derive(Debug)]
+pub(crate) struct SegmentError(pub String);
+
+/// The bytes a segment for `size` ranks with slots of `slot` bytes takes,
+/// or `None` on overflow.
+pub(crate) fn segment_len(size: usize, slot: usize) -> Option<usize> {
+    let header = size.checked_add(1)?.checked_mul(LINE)?.next_multiple_of(4096);
+    let slots = size.checked_mul(2)?.checked_mul(slot)?;
+    header.checked_add(slots)
+}
+
+/// A name no other segment on this host has: the creating process's id,
+/// a per-process count and the clock.
+pub(crate) fn fresh_name() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("/ruda-{}-{n}-{nanos}", std::process::id())
+}
+
+fn os_error(what: &str, name: &str) -> SegmentError {
+    SegmentError(format!(
+        "{what} {name}: {}",
+        std::io::Error::last_os_error()
+    ))
+}
+
+/// Remove the segment's name (the memory stays while a rank maps it).
+pub(crate) fn unlink(name: &str) {
+    if let Ok(c) = CString::new(name) {
+        // SAFETY: a NUL-terminated name; shm_unlink only reads it.
+        unsafe { libc::shm_unlink(c.as_ptr()) };
+    }
+}
+
+impl Segment {
+    /// Create (`create`, rank 0: the name must not exist) or open the
+    /// segment `name` for `size` ranks with slots of `slot` bytes (from
+    /// [`slot_bytes`]) and map it for `rank`.
+    pub(crate) fn map(
+        name: &str,
+        create: bool,
+        size: usize,
+        slot: usize,
+        rank: usize,
+    ) -> Result<Segment, SegmentError> {
+        debug_assert_eq!(slot, slot_bytes(slot, size));
+        let len = segment_len(size, slot)
+            .ok_or_else(|| SegmentError(format!("a segment for {size} ranks overflows")))?;
+        let c = CString::new(name).map_err(|_| SegmentError(format!("bad name {name:?}")))?;
+        let flags = if create {
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        } else {
+            libc::O_RDWR
+        };
+        // SAFETY: a NUL-terminated name; the call only reads it.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(os_error("shm_open", name));
+        }
+        let close = |e: SegmentError| {
+            // SAFETY: `fd` is ours and closed once.
+            unsafe { libc::close(fd) };
+            if create {
+                unlink(name);
+            }
+            e
+        };
+        let off_len = libc::off_t::try_from(len)
+            .map_err(|_| close(SegmentError(format!("{len} bytes do not fit off_t"))))?;
+        // SAFETY: `fd` is an open shared-memory object; a new one is zeroed
+        // when it grows.
+        if create && unsafe { libc::ftruncate(fd, off_len) } != 0 {
+            return Err(close(os_error("ftruncate", name)));
+        }
+        if !create {
+            // The creator sized it before it sent the name; refuse a shorter
+            // object (a stale one under the same name) rather than fault.
+            // SAFETY: `st` is written by fstat on an open descriptor.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { libc::fstat(fd, &mut st) } != 0 {
+                return Err(close(os_error("fstat", name)));
+            }
+            if st.st_size != off_len {
+                return Err(close(SegmentError(format!(
+                    "{name} has {} bytes, not {len}",
+                    st.st_size
+                ))));
+            }
+        }
+        // SAFETY: a fresh shared read-write mapping of `len` bytes of an
+        // object of `len` bytes; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(close(os_error("mmap", name)));
+        }
+        // SAFETY: the mapping keeps the object; the descriptor is no longer
+        // needed.
+        unsafe { libc::close(fd) };
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // With a core per rank, spin briefly, then yield; with more ranks
+        // than cores, the rank waited for needs a core now: sleep soon (a
+        // yield alone left 9 ranks on 2 cores 5x slower).
+        let patience = if size <= cores {
+            Patience {
+                spin: Duration::from_micros(20),
+                yield_for: Duration::from_millis(2),
+            }
+        } else {
+            Patience {
+                spin: Duration::ZERO,
+                yield_for: Duration::from_micros(50),
+            }
+        };
+        Ok(Segment {
+            base: NonNull::new(p.cast()).expect("mmap returned a non-null address"),
+            len,
+            size,
+            rank,
+            slot,
+            episode: Cell::new(0),
+            round: 0,
+            patience,
+        })
+    }
+
+    /// The number of ranks.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Bytes of each slot buffer (a multiple of 4096).
+    pub(crate) fn slot_len(&self) -> usize {
+        self.slot
+    }
+
+    fn word(&self, line: usize) -> &AtomicU64 {
+        debug_assert!(line <= self.size);
+        // SAFETY: line `line <= size` lies in the header (see
+        // `segment_len`), 128-byte aligned in a page-aligned mapping that
+        // lives as long as `self`; the word is only ever accessed
+        // atomically, by every process that maps it.
+        unsafe { &*self.base.as_ptr().add(line * LINE).cast::<AtomicU64>() }
+    }
+
+    fn verdict(&self) -> &AtomicU64 {
+        self.word(0)
+    }
+
+    fn arrival(&self, q: usize) -> &AtomicU64 {
+        self.word(1 + q)
+    }
+
+    /// The slot buffer `b` of rank `q`: [`Segment::slot_len`] bytes, 4 KiB
+    /// aligned.
+    pub(crate) fn slot(&self, q: usize, b: usize) -> *mut u8 {
+        assert!(q < self.size && b < 2, "slot {b} of rank {q}");
+        let header = (self.size + 1) * LINE;
+        let off = header.next_multiple_of(4096) + (2 * q + b) * self.slot;
+        debug_assert!(off + self.slot <= self.len);
+        // SAFETY: `off + slot <= len` (see `segment_len`, which checked
+        // this arithmetic for `size` and `slot`).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Start a round: the slot buffer (0 or 1) it uses. A rank writes its
+    /// slot of round `r` only after passing the barriers of round `r − 1`,
+    /// which every rank enters only after its last access to the buffers of
+    /// round `r − 2`, the same parity.
+    pub(crate) fn next_round(&mut self) -> usize {
+        let b = (self.round % 2) as usize;
+        self.round += 1;
+        b
+    }
+
+    /// Whether a barrier of this segment ever failed.
+    #[cfg(test)]
+    pub(crate) fn failed(&self) -> bool {
+        self.verdict().load(Ordering::Acquire) & FAILED != 0
+    }
+
+    /// Arrive at the next barrier episode and wait until every rank has
+    /// (every rank then passes), or until `deadline` (no rank passes).
+    ///
+    /// # Errors
+    /// [`Stop`] when the deadline passed first, here or on a peer, or a
+    /// barrier of this segment failed before.
+    pub(crate) fn barrier(&self, deadline: Instant) -> Result<(), Stop> {
+        let e = self.episode.get() + 1;
+        self.episode.set(e);
+        self.arrival(self.rank).store(e, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut polls = 0u32;
+        let mut first = true;
+        loop {
+            let v = self.verdict().load(Ordering::Acquire);
+            if v & FAILED != 0 {
+                // Failed before this rank first looked: it came late (or
+                // the segment failed in an earlier call).
+                return Err(self.stop(v & !FAILED, first));
+            }
+            first = false;
+            if v >= e {
+                return Ok(());
+            }
+            if (0..self.size).all(|q| self.arrival(q).load(Ordering::Acquire) >= e) {
+                // Either this rank decides, or another decided first (then
+                // look at the verdict again).
+                let _ = self.verdict().compare_exchange(
+                    e - 1,
+                    e,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                continue;
+            }
+            polls = polls.wrapping_add(1);
+            if !polls.is_multiple_of(32) {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                if self
+                    .verdict()
+                    .compare_exchange(e - 1, FAILED | e, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Err(self.stop(e, false));
+                }
+                continue;
+            }
+            let waited = now - start;
+            if waited < self.patience.spin {
+                std::hint::spin_loop();
+            } else if waited < self.patience.yield_for {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// The ranks missing from episode `e`, with this one if it came late.
+    fn stop(&self, e: u64, late: bool) -> Stop {
+        let mut missing: Vec<usize> = (0..self.size)
+            .filter(|&q| self.arrival(q).load(Ordering::Acquire) < e)
+            .collect();
+        if late && !missing.contains(&self.rank) {
+            missing.push(self.rank);
+            missing.sort_unstable();
+        }
+        Stop { missing }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made, unmapped once; no pointer
+        // into it outlives a collective, which holds `&mut self`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two ranks of one process, each with its own mapping of one segment
+    /// (as two processes would have).
+    fn pair() -> (Segment, Segment) {
+        let name = fresh_name();
+        let a = Segment::map(&name, true, 2, SLOT, 0).expect("creates");
+        let b = Segment::map(&name, false, 2, SLOT, 1).expect("opens");
+        unlink(&name);
+        (a, b)
+    }
+
+    #[test]
+    fn both_ranks_pass_a_barrier_and_see_each_others_slots() {
+        let (mut a, mut b) = pair();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t = std::thread::spawn(move || {
+            for i in 0..100u8 {
+                let s = b.next_round();
+                // SAFETY: rank 1's own slot, written before the barrier.
+                unsafe { b.slot(1, s).write(i) };
+                b.barrier(deadline).unwrap();
+                // SAFETY: rank 0's slot, read between the barriers.
+                let x = unsafe { b.slot(0, s).read() };
+                assert_eq!(x, i.wrapping_mul(3));
+                b.barrier(deadline).unwrap();
+            }
+        });
+        for i in 0..100u8 {
+            let s = a.next_round();
+            // SAFETY: as above, for rank 0.
+            unsafe { a.slot(0, s).write(i.wrapping_mul(3)) };
+            a.barrier(deadline).unwrap();
+            // SAFETY: as above.
+            let x = unsafe { a.slot(1, s).read() };
+            assert_eq!(x, i);
+            a.barrier(deadline).unwrap();
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_missing_rank_fails_the_barrier_on_time_and_a_late_one_fails_too() {
+        let (mut a, mut b) = pair();
+        let t0 = Instant::now();
+        let e = a.barrier(t0 + Duration::from_millis(100)).unwrap_err();
+        assert_eq!(e.missing, vec![1]);
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        assert!(a.failed() && b.failed());
+        // Rank 1 comes after the verdict: it fails at once, naming itself.
+        let e = b.barrier(Instant::now() + Duration::from_secs(60)).unwrap_err();
+        assert_eq!(e.missing, vec![1]);
+        // And the segment stays failed.
+        let e = a.barrier(Instant::now() + Duration::from_secs(60)).unwrap_err();
+        assert!(e.missing.contains(&0), "{e:?}");
+    }
+
+    #[test]
+    fn the_length_is_checked_and_a_stale_object_of_another_size_is_refused() {
+        assert!(segment_len(usize::MAX / 2, SLOT).is_none());
+        assert!(segment_len(3, usize::MAX / 4).is_none());
+        assert_eq!(
+            segment_len(2, SLOT),
+            Some(4096 + 4 * SLOT),
+            "header page then four slots"
+        );
+        assert_eq!(slot_bytes(0, 2), 4096);
+        assert_eq!(slot_bytes(5000, 2), 8192);
+        assert_eq!(slot_bytes(4096, 100), 8192, "a cache line per rank");
+        assert_eq!(slot_bytes(usize::MAX, 2), 1 << 30);
+        assert_eq!(slot_bytes(0, usize::MAX), 1 << 30);
+        let name = fresh_name();
+        let a = Segment::map(&name, true, 2, SLOT, 0).unwrap();
+        let e = Segment::map(&name, false, 3, SLOT, 1).err().expect("refused");
+        assert!(e.0.contains("bytes"), "{}", e.0);
+        unlink(&name);
+        assert!(Segment::map(&name, false, 2, SLOT, 1).is_err(), "unlinked");
+        drop(a);
+    }
+}

@@ -1,0 +1,230 @@
+//! Collectives through a shared-memory [`Segment`], for communicators whose
+//! ranks all run on one host: ruda's own kernels instead of MPI's
+//! point-to-point path.
+//!
+//! Data moves in rounds of at most one slot per rank. In each round a rank
+//! copies its part into its own slot, passes a barrier, then reads the
+//! slots of its peers: a reduction reduces its share (`1/n` of the round,
+//! or its own block) from every slot in rank order with the thread
+//! transport's kernel, so the result has the same bits as a
+//! [`crate::LocalWorld`] run. An all-reduce writes its share back to every
+//! slot and passes a second barrier before copying the round out.
+//!
+//! Every barrier has the call's deadline: a rank that never comes (it
+//! died, or is stuck elsewhere) fails the barrier on every rank, which
+//! return a [`Stop`] naming it. The caller's buffers are only ever touched
+//! by their own rank, so nothing writes them after the call returns.
+
+use std::time::Instant;
+
+use super::segment::{Segment, Stop};
+use crate::local::kernels;
+use crate::{Element, ReduceOp};
+
+/// Elements of `T` per block when a slot of `slot` bytes holds `parts`
+/// blocks: whole cache lines where they fit, at least one element.
+fn block_elems<T>(slot: usize, parts: usize) -> usize {
+    let grain = (64 / size_of::<T>().max(1)).max(1);
+    let per = slot / size_of::<T>().max(1) / parts.max(1);
+    (per / grain * grain).max(1)
+}
+
+/// Copy `len` elements of `T` from `src` to `dst`.
+///
+/// # Safety
+/// `src` valid for `len` reads, `dst` for `len` writes, not overlapping,
+/// and no one else writing either range meanwhile.
+unsafe fn copy<T>(src: *const T, dst: *mut T, len: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+}
+
+/// All-reduce `buf` in place over every rank of the segment.
+pub(crate) fn all_reduce<T: Element>(
+    seg: &mut Segment,
+    buf: &mut [T],
+    op: ReduceOp,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    let chunk = block_elems::<T>(seg.slot_len(), 1);
+    let mut off = 0;
+    while off < buf.len() {
+        let m = chunk.min(buf.len() - off);
+        let b = seg.next_round();
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        // SAFETY: this rank's slot holds `chunk >= m` elements (aligned:
+        // slots are 4 KiB aligned) and nobody else accesses it until the
+        // barrier (see `Segment::next_round`); `buf[off..off + m]` is ours.
+        unsafe { copy(buf[off..].as_ptr(), slot(me), m) };
+        seg.barrier(deadline)?;
+        let (lo, hi) = kernels::partition::<T>(m, me, n);
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        let ptrs: Vec<*mut T> = (0..n).map(|q| slot(q).wrapping_add(lo)).collect();
+        let ins: Vec<*const T> = ptrs.iter().map(|&p| p.cast_const()).collect();
+        // SAFETY: between the barriers every rank reads and writes only its
+        // share `lo..hi` of every slot (shares are disjoint and cache-line
+        // aligned, `hi <= m <= chunk`); the kernel reads a tile from every
+        // input before it writes it to the outputs, which are the same ranges.
+        unsafe { kernels::reduce(&ins, &ptrs, hi - lo, op) };
+        seg.barrier(deadline)?;
+        // SAFETY: every share of this rank's slot is final after the second
+        // barrier, and no rank writes it again before this rank passes the
+        // next round's first barrier.
+        unsafe { copy(slot(me).cast_const(), buf[off..].as_mut_ptr(), m) };
+        off += m;
+    }
+    Ok(())
+}
+
+/// Reduce rank `q`'s block `counts[q]` of every rank's `send` (blocks in
+/// rank order) into `recv` (`counts[me]` elements).
+pub(crate) fn reduce_scatter<T: Element>(
+    seg: &mut Segment,
+    send: &[T],
+    recv: &mut [T],
+    counts: &[usize],
+    op: ReduceOp,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    let k = block_elems::<T>(seg.slot_len(), n);
+    let offsets = kernels::offsets(counts);
+    let longest = counts.iter().copied().max().unwrap_or(0);
+    let mut off = 0;
+    while off < longest {
+        let b = seg.next_round();
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        for (q, (&o, &c)) in offsets.iter().zip(counts).enumerate() {
+            let m = k.min(c.saturating_sub(off));
+            if m == 0 {
+                continue;
+            }
+            // SAFETY: block `q` of this rank's slot holds `k >= m` elements
+            // (`n` blocks fit: see `block_elems`), only ours until the
+            // barrier; `send[o + off..o + off + m]` lies within `send`
+            // (the records agreed on `counts`, whose total is its length).
+            unsafe { copy(send[o + off..].as_ptr(), slot(me).add(q * k), m) };
+        }
+        seg.barrier(deadline)?;
+        let m = k.min(counts[me].saturating_sub(off));
+        if m == 0 {
+            off += k;
+            continue;
+        }
+        let ins: Vec<*const T> = (0..n)
+            .map(|q| slot(q).wrapping_add(me * k).cast_const())
+            .collect();
+        // SAFETY: block `me` of every slot is read by this rank only, until
+        // the next round's barrier; `recv[off..off + m]` is ours.
+        unsafe { kernels::reduce(&ins, &[recv[off..].as_mut_ptr()], m, op) };
+        off += k;
+    }
+    Ok(())
+}
+
+/// Gather every rank's `send` (`counts[q]` elements from rank `q`) into
+/// `recv`, in rank order.
+pub(crate) fn all_gather<T: Element>(
+    seg: &mut Segment,
+    send: &[T],
+    recv: &mut [T],
+    counts: &[usize],
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let me = seg.rank();
+    let chunk = block_elems::<T>(seg.slot_len(), 1);
+    let offsets = kernels::offsets(counts);
+    let longest = counts.iter().copied().max().unwrap_or(0);
+    let mut off = 0;
+    while off < longest {
+        let b = seg.next_round();
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        let m = chunk.min(send.len().saturating_sub(off));
+        if m > 0 {
+            // SAFETY: this rank's slot, only ours until the barrier; `m`
+            // elements within both.
+            unsafe { copy(send[off..].as_ptr(), slot(me), m) };
+        }
+        seg.barrier(deadline)?;
+        for (q, (&o, &c)) in offsets.iter().zip(counts).enumerate() {
+            let m = chunk.min(c.saturating_sub(off));
+            if m == 0 {
+                continue;
+            }
+            // SAFETY: rank `q` wrote `m` elements to its slot before the
+            // barrier and writes it again only after the next round's
+            // barrier; `recv[o + off..o + off + m]` is ours.
+            unsafe { copy(slot(q).cast_const(), recv[o + off..].as_mut_ptr(), m) };
+        }
+        off += chunk;
+    }
+    Ok(())
+}
+
+/// Copy `root`'s `buf` to every rank's.
+pub(crate) fn broadcast<T: Element>(
+    seg: &mut Segment,
+    buf: &mut [T],
+    root: usize,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let me = seg.rank();
+    let chunk = block_elems::<T>(seg.slot_len(), 1);
+    let mut off = 0;
+    while off < buf.len() {
+        let m = chunk.min(buf.len() - off);
+        let b = seg.next_round();
+        let slot = seg.slot(root, b).cast::<T>();
+        if me == root {
+            // SAFETY: the root's own slot, only its until the barrier.
+            unsafe { copy(buf[off..].as_ptr(), slot, m) };
+        }
+        seg.barrier(deadline)?;
+        if me != root {
+            // SAFETY: written by the root before the barrier, and not again
+            // before the next round's barrier.
+            unsafe { copy(slot.cast_const(), buf[off..].as_mut_ptr(), m) };
+        }
+        off += m;
+    }
+    Ok(())
+}
+
+/// Send block `q` of `send` to rank `q` and receive rank `q`'s block for
+/// this rank into block `q` of `recv` (blocks of `block` elements).
+pub(crate) fn all_to_all<T: Element>(
+    seg: &mut Segment,
+    send: &[T],
+    recv: &mut [T],
+    block: usize,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    let k = block_elems::<T>(seg.slot_len(), n);
+    let mut off = 0;
+    while off < block {
+        let m = k.min(block - off);
+        let b = seg.next_round();
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        for q in 0..n {
+            // SAFETY: block `q` of our slot holds `k >= m` elements, ours
+            // until the barrier; `send[q * block + off..][..m]` is in `send`.
+            unsafe { copy(send[q * block + off..].as_ptr(), slot(me).add(q * k), m) };
+        }
+        seg.barrier(deadline)?;
+        for q in 0..n {
+            // SAFETY: rank `q` wrote its block for us before the barrier and
+            // writes it again only after the next round's barrier.
+            unsafe {
+                copy(
+                    slot(q).add(me * k).cast_const(),
+                    recv[q * block + off..].as_mut_ptr(),
+                    m,
+                )
+            };
+        }
+        off += m;
+    }
+    Ok(())
+}
