@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slot BYTES] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -13,7 +13,8 @@
 //!
 //! Ranks on one host move data through shared memory (the default world);
 //! `--no-shm` measures them through MPI instead
-//! (`MpiWorldBuilder::shared_memory(false)`).
+//! (`MpiWorldBuilder::shared_memory(false)`); `--slot BYTES` (like `1M`)
+//! sets the segment's slot size (`MpiWorldBuilder::shared_memory_slot`).
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
@@ -50,13 +51,18 @@ fn main() {
     if args.iter().any(|a| a == "--no-shm") {
         builder = builder.shared_memory(false);
     }
+    if let Some(i) = args.iter().position(|a| a == "--slot") {
+        let bytes = args.get(i + 1).map(|b| parse(b)).expect("--slot BYTES");
+        builder = builder.shared_memory_slot(bytes);
+    }
     let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");
     let (me, n) = (world.rank(), world.size());
     let sizes: Vec<usize> = args
         .iter()
-        .find(|a| !a.starts_with("--"))
-        .cloned()
+        .enumerate()
+        .find(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--slot"))
+        .map(|(_, a)| a.clone())
         .unwrap_or_else(|| "4K,1M,16M,64M".into())
         .split(',')
         .map(parse)

@@ -14,6 +14,7 @@ use mpi::ffi;
 
 use super::inline::{self, Inbox, Parcel};
 use super::raw::count;
+use super::segment::{self, Segment};
 use super::wait::{Inflight, ReqKind};
 use crate::validate::{self, CallArgs, wire};
 use crate::{CommError, DType, ErrorContext};
@@ -252,6 +253,106 @@ pub(crate) fn agree(
     let buf = fl
         .finish()
         .expect("no request is pending after the wait said so");
+    let agreed = Agreed {
+        buf,
+        slot,
+        record: w,
+        me,
+        inline: false,
+    };
+    match validate_records(&agreed.buf, slot, n, me) {
+        Ok(inline) => Ok(Agreed { inline, ..agreed }),
+        Err(e) => {
+            agreed.release(store);
+            Err(e)
+        }
+    }
+}
+
+/// [`agree`] through a communicator's shared-memory segment (its ranks run
+/// on one host): each rank writes its record, and for a small call its
+/// payloads, into its own record area, passes the segment's barrier with
+/// the deadline, then copies every peer's record and the payload meant
+/// for it into the message buffer [`agree`] would have received, which
+/// goes through the same verdict. No MPI message moves.
+///
+/// # Errors
+/// As [`agree`]; the [`CommError::Timeout`] names the ranks that had not
+/// arrived (or this rank, when it came after its peers gave up).
+pub(crate) fn agree_shared(
+    seg: &mut Segment,
+    call: &CallArgs<'_>,
+    deadline: Instant,
+    parcel: &Parcel<'_>,
+    store: &Mutex<Vec<u64>>,
+    waited: std::time::Duration,
+) -> Result<Agreed, CommError> {
+    let (me, n, op) = (seg.rank(), seg.size(), call.fp.op);
+    let w = wire::words(n);
+    let slot = inline::slot_words(w, n);
+    let entry = segment::entry_words();
+    let area_words = seg.record_len() / 8;
+    let sends = match parcel {
+        _ if !(inline::inline_ok(call, n) && n <= inline::INLINE_RANKS) => 0,
+        Parcel::PerPeer(_) => n,
+        _ => 1,
+    };
+    let b = seg.next_call();
+    {
+        // SAFETY: this rank's own record area of this call's parity:
+        // `area_words` words, 8-byte aligned, written by this rank only and
+        // read by no peer until the barrier below (see
+        // `Segment::next_call`); no other reference to it exists.
+        let area = unsafe { std::slice::from_raw_parts_mut(seg.record(me, b), area_words) };
+        wire::encode_into(call, n, bytemuck::cast_slice_mut(&mut area[..w]));
+        area[w] = sends as u64;
+        for j in 0..sends {
+            let e = w + 1 + j * entry;
+            let payload = parcel.to(j);
+            assert!(
+                payload.len() <= (entry - 2) * 8 && e + entry <= area_words,
+                "an inline payload within its entry"
+            );
+            area[e] = payload.len() as u64;
+            area[e + 1] = call.fp.seq;
+            let room: &mut [u8] = bytemuck::cast_slice_mut(&mut area[e + 2..e + entry]);
+            room[..payload.len()].copy_from_slice(payload);
+        }
+    }
+    seg.barrier(deadline).map_err(|stop| CommError::Timeout {
+        op,
+        rank: me,
+        missing: stop.missing,
+        waited,
+        context: ErrorContext::none(),
+    })?;
+    let mut buf = std::mem::take(&mut *store.lock().unwrap_or_else(|e| e.into_inner()));
+    let total = n * slot;
+    if buf.len() < total {
+        buf.resize(total, 0);
+    }
+    for q in 0..n {
+        // SAFETY: rank `q`'s record area of this call, written before the
+        // barrier and not again before this rank passes the next call's
+        // record barrier; only read here.
+        let area = unsafe { std::slice::from_raw_parts(seg.record(q, b), area_words) };
+        let out = &mut buf[q * slot..(q + 1) * slot];
+        out[..w].copy_from_slice(&area[..w]);
+        // The payload for this rank (entry 0 when one is sent to all), in
+        // the layout `agree` receives: length, sequence number, payload.
+        let sent = area[w] as usize;
+        let j = if sent == 1 { 0 } else { me };
+        let e = w + 1 + j * entry;
+        if q == me || sent == 0 || j >= sent || e + entry > area_words {
+            out[w] = 0;
+            continue;
+        }
+        let room = (slot - w - 2).min(entry - 2);
+        let len = (area[e] as usize).min(room * 8);
+        out[w] = area[e];
+        out[w + 1] = area[e + 1];
+        out[w + 2..w + 2 + len.div_ceil(8)].copy_from_slice(&area[e + 2..e + 2 + len.div_ceil(8)]);
+    }
     let agreed = Agreed {
         buf,
         slot,

@@ -867,13 +867,21 @@ impl<'c, L: FnOnce() -> Result<(), CommError>> Check<'c, L> {
                 agreed: None,
             });
         }
-        let agreed = agree::agree(
-            &comm.channel(),
-            &self.call,
-            self.started + comm.session.timeout,
-            &parcel,
-            &comm.inbox,
-        )?;
+        let deadline = self.started + comm.session.timeout;
+        let mut shm = comm.shm.lock().unwrap_or_else(|e| e.into_inner());
+        let agreed = if let Shm::Ready(seg) = &mut *shm {
+            agree::agree_shared(
+                seg,
+                &self.call,
+                deadline,
+                &parcel,
+                &comm.inbox,
+                comm.session.timeout,
+            )?
+        } else {
+            drop(shm);
+            agree::agree(&comm.channel(), &self.call, deadline, &parcel, &comm.inbox)?
+        };
         Ok(Checked {
             comm,
             fp: self.call.fp,

@@ -14,8 +14,11 @@
 //! # Layout
 //! Cache lines of 128 bytes (two 64-byte lines, against the adjacent-line
 //! prefetcher): line 0 holds the *verdict*, lines `1..=n` each rank's
-//! *arrival* count; the slots follow at the next 4 KiB boundary, rank `q`'s
-//! buffer `b` (0 or 1) at `(2 q + b) × SLOT`.
+//! *arrival* count. Then, from the next 4 KiB boundary, two record areas
+//! per rank (a call record and the small payloads sent with it, in
+//! alternate calls: [`super::agree::agree_shared`]), rank `q`'s area `b` at
+//! `(2 q + b) × record_len`; then, from the next 4 KiB boundary, two slot
+//! buffers per rank, rank `q`'s buffer `b` at `(2 q + b) × slot`.
 //!
 //! # The barrier
 //! A rank arrives at episode `e` by storing `e` in its arrival word, then
@@ -78,10 +81,16 @@ pub(crate) struct Segment {
     rank: usize,
     /// Bytes of each slot buffer.
     slot: usize,
+    /// Offset of the record areas, bytes of each, and offset of the slots.
+    records: usize,
+    record_len: usize,
+    slots: usize,
     /// Barrier episodes this rank has arrived at.
     episode: Cell<u64>,
     /// Rounds run (their parity picks the slot buffer).
     round: u64,
+    /// Record exchanges run (their parity picks the record area).
+    calls: u64,
     patience: Patience,
 }
 
@@ -95,12 +104,45 @@ unsafe impl Send for Segment {}
 #[derive(Debug)]
 pub(crate) struct SegmentError(pub String);
 
+/// The offsets of a segment's parts for `size` ranks with slots of
+/// `slot` bytes: the record areas, the slots, and the whole length; `None`
+/// on overflow.
+fn layout(size: usize, slot: usize) -> Option<(usize, usize, usize)> {
+    let records = size.checked_add(1)?.checked_mul(LINE)?.next_multiple_of(4096);
+    let areas = size.checked_mul(2)?.checked_mul(record_len(size)?)?;
+    let slots = records.checked_add(areas)?.next_multiple_of(4096);
+    let len = slots.checked_add(size.checked_mul(2)?.checked_mul(slot)?)?;
+    Some((records, slots, len))
+}
+
 /// The bytes a segment for `size` ranks with slots of `slot` bytes takes,
 /// or `None` on overflow.
+#[cfg(test)]
 pub(crate) fn segment_len(size: usize, slot: usize) -> Option<usize> {
-    let header = size.checked_add(1)?.checked_mul(LINE)?.next_multiple_of(4096);
-    let slots = size.checked_mul(2)?.checked_mul(slot)?;
-    header.checked_add(slots)
+    layout(size, slot).map(|(_, _, len)| len)
+}
+
+/// The bytes of one record area in a group of `size`: the call record
+/// (`wire::words`), a word saying how many payloads follow, and, in a group
+/// small enough to send data with its records, one payload entry per peer
+/// (its length word, the call's sequence number and room for
+/// `INLINE_BYTES`), in whole cache lines.
+pub(crate) fn record_len(size: usize) -> Option<usize> {
+    let entries = if size <= super::inline::INLINE_RANKS {
+        size.checked_mul(entry_words())?
+    } else {
+        0
+    };
+    crate::validate::wire::words(size)
+        .checked_add(1)?
+        .checked_add(entries)?
+        .checked_mul(8)
+        .map(|b| b.next_multiple_of(LINE))
+}
+
+/// The words of one payload entry of a record area.
+pub(crate) fn entry_words() -> usize {
+    2 + super::inline::INLINE_BYTES.div_ceil(8)
 }
 
 /// A name no other segment on this host has: the creating process's id,
@@ -141,8 +183,9 @@ impl Segment {
         rank: usize,
     ) -> Result<Segment, SegmentError> {
         debug_assert_eq!(slot, slot_bytes(slot, size));
-        let len = segment_len(size, slot)
-            .ok_or_else(|| SegmentError(format!("a segment for {size} ranks overflows")))?;
+        let overflow = || SegmentError(format!("a segment for {size} ranks overflows"));
+        let (records, slots, len) = layout(size, slot).ok_or_else(overflow)?;
+        let record_len = record_len(size).ok_or_else(overflow)?;
         let c = CString::new(name).map_err(|_| SegmentError(format!("bad name {name:?}")))?;
         let flags = if create {
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
@@ -203,7 +246,12 @@ impl Segment {
         // SAFETY: the mapping keeps the object; the descriptor is no longer
         // needed.
         unsafe { libc::close(fd) };
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // The host's online CPUs, not this process's affinity mask: under
+        // `mpirun --bind-to core` each rank sees one CPU, yet its peers
+        // have cores of their own.
+        // SAFETY: sysconf only reads the system's configuration.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let cores = usize::try_from(online).unwrap_or(1).max(1);
         // With a core per rank, spin briefly, then yield; with more ranks
         // than cores, the rank waited for needs a core now: sleep soon (a
         // yield alone left 9 ranks on 2 cores 5x slower).
@@ -224,8 +272,12 @@ impl Segment {
             size,
             rank,
             slot,
+            records,
+            record_len,
+            slots,
             episode: Cell::new(0),
             round: 0,
+            calls: 0,
             patience,
         })
     }
@@ -266,12 +318,38 @@ impl Segment {
     /// aligned.
     pub(crate) fn slot(&self, q: usize, b: usize) -> *mut u8 {
         assert!(q < self.size && b < 2, "slot {b} of rank {q}");
-        let header = (self.size + 1) * LINE;
-        let off = header.next_multiple_of(4096) + (2 * q + b) * self.slot;
+        let off = self.slots + (2 * q + b) * self.slot;
         debug_assert!(off + self.slot <= self.len);
-        // SAFETY: `off + slot <= len` (see `segment_len`, which checked
-        // this arithmetic for `size` and `slot`).
+        // SAFETY: `off + slot <= len` (see `layout`, which checked this
+        // arithmetic for `size` and `slot`).
         unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// The record area `b` of rank `q`: [`Segment::record_len`] bytes,
+    /// cache-line aligned.
+    pub(crate) fn record(&self, q: usize, b: usize) -> *mut u64 {
+        assert!(q < self.size && b < 2, "record area {b} of rank {q}");
+        let off = self.records + (2 * q + b) * self.record_len;
+        debug_assert!(off + self.record_len <= self.slots);
+        // SAFETY: `off + record_len <= slots <= len` (see `layout`).
+        unsafe { self.base.as_ptr().add(off).cast() }
+    }
+
+    /// Bytes of each record area (a multiple of 128).
+    pub(crate) fn record_len(&self) -> usize {
+        self.record_len
+    }
+
+    /// Start a record exchange: the record area (0 or 1) it uses, by the
+    /// same rule as [`Segment::next_round`]: a rank writes its area of call
+    /// `c` only after passing the record barrier of call `c − 1`, which
+    /// every rank enters only after its last read of the areas of call
+    /// `c − 2` (a call's payloads are read before its data rounds or its
+    /// return).
+    pub(crate) fn next_call(&mut self) -> usize {
+        let b = (self.calls % 2) as usize;
+        self.calls += 1;
+        b
     }
 
     /// Start a round: the slot buffer (0 or 1) it uses. A rank writes its
@@ -437,11 +515,14 @@ mod tests {
     fn the_length_is_checked_and_a_stale_object_of_another_size_is_refused() {
         assert!(segment_len(usize::MAX / 2, SLOT).is_none());
         assert!(segment_len(3, usize::MAX / 4).is_none());
+        let areas = 4 * record_len(2).unwrap();
         assert_eq!(
             segment_len(2, SLOT),
-            Some(4096 + 4 * SLOT),
-            "header page then four slots"
+            Some(4096 + areas.next_multiple_of(4096) + 4 * SLOT),
+            "header page, four record areas, then four slots"
         );
+        assert!(record_len(2).unwrap() >= 8 * (2 * entry_words() + 1));
+        assert_eq!(record_len(9), Some((8 * (crate::validate::wire::words(9) + 1)).next_multiple_of(128)));
         assert_eq!(slot_bytes(0, 2), 4096);
         assert_eq!(slot_bytes(5000, 2), 8192);
         assert_eq!(slot_bytes(4096, 100), 8192, "a cache line per rank");
