@@ -389,9 +389,9 @@ fn a_straggler_on_one_host_is_named_by_every_rank() {
     assert!(t.contains("rank 0: shared memory on"), "{t}");
     for r in 0..3 {
         assert!(
-            t.lines().any(|l| l
-                .starts_with(&format!("rank {r}: straggler ended within twice the timeout"))
-                && l.ends_with("a timeout naming [2]")),
+            t.lines().any(|l| l.starts_with(&format!(
+                "rank {r}: straggler ended within twice the timeout"
+            )) && l.ends_with("a timeout naming [2]")),
             "rank {r} must end in time naming rank 2:\n{t}"
         );
     }

@@ -375,9 +375,13 @@ impl MpiCommunicator {
         let size = size as usize;
         let world_ranks = session.mpi(|| world_ranks(comm, size))?;
         let shm = if size > 1 && session.checked {
-            match one_host(comm, size, session.shared_memory, &session)
-                .and_then(|yes| if yes { open_segment(comm, rank as usize, size, &session) } else { Ok(Shm::Off) })
-            {
+            match one_host(comm, size, session.shared_memory, &session).and_then(|yes| {
+                if yes {
+                    open_segment(comm, rank as usize, size, &session)
+                } else {
+                    Ok(Shm::Off)
+                }
+            }) {
                 Ok(s) => s,
                 Err(e) => {
                     // SAFETY: free the handles we own.

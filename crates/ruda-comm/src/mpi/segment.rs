@@ -108,7 +108,10 @@ pub(crate) struct SegmentError(pub String);
 /// `slot` bytes: the record areas, the slots, and the whole length; `None`
 /// on overflow.
 fn layout(size: usize, slot: usize) -> Option<(usize, usize, usize)> {
-    let records = size.checked_add(1)?.checked_mul(LINE)?.next_multiple_of(4096);
+    let records = size
+        .checked_add(1)?
+        .checked_mul(LINE)?
+        .next_multiple_of(4096);
     let areas = size.checked_mul(2)?.checked_mul(record_len(size)?)?;
     let slots = records.checked_add(areas)?.next_multiple_of(4096);
     let len = slots.checked_add(size.checked_mul(2)?.checked_mul(slot)?)?;
@@ -395,12 +398,9 @@ impl Segment {
             if (0..self.size).all(|q| self.arrival(q).load(Ordering::Acquire) >= e) {
                 // Either this rank decides, or another decided first (then
                 // look at the verdict again).
-                let _ = self.verdict().compare_exchange(
-                    e - 1,
-                    e,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                let _ =
+                    self.verdict()
+                        .compare_exchange(e - 1, e, Ordering::AcqRel, Ordering::Acquire);
                 continue;
             }
             polls = polls.wrapping_add(1);
@@ -496,7 +496,7 @@ mod tests {
 
     #[test]
     fn a_missing_rank_fails_the_barrier_on_time_and_a_late_one_fails_too() {
-        let (mut a, mut b) = pair();
+        let (a, b) = pair();
         let t0 = Instant::now();
         let e = a.barrier(t0 + Duration::from_millis(100)).unwrap_err();
         assert_eq!(e.missing, vec![1]);
@@ -504,10 +504,14 @@ mod tests {
         assert!(took < Duration::from_secs(5), "took {took:?}");
         assert!(a.failed() && b.failed());
         // Rank 1 comes after the verdict: it fails at once, naming itself.
-        let e = b.barrier(Instant::now() + Duration::from_secs(60)).unwrap_err();
+        let e = b
+            .barrier(Instant::now() + Duration::from_secs(60))
+            .unwrap_err();
         assert_eq!(e.missing, vec![1]);
         // And the segment stays failed.
-        let e = a.barrier(Instant::now() + Duration::from_secs(60)).unwrap_err();
+        let e = a
+            .barrier(Instant::now() + Duration::from_secs(60))
+            .unwrap_err();
         assert!(e.missing.contains(&0), "{e:?}");
     }
 
@@ -522,7 +526,10 @@ mod tests {
             "header page, four record areas, then four slots"
         );
         assert!(record_len(2).unwrap() >= 8 * (2 * entry_words() + 1));
-        assert_eq!(record_len(9), Some((8 * (crate::validate::wire::words(9) + 1)).next_multiple_of(128)));
+        assert_eq!(
+            record_len(9),
+            Some((8 * (crate::validate::wire::words(9) + 1)).next_multiple_of(128))
+        );
         assert_eq!(slot_bytes(0, 2), 4096);
         assert_eq!(slot_bytes(5000, 2), 8192);
         assert_eq!(slot_bytes(4096, 100), 8192, "a cache line per rank");
@@ -530,7 +537,9 @@ mod tests {
         assert_eq!(slot_bytes(0, usize::MAX), 1 << 30);
         let name = fresh_name();
         let a = Segment::map(&name, true, 2, SLOT, 0).unwrap();
-        let e = Segment::map(&name, false, 3, SLOT, 1).err().expect("refused");
+        let e = Segment::map(&name, false, 3, SLOT, 1)
+            .err()
+            .expect("refused");
         assert!(e.0.contains("bytes"), "{}", e.0);
         unlink(&name);
         assert!(Segment::map(&name, false, 2, SLOT, 1).is_err(), "unlinked");

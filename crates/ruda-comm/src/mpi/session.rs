@@ -220,7 +220,15 @@ mod tests {
     use super::*;
 
     fn session() -> Session {
-        Session::new(true, true, true, Duration::from_secs(1), true, true, 1 << 18)
+        Session::new(
+            true,
+            true,
+            true,
+            Duration::from_secs(1),
+            true,
+            true,
+            1 << 18,
+        )
     }
 
     /// Staging buffers are reused, and the pool keeps at most four of them
