@@ -228,3 +228,171 @@ pub(crate) fn all_to_all<T: Element>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::mpi::segment::{self, Segment};
+
+    /// `n` ranks, each a thread with its own mapping of one segment with
+    /// one-page slots (many rounds from small buffers), running `f(rank,
+    /// segment)`; the results in rank order.
+    fn ranks<R: Send + 'static>(
+        n: usize,
+        f: impl Fn(usize, &mut Segment) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let name = segment::fresh_name();
+        let slot = segment::slot_bytes(4096, n);
+        let mut segs: Vec<Segment> = (0..n)
+            .map(|r| Segment::map(&name, r == 0, n, slot, r).expect("maps"))
+            .collect();
+        segment::unlink(&name);
+        let f = std::sync::Arc::new(f);
+        let handles: Vec<_> = segs
+            .drain(..)
+            .enumerate()
+            .map(|(r, mut s)| {
+                let f = f.clone();
+                std::thread::spawn(move || f(r, &mut s))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(30)
+    }
+
+    /// Rank `r`'s value at `i`: exact in f32 and f64 sums.
+    fn value(r: usize, i: usize) -> f64 {
+        ((r * 7919 + i * 31) % 1000) as f64 - 500.0
+    }
+
+    /// Uneven counts, zeros included, for `n` ranks.
+    fn uneven(n: usize, seed: usize) -> Vec<usize> {
+        (0..n)
+            .map(|q| [0, 1, 513, 1500, 64, 3000][(q + seed) % 6])
+            .collect()
+    }
+
+    #[test]
+    fn all_reduce_over_many_rounds_equals_the_rank_order_sum() {
+        for n in 1..=4 {
+            for len in [0usize, 1, 13, 1024, 5000] {
+                let out = ranks(n, move |r, seg| {
+                    let mut buf: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
+                    all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+                    let mut again: Vec<f32> = (0..len).map(|i| value(r, i) as f32).collect();
+                    all_reduce(seg, &mut again, ReduceOp::Max, deadline()).unwrap();
+                    (buf, again)
+                });
+                for (sum, max) in out {
+                    for i in 0..len {
+                        let want: f64 = (0..n).map(|r| value(r, i)).sum();
+                        assert_eq!(sum[i], want, "n {n} len {len} at {i}");
+                        let top = (0..n).map(|r| value(r, i) as f32).fold(f32::MIN, f32::max);
+                        assert_eq!(max[i], top, "n {n} len {len} at {i}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_with_uneven_and_empty_blocks() {
+        for n in 1..=4 {
+            for seed in 0..3 {
+                let counts = uneven(n, seed);
+                let total: usize = counts.iter().sum();
+                let c = counts.clone();
+                let out = ranks(n, move |r, seg| {
+                    let send: Vec<f32> = (0..total).map(|i| value(r, i) as f32).collect();
+                    let mut recv = vec![0f32; c[r]];
+                    reduce_scatter(seg, &send, &mut recv, &c, ReduceOp::Sum, deadline()).unwrap();
+                    recv
+                });
+                let offsets = kernels::offsets(&counts);
+                for (q, recv) in out.iter().enumerate() {
+                    assert_eq!(recv.len(), counts[q]);
+                    for (j, x) in recv.iter().enumerate() {
+                        let want: f64 = (0..n).map(|r| value(r, offsets[q] + j)).sum();
+                        assert_eq!(*x as f64, want, "n {n} seed {seed} rank {q} at {j}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_gather_with_uneven_and_empty_pieces() {
+        for n in 1..=4 {
+            for seed in 0..3 {
+                let counts = uneven(n, seed);
+                let total: usize = counts.iter().sum();
+                let c = counts.clone();
+                let out = ranks(n, move |r, seg| {
+                    let send: Vec<u8> = (0..c[r]).map(|i| (r * 37 + i) as u8).collect();
+                    let mut recv = vec![0u8; total];
+                    all_gather(seg, &send, &mut recv, &c, deadline()).unwrap();
+                    recv
+                });
+                let want: Vec<u8> = (0..n)
+                    .flat_map(|r| (0..counts[r]).map(move |i| (r * 37 + i) as u8))
+                    .collect();
+                for recv in out {
+                    assert_eq!(recv, want, "n {n} seed {seed}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_and_all_to_all_over_many_rounds() {
+        for n in 1..=4 {
+            for len in [0usize, 7, 2000] {
+                let out = ranks(n, move |r, seg| {
+                    let root = n - 1;
+                    let mut b: Vec<i64> = (0..len)
+                        .map(|i| if r == root { i as i64 * 3 } else { -1 })
+                        .collect();
+                    broadcast(seg, &mut b, root, deadline()).unwrap();
+                    let send: Vec<u32> = (0..n * len).map(|i| (r * 100_000 + i) as u32).collect();
+                    let mut recv = vec![0u32; n * len];
+                    all_to_all(seg, &send, &mut recv, len, deadline()).unwrap();
+                    (b, recv)
+                });
+                for (me, (b, recv)) in out.into_iter().enumerate() {
+                    assert!(b.iter().enumerate().all(|(i, &x)| x == i as i64 * 3));
+                    for q in 0..n {
+                        for j in 0..len {
+                            let want = (q * 100_000 + me * len + j) as u32;
+                            assert_eq!(recv[q * len + j], want, "n {n} len {len}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_precision_sums_accumulate_in_f32_and_round_once() {
+        use half::f16;
+        let out = ranks(3, |r, seg| {
+            // 2048 + 1 + 1 in f16: stepwise rounding loses both ones (the
+            // spacing at 2048 is 2), one rounding of the f32 sum keeps them.
+            let x = [2048.0f32, 1.0, 1.0][r];
+            let mut buf = vec![f16::from_f32(x); 3000];
+            all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+            buf
+        });
+        for buf in out {
+            assert!(
+                buf.iter().all(|&x| x == f16::from_f32(2050.0)),
+                "{:?}",
+                buf[0]
+            );
+        }
+    }
+}
