@@ -31,13 +31,26 @@ fn text(o: &Output) -> String {
 fn the_suites_pass_across_two_hosts() {
     let Some(c) = Cluster::up(2) else { return };
     let limit = Duration::from_secs(300);
-    let out = c.mpirun(4, &[], CONFORMANCE, &[], limit);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(
-        t.contains("mpi conformance on 4 ranks: 12 passed, 0 failed"),
-        "{t}"
-    );
+    // Two ranks a host: the world's all-reduces are hierarchical (through
+    // each host's segment, then across hosts through MPI), many rounds of
+    // them with one-page slots; then everything through MPI.
+    for (args, shm) in [
+        (&["conformance"][..], "on"),
+        (&["conformance", "--slot", "4096"][..], "on"),
+        (&["conformance", "--no-shm"][..], "off"),
+    ] {
+        let out = c.mpirun(4, &[], CONFORMANCE, args, limit);
+        let t = text(&out);
+        assert!(out.status.success(), "{args:?}: {t}");
+        assert!(
+            t.contains(&format!("rank 0: shared memory {shm}")),
+            "{args:?}: {t}"
+        );
+        assert!(
+            t.contains("mpi conformance on 4 ranks: 12 passed, 0 failed"),
+            "{args:?}: {t}"
+        );
+    }
     let out = c.mpirun(4, &[], CONFORMANCE, &["failures"], limit);
     let t = text(&out);
     assert!(out.status.success(), "{t}");

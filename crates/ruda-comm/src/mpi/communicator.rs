@@ -11,8 +11,9 @@ use mpi::ffi;
 use super::agree::{self, Channel};
 use super::data::{self, Call, Phase, Ptrs};
 use super::inline::{self, Inbox, Parcel};
+use super::placement::{self, Shm};
 use super::raw::{self, check, count, counts_and_displs, datatype, operator};
-use super::segment::{self, Segment, Stop};
+use super::segment::{Segment, Stop};
 use super::session::Session;
 use super::shared;
 use super::watchdog::Watch;
@@ -26,6 +27,15 @@ use crate::{
 
 /// One rank of an MPI communicator, from [`super::MpiWorld::world`] or
 /// [`Communicator::split`].
+///
+/// When all its ranks run on one host (and checks are on), its call
+/// records and collective data go through a shared-memory segment instead
+/// of the MPI calls described below, and a rank missing from a call is a
+/// [`CommError::Timeout`] naming it on every rank; across hosts with the
+/// same number of ranks on each, all-reduces are hierarchical (see
+/// [`MpiCommunicator::shared_memory`] and
+/// [`super::MpiWorldBuilder::shared_memory`]). The rest of this applies
+/// to what goes through MPI.
 ///
 /// Every collective maps to the MPI call that does it natively
 /// (`MPI_Allreduce`, `MPI_Allgatherv`, `MPI_Reduce_scatter_block`,
@@ -102,15 +112,6 @@ pub struct MpiCommunicator {
     session: Arc<Session>,
 }
 
-/// Whether a communicator moves its data through shared memory.
-enum Shm {
-    /// No: its ranks span hosts, checks are off, or a rank's world was
-    /// built with `shared_memory(false)`.
-    Off,
-    /// Yes, through this segment.
-    Ready(Segment),
-}
-
 // SAFETY: the MPI handles are only used inside calls, which never overlap
 // on one communicator (`busy`); MPI runs at MPI_THREAD_MULTIPLE, or every
 // MPI call of this process goes through the session's lock
@@ -135,11 +136,36 @@ impl Drop for MpiCommunicator {
             return; // MPI is finalised: nothing to free
         };
         let (comm, ctl) = (&mut self.comm, &mut self.ctl);
+        let shm = self.shm.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: free the handles this value owns, under the session's lock.
         self.session.mpi(|| unsafe {
+            shm.free();
             ffi::MPI_Comm_free(ctl);
             ffi::MPI_Comm_free(comm);
         });
+    }
+}
+
+/// Fails its communicator for good when dropped armed, which happens only
+/// when a call unwinds (see [`MpiCommunicator::call`]).
+struct Unwind<'a> {
+    comm: &'a MpiCommunicator,
+    op: OpKind,
+    armed: bool,
+}
+
+impl Drop for Unwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let c = self.comm;
+            *c.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(CommError::Transport {
+                op: self.op,
+                rank: c.rank,
+                message: "an earlier call on this communicator panicked midway".into(),
+                context: ErrorContext::none(),
+            });
+            c.has_failed.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -164,145 +190,6 @@ fn bytes<T: Element>(s: &[T]) -> &[u8] {
 /// The bytes of a receive buffer.
 fn bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
     bytemuck::cast_slice_mut(s)
-}
-
-/// Whether every rank of `comm` runs on one host (MPI's
-/// `MPI_COMM_TYPE_SHARED` split) and wants shared memory (`want` on every
-/// rank). Collective over `comm`, blocking, like the rest of a
-/// communicator's creation.
-fn one_host(
-    comm: ffi::MPI_Comm,
-    size: usize,
-    want: bool,
-    session: &Session,
-) -> Result<bool, CommError> {
-    session.mpi(|| {
-        // SAFETY: reading MPI's null communicator handle.
-        let mut node = unsafe { ffi::RSMPI_COMM_NULL };
-        let mut node_size: c_int = 0;
-        // SAFETY: a valid communicator; MPI writes the new handle, which is
-        // freed here; `flag` and `all` are one int each.
-        let rc = unsafe {
-            let rc = ffi::MPI_Comm_split_type(
-                comm,
-                ffi::RSMPI_COMM_TYPE_SHARED,
-                0,
-                ffi::RSMPI_INFO_NULL,
-                &mut node,
-            );
-            if rc == 0 {
-                ffi::MPI_Comm_size(node, &mut node_size);
-                ffi::MPI_Comm_free(&mut node);
-            }
-            rc
-        };
-        raw::check(OpKind::Init, 0, rc)?;
-        let flag = c_int::from(want && node_size as usize == size);
-        let mut all: c_int = 0;
-        // SAFETY: one int each way; a blocking call on a valid communicator.
-        let rc = unsafe {
-            ffi::MPI_Allreduce(
-                (&flag as *const c_int).cast(),
-                (&mut all as *mut c_int).cast(),
-                1,
-                datatype(DType::I32),
-                operator(ReduceOp::Min),
-                comm,
-            )
-        };
-        raw::check(OpKind::Init, 0, rc)?;
-        Ok(all == 1)
-    })
-}
-
-/// Make the segment (rank 0), tell every rank its name, map it on every
-/// rank and agree that every rank did; then remove the name, so the memory
-/// goes with the last rank that unmaps it. Collective over `comm` (all of
-/// whose ranks run on one host), blocking, like the rest of a
-/// communicator's creation. A segment that some rank cannot map is no
-/// error: the communicator moves its data through MPI (and says why).
-fn open_segment(
-    comm: ffi::MPI_Comm,
-    rank: usize,
-    size: usize,
-    session: &Session,
-) -> Result<Shm, CommError> {
-    // Rank 0's message: whether it made the segment, the length of its
-    // name, the name, and (in the last 8 bytes) the slot size.
-    let mut msg = [0u8; 64];
-    let mut created = None;
-    let mut why = None;
-    if rank == 0 {
-        let name = segment::fresh_name();
-        let slot = segment::slot_bytes(session.shared_memory_slot, size);
-        msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
-        match Segment::map(&name, true, size, slot, 0) {
-            Ok(s) if name.len() <= 54 => {
-                msg[0] = 1;
-                msg[1] = name.len() as u8;
-                msg[2..2 + name.len()].copy_from_slice(name.as_bytes());
-                created = Some((name, s));
-            }
-            Ok(_) => {
-                segment::unlink(&name);
-                why = Some(format!("the name {name} is too long"));
-            }
-            Err(e) => why = Some(e.0),
-        }
-    }
-    // SAFETY: 64 bytes from rank 0 to all, a blocking call on a valid
-    // communicator.
-    let rc = session.mpi(|| unsafe {
-        ffi::MPI_Bcast(msg.as_mut_ptr().cast(), 64, datatype(DType::U8), 0, comm)
-    });
-    let name = created.as_ref().map(|(n, _)| n.clone());
-    let sent = raw::check(OpKind::Init, rank, rc);
-    let agreed = sent.and_then(|()| {
-        let mine = match created.take() {
-            Some((_, s)) => Some(s),
-            None if msg[0] == 1 => {
-                let len = usize::from(msg[1]).min(54);
-                let name = String::from_utf8_lossy(&msg[2..2 + len]).into_owned();
-                let slot = u64::from_le_bytes(msg[56..].try_into().expect("8 bytes"));
-                let slot = segment::slot_bytes(usize::try_from(slot).unwrap_or(usize::MAX), size);
-                Segment::map(&name, false, size, slot, rank)
-                    .map_err(|e| why = Some(e.0))
-                    .ok()
-            }
-            None => None,
-        };
-        let flag = c_int::from(mine.is_some());
-        let mut all: c_int = 0;
-        // SAFETY: one int each way; a blocking call on a valid communicator.
-        let rc = session.mpi(|| unsafe {
-            ffi::MPI_Allreduce(
-                (&flag as *const c_int).cast(),
-                (&mut all as *mut c_int).cast(),
-                1,
-                datatype(DType::I32),
-                operator(ReduceOp::Min),
-                comm,
-            )
-        });
-        raw::check(OpKind::Init, rank, rc)?;
-        Ok(mine.filter(|_| all == 1))
-    });
-    // Every rank that could map it has (or the call failed): the name is
-    // no longer needed.
-    if let Some(n) = name {
-        segment::unlink(&n);
-    }
-    match agreed? {
-        Some(s) => Ok(Shm::Ready(s)),
-        None => {
-            if let Some(why) = why {
-                eprintln!(
-                    "ruda: rank {rank} of a communicator of {size} cannot use shared memory ({why}); it moves data through MPI"
-                );
-            }
-            Ok(Shm::Off)
-        }
-    }
 }
 
 /// The world rank of each rank of `comm`.
@@ -375,13 +262,7 @@ impl MpiCommunicator {
         let size = size as usize;
         let world_ranks = session.mpi(|| world_ranks(comm, size))?;
         let shm = if size > 1 && session.checked {
-            match one_host(comm, size, session.shared_memory, &session).and_then(|yes| {
-                if yes {
-                    open_segment(comm, rank as usize, size, &session)
-                } else {
-                    Ok(Shm::Off)
-                }
-            }) {
+            match placement::place(comm, rank as usize, size, &session) {
                 Ok(s) => s,
                 Err(e) => {
                     // SAFETY: free the handles we own.
@@ -412,11 +293,17 @@ impl MpiCommunicator {
         })
     }
 
-    /// Whether this communicator's collectives move their data through a
-    /// shared-memory segment: all its ranks run on one host, checks are on,
-    /// no rank's world was built with `shared_memory(false)`, and every
-    /// rank could map the segment when the communicator was made (see
-    /// [`super::MpiWorldBuilder::shared_memory`]). The same on every rank.
+    /// Whether this communicator's collectives move their data through
+    /// shared memory (see [`super::MpiWorldBuilder::shared_memory`]):
+    /// checks are on, no rank's world was built with
+    /// `shared_memory(false)`, every rank could map its host's segment when
+    /// the communicator was made, and either all its ranks run on one host
+    /// (then every collective but all-to-all-v uses the segment) or they
+    /// run on several hosts with the same number of ranks, more than one,
+    /// on each (then all-reduces are hierarchical: a reduce-scatter through
+    /// each host's segment, an all-reduce of one share per rank across
+    /// hosts through MPI, an all-gather through the segment). The same on
+    /// every rank.
     ///
     /// # Example
     /// ```no_run
@@ -425,9 +312,9 @@ impl MpiCommunicator {
     /// println!("shared memory: {}", world.shared_memory());
     /// ```
     pub fn shared_memory(&self) -> bool {
-        matches!(
+        !matches!(
             *self.shm.lock().unwrap_or_else(|e| e.into_inner()),
-            Shm::Ready(_)
+            Shm::Off
         )
     }
 
@@ -457,6 +344,77 @@ impl MpiCommunicator {
                 context: ErrorContext::none(),
             }),
         )
+    }
+
+    /// A hierarchical all-reduce across hosts (see [`Self::shared_memory`]);
+    /// `None` when the communicator is not spread evenly over hosts, checks
+    /// are off, or the type is `f16`/`bf16` (which must accumulate in
+    /// `f32` across both levels) or `u8` (reduced in `u32` through MPI).
+    /// Each host's ranks reduce-scatter `buf` through their segment into
+    /// one cache-line-aligned share each, the ranks holding the same share
+    /// on every host all-reduce it through MPI (under the watchdog, as any
+    /// data phase on the caller's memory), and each host's ranks
+    /// all-gather the shares back into `buf`. An average is a sum divided
+    /// at the end. One deadline covers the three steps.
+    fn all_reduce_hosts<T: Element>(
+        &self,
+        c: &Checked<'_>,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Option<Result<(), CommError>> {
+        if !c.agreed() || is_half(T::DTYPE) || T::DTYPE == DType::U8 {
+            return None;
+        }
+        let mut shm = self.shm.lock().unwrap_or_else(|e| e.into_inner());
+        let Shm::Hosts(h) = &mut *shm else {
+            return None;
+        };
+        let watch = c.watch()?;
+        let deadline = watch.deadline;
+        let (k, me) = (h.seg.size(), h.seg.rank());
+        let counts: Vec<usize> = (0..k)
+            .map(|q| {
+                let (lo, hi) = crate::local::kernels::partition::<T>(buf.len(), q, k);
+                hi - lo
+            })
+            .collect();
+        let sum = if op == ReduceOp::Avg {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        let waited = self.session.timeout;
+        let members = h.members.clone();
+        let named = |stop: Stop| CommError::Timeout {
+            op: OpKind::AllReduce,
+            rank: self.rank,
+            missing: stop.missing.iter().map(|&q| members[q]).collect(),
+            waited,
+            context: ErrorContext::none(),
+        };
+        let mut share = vec![T::zeroed(); counts[me]];
+        if let Err(stop) =
+            shared::reduce_scatter(&mut h.seg, buf, &mut share, &counts, sum, deadline)
+        {
+            return Some(Err(named(stop)));
+        }
+        if let Err(e) = self.all_reduce_raw(
+            h.cross,
+            Some(watch),
+            bytemuck::cast_slice_mut(&mut share),
+            size_of::<T>(),
+            datatype(T::DTYPE),
+            operator(sum),
+        ) {
+            return Some(Err(e));
+        }
+        if let Err(stop) = shared::all_gather(&mut h.seg, &share, buf, &counts, deadline) {
+            return Some(Err(named(stop)));
+        }
+        if op == ReduceOp::Avg {
+            divide(buf, self.size);
+        }
+        Some(Ok(()))
     }
 
     /// Whether collectives exchange call records first (off only after the
@@ -542,10 +500,19 @@ impl MpiCommunicator {
         } else {
             None
         };
+        // A call that unwinds midway (a panic in it) may leave its peers
+        // and its shared-memory episodes out of step: fail the
+        // communicator for good.
+        let mut unwind = Unwind {
+            comm: self,
+            op: fp.op,
+            armed: true,
+        };
         let r = match failed {
             Some(e) => Err(with_op(e, fp.op, self.rank)),
             None => body(fp, started),
         };
+        unwind.armed = false;
         // A timeout leaves peers inside the call, and an MPI error may leave
         // a call's messages half received (a record without its payload):
         // either fails the communicator for good, since a later call could
@@ -758,8 +725,10 @@ impl MpiCommunicator {
 
     /// In-place all-reduce of `bytes` (elements of `size` bytes, type `dt`),
     /// in chunks that fit a C `int`.
+    #[allow(clippy::too_many_arguments)]
     fn all_reduce_raw(
         &self,
+        comm: ffi::MPI_Comm,
         watch: Option<Watch>,
         bytes: &mut [u8],
         size: usize,
@@ -798,10 +767,10 @@ impl MpiCommunicator {
                     unsafe {
                         match call {
                             Call::Post(r) => {
-                                ffi::MPI_Iallreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm, r)
+                                ffi::MPI_Iallreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, comm, r)
                             }
                             Call::Block => {
-                                ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, self.comm)
+                                ffi::MPI_Allreduce(OPEN_MPI_IN_PLACE, c, m, dt, op, comm)
                             }
                         }
                     }
@@ -827,8 +796,8 @@ impl MpiCommunicator {
                 // (blocking) or the request completes.
                 unsafe {
                     match call {
-                        Call::Post(r) => ffi::MPI_Iallreduce(s, c, m, dt, op, self.comm, r),
-                        Call::Block => ffi::MPI_Allreduce(s, c, m, dt, op, self.comm),
+                        Call::Post(r) => ffi::MPI_Iallreduce(s, c, m, dt, op, comm, r),
+                        Call::Block => ffi::MPI_Allreduce(s, c, m, dt, op, comm),
                     }
                 }
             },
@@ -1109,10 +1078,14 @@ impl Communicator for MpiCommunicator {
                 if let Some(r) = self.on_segment(&c, |seg, d| shared::all_reduce(seg, buf, op, d)) {
                     return r;
                 }
+                if let Some(r) = self.all_reduce_hosts(&c, buf, op) {
+                    return r;
+                }
                 let watch = c.watch();
                 if is_half(T::DTYPE) {
                     let mut wide = widen(buf);
                     self.all_reduce_raw(
+                        self.comm,
                         watch,
                         bytemuck::cast_slice_mut(&mut wide),
                         4,
@@ -1133,6 +1106,7 @@ impl Communicator for MpiCommunicator {
                     let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
                     let mut wide: Vec<u32> = bytes.iter().map(|&b| b as u32).collect();
                     self.all_reduce_raw(
+                        self.comm,
                         watch,
                         bytemuck::cast_slice_mut(&mut wide),
                         4,
@@ -1145,6 +1119,7 @@ impl Communicator for MpiCommunicator {
                     return Ok(());
                 }
                 self.all_reduce_raw(
+                    self.comm,
                     watch,
                     bytemuck::cast_slice_mut(buf),
                     size_of::<T>(),

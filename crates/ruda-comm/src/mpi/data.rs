@@ -1,4 +1,5 @@
-//! The data phase of a collective, in one of three ways.
+//! The data phase of a collective through MPI, in one of three ways (ranks
+//! on one host move data through shared memory instead: [`super::shared`]).
 //!
 //! - **On the caller's buffers, blocking** (the default, and without checks,
 //!   at `MPI_THREAD_MULTIPLE`): MPI's blocking collective (`MPI_Allreduce`,

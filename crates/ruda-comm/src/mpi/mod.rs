@@ -7,6 +7,7 @@ mod communicator;
 mod data;
 mod inline;
 mod p2p;
+mod placement;
 mod raw;
 mod segment;
 mod session;

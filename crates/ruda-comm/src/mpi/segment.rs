@@ -12,9 +12,10 @@
 //! for them.
 //!
 //! # Layout
-//! Cache lines of 128 bytes (two 64-byte lines, against the adjacent-line
-//! prefetcher): line 0 holds the *verdict*, lines `1..=n` each rank's
-//! *arrival* count. Then, from the next 4 KiB boundary, two record areas
+//! Header lines of a whole number of 128-byte cache-line pairs (against
+//! the adjacent-line prefetcher): line 0 holds the *verdict*, line `1 + q`
+//! rank `q`'s *arrival* count and the bitmap of missing ranks it publishes
+//! when it fails an episode (one bit per rank). Then, from the next 4 KiB boundary, two record areas
 //! per rank (a call record and the small payloads sent with it, in
 //! alternate calls: [`super::agree::agree_shared`]), rank `q`'s area `b` at
 //! `(2 q + b) × record_len`; then, from the next 4 KiB boundary, two slot
@@ -24,9 +25,12 @@
 //! A rank arrives at episode `e` by storing `e` in its arrival word, then
 //! waits for the verdict on `e`, which is decided exactly once, by a
 //! compare-and-swap from `e − 1`: to `e` (passed) by a rank that sees every
-//! arrival, or to `FAILED | e` by a rank whose deadline passed first. So
-//! either every rank passes an episode or none does, and a rank that comes
-//! after a failure fails too. A failed segment stays failed.
+//! arrival, or to `FAILED | rank | e` by a rank whose deadline passed
+//! first, which has published the ranks it found missing. So either every
+//! rank passes an episode or none does, every rank names the same missing
+//! ranks (the decider's), and a rank that comes after a failure fails
+//! too. A failed segment stays failed; a failure of a later episode tells
+//! a rank still waiting on `e` that `e` passed.
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -49,18 +53,35 @@ pub(crate) fn slot_bytes(requested: usize, size: usize) -> usize {
         .next_multiple_of(4096)
 }
 
-/// Bytes between the words of different ranks.
+/// Header lines are whole multiples of this (two 64-byte cache lines).
 const LINE: usize = 128;
 
-/// The verdict's failure bit.
+/// The verdict's failure bit; below it, the deciding rank from bit
+/// [`DECIDER`] and the episode under it.
 const FAILED: u64 = 1 << 63;
+
+/// The first bit of the deciding rank in a failed verdict.
+const DECIDER: u32 = 40;
+
+/// Ranks a segment can have (the deciding rank's bits in a verdict).
+const MAX_RANKS: usize = 1 << (63 - DECIDER);
+
+/// The bytes of one header line for `size` ranks: an arrival word and a
+/// bitmap of `size` bits.
+fn line_len(size: usize) -> Option<usize> {
+    size.div_ceil(64)
+        .checked_add(1)?
+        .checked_mul(8)
+        .map(|b| b.next_multiple_of(LINE))
+}
 
 /// Why a barrier did not pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Stop {
-    /// The ranks that had not arrived at the failed episode when this rank
-    /// read the verdict, with this rank when the verdict was already in at
-    /// its arrival (it was late itself).
+    /// The ranks that had not arrived when the rank that failed the
+    /// episode gave up (the same on every rank; a rank that came late
+    /// finds itself here). Empty only when this rank's episodes are out
+    /// of step with the segment's (a call of its unwound midway).
     pub missing: Vec<usize>,
 }
 
@@ -81,6 +102,8 @@ pub(crate) struct Segment {
     rank: usize,
     /// Bytes of each slot buffer.
     slot: usize,
+    /// Bytes of a header line.
+    line: usize,
     /// Offset of the record areas, bytes of each, and offset of the slots.
     records: usize,
     record_len: usize,
@@ -110,7 +133,7 @@ pub(crate) struct SegmentError(pub String);
 fn layout(size: usize, slot: usize) -> Option<(usize, usize, usize)> {
     let records = size
         .checked_add(1)?
-        .checked_mul(LINE)?
+        .checked_mul(line_len(size)?)?
         .next_multiple_of(4096);
     let areas = size.checked_mul(2)?.checked_mul(record_len(size)?)?;
     let slots = records.checked_add(areas)?.next_multiple_of(4096);
@@ -187,8 +210,12 @@ impl Segment {
     ) -> Result<Segment, SegmentError> {
         debug_assert_eq!(slot, slot_bytes(slot, size));
         let overflow = || SegmentError(format!("a segment for {size} ranks overflows"));
+        if size == 0 || size > MAX_RANKS {
+            return Err(overflow());
+        }
         let (records, slots, len) = layout(size, slot).ok_or_else(overflow)?;
         let record_len = record_len(size).ok_or_else(overflow)?;
+        let line = line_len(size).ok_or_else(overflow)?;
         let c = CString::new(name).map_err(|_| SegmentError(format!("bad name {name:?}")))?;
         let flags = if create {
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
@@ -214,6 +241,22 @@ impl Segment {
         // when it grows.
         if create && unsafe { libc::ftruncate(fd, off_len) } != 0 {
             return Err(close(os_error("ftruncate", name)));
+        }
+        // Reserve the pages now: on a full /dev/shm (64 MiB in a default
+        // Docker container) a sized but unreserved object maps fine, and
+        // the first write to a page that cannot be had kills the process
+        // (SIGBUS) mid-collective.
+        let rc = if create {
+            // SAFETY: an open descriptor; the call only allocates its pages.
+            unsafe { libc::posix_fallocate(fd, 0, off_len) }
+        } else {
+            0
+        };
+        if rc != 0 {
+            let why = std::io::Error::from_raw_os_error(rc);
+            return Err(close(SegmentError(format!(
+                "cannot reserve {len} bytes for {name} in /dev/shm: {why}"
+            ))));
         }
         if !create {
             // The creator sized it before it sent the name; refuse a shorter
@@ -275,6 +318,7 @@ impl Segment {
             size,
             rank,
             slot,
+            line,
             records,
             record_len,
             slots,
@@ -300,21 +344,33 @@ impl Segment {
         self.slot
     }
 
-    fn word(&self, line: usize) -> &AtomicU64 {
-        debug_assert!(line <= self.size);
-        // SAFETY: line `line <= size` lies in the header (see
-        // `segment_len`), 128-byte aligned in a page-aligned mapping that
-        // lives as long as `self`; the word is only ever accessed
+    /// Word `word` of header line `line`.
+    fn word(&self, line: usize, word: usize) -> &AtomicU64 {
+        assert!(line <= self.size && word < self.line / 8, "header word");
+        // SAFETY: line `line <= size` lies in the header (see `layout`),
+        // 128-byte aligned in a page-aligned mapping that lives as long as
+        // `self`, and `word` within it; the word is only ever accessed
         // atomically, by every process that maps it.
-        unsafe { &*self.base.as_ptr().add(line * LINE).cast::<AtomicU64>() }
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(line * self.line + word * 8)
+                .cast::<AtomicU64>()
+        }
     }
 
     fn verdict(&self) -> &AtomicU64 {
-        self.word(0)
+        self.word(0, 0)
     }
 
     fn arrival(&self, q: usize) -> &AtomicU64 {
-        self.word(1 + q)
+        self.word(1 + q, 0)
+    }
+
+    /// Word `i` of the bitmap of missing ranks that rank `q` publishes.
+    fn missing_word(&self, q: usize, i: usize) -> &AtomicU64 {
+        self.word(1 + q, 1 + i)
     }
 
     /// The slot buffer `b` of rank `q`: [`Segment::slot_len`] bytes, 4 KiB
@@ -378,26 +434,49 @@ impl Segment {
     /// [`Stop`] when the deadline passed first, here or on a peer, or a
     /// barrier of this segment failed before.
     pub(crate) fn barrier(&self, deadline: Instant) -> Result<(), Stop> {
+        let e = self.arrive();
+        self.wait(e, deadline)
+    }
+
+    /// Arrive at the next episode; returns it.
+    fn arrive(&self) -> u64 {
         let e = self.episode.get() + 1;
         self.episode.set(e);
         self.arrival(self.rank).store(e, Ordering::SeqCst);
+        e
+    }
+
+    /// Wait for the verdict on episode `e` (see the module's
+    /// documentation). Every path re-reads the verdict, and the verdict
+    /// changes once every rank arrives or any deadline passes, so this
+    /// returns by the deadline, or as soon as a peer decides.
+    fn wait(&self, e: u64, deadline: Instant) -> Result<(), Stop> {
         let start = Instant::now();
         let mut polls = 0u32;
-        let mut first = true;
         loop {
             let v = self.verdict().load(Ordering::Acquire);
             if v & FAILED != 0 {
-                // Failed before this rank first looked: it came late (or
-                // the segment failed in an earlier call).
-                return Err(self.stop(v & !FAILED, first));
+                let failed = v & ((1 << DECIDER) - 1);
+                if failed > e {
+                    // A later episode failed: it could only be decided once
+                    // this one had passed.
+                    return Ok(());
+                }
+                let decider = ((v & !FAILED) >> DECIDER) as usize;
+                return Err(self.stop(decider));
             }
-            first = false;
             if v >= e {
                 return Ok(());
             }
+            if v + 1 < e {
+                // This rank is ahead of the segment: out of step.
+                return Err(Stop {
+                    missing: Vec::new(),
+                });
+            }
             if (0..self.size).all(|q| self.arrival(q).load(Ordering::Acquire) >= e) {
                 // Either this rank decides, or another decided first (then
-                // look at the verdict again).
+                // the verdict says what).
                 let _ =
                     self.verdict()
                         .compare_exchange(e - 1, e, Ordering::AcqRel, Ordering::Acquire);
@@ -410,12 +489,29 @@ impl Segment {
             }
             let now = Instant::now();
             if now >= deadline {
-                if self
-                    .verdict()
-                    .compare_exchange(e - 1, FAILED | e, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Err(self.stop(e, false));
+                // Publish who is missing, then try to fail the episode with
+                // this rank as the decider (the release of the swap makes
+                // the bitmap visible to whoever reads the verdict).
+                let mut any = false;
+                for i in 0..self.size.div_ceil(64) {
+                    let mut bits = 0u64;
+                    for q in (i * 64..self.size).take(64) {
+                        if self.arrival(q).load(Ordering::Acquire) < e {
+                            bits |= 1 << (q - i * 64);
+                        }
+                    }
+                    any |= bits != 0;
+                    self.missing_word(self.rank, i)
+                        .store(bits, Ordering::Relaxed);
+                }
+                if any {
+                    let failed = FAILED | ((self.rank as u64) << DECIDER) | e;
+                    let _ = self.verdict().compare_exchange(
+                        e - 1,
+                        failed,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
                 }
                 continue;
             }
@@ -430,15 +526,15 @@ impl Segment {
         }
     }
 
-    /// The ranks missing from episode `e`, with this one if it came late.
-    fn stop(&self, e: u64, late: bool) -> Stop {
-        let mut missing: Vec<usize> = (0..self.size)
-            .filter(|&q| self.arrival(q).load(Ordering::Acquire) < e)
+    /// The ranks that `decider` found missing when it failed an episode.
+    fn stop(&self, decider: usize) -> Stop {
+        let decider = decider.min(self.size - 1);
+        let missing = (0..self.size)
+            .filter(|&q| {
+                let bits = self.missing_word(decider, q / 64).load(Ordering::Relaxed);
+                bits & (1 << (q % 64)) != 0
+            })
             .collect();
-        if late && !missing.contains(&self.rank) {
-            missing.push(self.rank);
-            missing.sort_unstable();
-        }
         Stop { missing }
     }
 }
@@ -503,16 +599,55 @@ mod tests {
         let took = t0.elapsed();
         assert!(took < Duration::from_secs(5), "took {took:?}");
         assert!(a.failed() && b.failed());
-        // Rank 1 comes after the verdict: it fails at once, naming itself.
+        // Rank 1 comes after the verdict: it fails at once, named as the
+        // decider named it.
         let e = b
             .barrier(Instant::now() + Duration::from_secs(60))
             .unwrap_err();
         assert_eq!(e.missing, vec![1]);
-        // And the segment stays failed.
+        // And the segment stays failed, with the same names.
         let e = a
             .barrier(Instant::now() + Duration::from_secs(60))
             .unwrap_err();
-        assert!(e.missing.contains(&0), "{e:?}");
+        assert_eq!(e.missing, vec![1]);
+    }
+
+    /// A rank that arrived at an episode but looks at the verdict only
+    /// after its peer passed it and failed the next one: the episode it
+    /// waited on passed (the call returns on both ranks alike).
+    #[test]
+    fn a_later_failure_tells_a_slow_rank_its_episode_passed() {
+        let (a, b) = pair();
+        let far = Instant::now() + Duration::from_secs(60);
+        let e = b.arrive();
+        a.barrier(far).unwrap();
+        let stop = a
+            .barrier(Instant::now() + Duration::from_millis(50))
+            .unwrap_err();
+        assert_eq!(stop.missing, vec![1]);
+        assert_eq!(b.wait(e, far), Ok(()), "episode {e} passed");
+        assert_eq!(b.barrier(far).unwrap_err().missing, vec![1]);
+    }
+
+    /// The bitmap covers every rank: 70 ranks (two words), the last ones
+    /// missing.
+    #[test]
+    fn the_missing_ranks_of_a_large_group_are_named() {
+        let name = fresh_name();
+        let n = 70;
+        let segs: Vec<Segment> = (0..n)
+            .map(|r| Segment::map(&name, r == 0, n, slot_bytes(0, n), r).unwrap())
+            .collect();
+        unlink(&name);
+        for s in &segs[..65] {
+            s.arrive();
+        }
+        let stop = segs[3]
+            .wait(1, Instant::now() + Duration::from_millis(20))
+            .unwrap_err();
+        assert_eq!(stop.missing, (65..70).collect::<Vec<_>>());
+        let late = segs[69].barrier(Instant::now() + Duration::from_secs(60));
+        assert_eq!(late.unwrap_err().missing, (65..70).collect::<Vec<_>>());
     }
 
     #[test]
@@ -520,6 +655,13 @@ mod tests {
         assert!(segment_len(usize::MAX / 2, SLOT).is_none());
         assert!(segment_len(3, usize::MAX / 4).is_none());
         let areas = 4 * record_len(2).unwrap();
+        assert_eq!(line_len(2), Some(128));
+        assert_eq!(
+            line_len(200),
+            Some(128),
+            "an arrival word and 4 bitmap words"
+        );
+        assert_eq!(line_len(1000), Some(256));
         assert_eq!(
             segment_len(2, SLOT),
             Some(4096 + areas.next_multiple_of(4096) + 4 * SLOT),

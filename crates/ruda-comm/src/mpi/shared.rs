@@ -376,6 +376,22 @@ mod tests {
         }
     }
 
+    /// Rank 1 leaves after one round of a call the others run for many:
+    /// at their deadline both name it, and the same.
+    #[test]
+    fn a_rank_gone_midway_is_named_by_every_other_rank() {
+        let out = ranks(3, |r, seg| {
+            let len = if r == 1 { 100 } else { 20_000 };
+            let mut buf = vec![1f32; len];
+            let d = Instant::now() + Duration::from_millis(300);
+            all_reduce(seg, &mut buf, ReduceOp::Sum, d)
+        });
+        assert_eq!(out[1], Ok(()), "its one round passed");
+        for r in [0, 2] {
+            assert_eq!(out[r], Err(Stop { missing: vec![1] }), "rank {r}");
+        }
+    }
+
     #[test]
     fn half_precision_sums_accumulate_in_f32_and_round_once() {
         use half::f16;

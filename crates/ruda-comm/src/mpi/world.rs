@@ -160,21 +160,34 @@ impl MpiWorldBuilder {
     /// Whether communicators whose processes all run on one host move
     /// their collectives' data through a shared-memory segment with ruda's
     /// own kernels (default `true`; only with checks on). The segment is
-    /// mapped by a communicator's first collective that moves data (two
-    /// slots of 256 KiB per rank, plus a page) and unmapped when it is
-    /// dropped. Then:
+    /// made when the communicator is (by [`MpiWorld::world`] or `split`,
+    /// with up to four more blocking MPI calls), reserved in `/dev/shm` up
+    /// front (two slots of [`Self::shared_memory_slot`] per rank, two
+    /// record areas of about 32 KiB per rank in groups of up to 8, and a
+    /// header page), and unmapped when the communicator is dropped. A
+    /// segment that some rank cannot make or map (a full `/dev/shm`) is no
+    /// error: that communicator moves its data through MPI, and the rank
+    /// says why on stderr. Then:
+    /// - call records, and the data of small calls, go through the
+    ///   segment: no MPI message per call;
     /// - all-reduce, reduce-scatter(-v), all-gather(-v), broadcast and
-    ///   all-to-all run through it (all-to-all-v, point-to-point calls and
-    ///   calls across hosts go through MPI);
+    ///   all-to-all move their data through it (all-to-all-v,
+    ///   point-to-point calls and `split` go through MPI);
     /// - reductions run in rank order with the thread transport's kernels,
     ///   so a result has the same bits as on a [`crate::LocalWorld`];
     /// - a rank that does not come within the deadline (it died, or waits
     ///   elsewhere) gives every other rank a [`CommError::Timeout`] naming
-    ///   it, without aborting the job: the caller's buffers are never
-    ///   shared.
+    ///   it (the same names on every rank), never the watchdog's abort
+    ///   mid-call: the caller's buffers are never shared. As after any
+    ///   timeout, the communicator stays failed and dropping the
+    ///   [`MpiWorld`] then aborts the job.
     ///
-    /// With `false` on any rank, MPI moves every communicator's data (as
-    /// across hosts). Each rank tells whether its communicator uses the
+    /// Across hosts with the same number of ranks on each (more than one),
+    /// each host's ranks share a segment and all-reduces are hierarchical
+    /// (see [`MpiCommunicator::shared_memory`]).
+    ///
+    /// With `false` on any rank, MPI moves every communicator's data. Each
+    /// rank tells whether its communicator uses the
     /// segment: [`MpiCommunicator::shared_memory`].
     ///
     /// # Example

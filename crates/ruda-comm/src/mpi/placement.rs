@@ -1,0 +1,295 @@
+//! Where a communicator's ranks run, decided when it is made, and what
+//! that lets its collectives use: one shared-memory segment for a
+//! communicator on one host; across hosts with the same number of ranks
+//! on each (more than one), a segment per host, a communicator per host
+//! and one joining the ranks of equal position on every host, for
+//! hierarchical all-reduces; otherwise MPI alone.
+
+use std::ffi::c_int;
+
+use mpi::ffi;
+
+use super::raw::{self, datatype, operator};
+use super::segment::{self, Segment};
+use super::session::Session;
+use crate::{CommError, DType, OpKind, ReduceOp};
+
+/// Whether, and how, a communicator moves its data through shared memory.
+pub(crate) enum Shm {
+    /// Not at all: checks are off, a rank's world was built with
+    /// `shared_memory(false)`, a segment could not be mapped, or its ranks
+    /// span hosts unevenly (or one per host).
+    Off,
+    /// Every rank on one host: everything through this segment.
+    Ready(Segment),
+    /// Several hosts with the same number of ranks each: all-reduces are
+    /// hierarchical.
+    Hosts(Hosts),
+}
+
+/// A communicator's view of its host, when its ranks span several hosts
+/// with `k > 1` ranks on each.
+pub(crate) struct Hosts {
+    /// The segment of this host's ranks.
+    pub seg: Segment,
+    /// The communicator of this host's ranks (the segment's ranks, in the
+    /// same order).
+    pub node: ffi::MPI_Comm,
+    /// The communicator of the ranks with this rank's position on every
+    /// host.
+    pub cross: ffi::MPI_Comm,
+    /// The communicator rank of each of this host's ranks.
+    pub members: Vec<usize>,
+}
+
+impl Shm {
+    /// Free the MPI handles this holds (the segment unmaps when dropped).
+    /// Call with MPI not finalised, under the session's lock.
+    pub(crate) fn free(&mut self) {
+        if let Shm::Hosts(h) = self {
+            // SAFETY: handles this value owns, freed once (then null).
+            unsafe {
+                ffi::MPI_Comm_free(&mut h.node);
+                ffi::MPI_Comm_free(&mut h.cross);
+            }
+        }
+        *self = Shm::Off;
+    }
+}
+
+/// Decide where the ranks of `comm` (this one `rank` of `size`) run and
+/// map what they share. Collective over `comm`, blocking, like the rest of
+/// a communicator's creation; every rank gets the same kind of answer.
+pub(crate) fn place(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    session: &Session,
+) -> Result<Shm, CommError> {
+    let want = session.shared_memory;
+    // SAFETY: reading MPI's null communicator handle.
+    let mut node = unsafe { ffi::RSMPI_COMM_NULL };
+    let (mut node_size, mut node_rank): (c_int, c_int) = (0, 0);
+    // SAFETY: a valid communicator; MPI writes the new handle, which this
+    // function frees or hands on.
+    let rc = session.mpi(|| unsafe {
+        let rc = ffi::MPI_Comm_split_type(
+            comm,
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            rank as c_int,
+            ffi::RSMPI_INFO_NULL,
+            &mut node,
+        );
+        if rc == 0 {
+            ffi::MPI_Comm_size(node, &mut node_size);
+            ffi::MPI_Comm_rank(node, &mut node_rank);
+        }
+        rc
+    });
+    raw::check(OpKind::Init, rank, rc)?;
+    let free = |c: &mut ffi::MPI_Comm| {
+        // SAFETY: a handle this function owns, freed once.
+        session.mpi(|| unsafe { ffi::MPI_Comm_free(c) });
+    };
+    // Every rank's view at once: whether all are on one host and want the
+    // segment, and the smallest and largest number of ranks on a host.
+    let one = c_int::from(want && node_size as usize == size);
+    let mine = [one, node_size, -node_size, c_int::from(want)];
+    let all = match min_all(comm, &mine, session) {
+        Ok(a) => a,
+        Err(e) => {
+            free(&mut node);
+            return Err(e);
+        }
+    };
+    if all[0] == 1 {
+        free(&mut node);
+        return open_segment(comm, rank, size, session).map(|s| s.map_or(Shm::Off, Shm::Ready));
+    }
+    let (fewest, most, wanted) = (all[1], -all[2], all[3] == 1);
+    if !wanted || fewest != most || fewest < 2 {
+        free(&mut node);
+        return Ok(Shm::Off);
+    }
+    match hosts(
+        comm,
+        node,
+        rank,
+        node_rank as usize,
+        node_size as usize,
+        session,
+    ) {
+        Ok(Some(h)) => Ok(Shm::Hosts(h)),
+        Ok(None) => Ok(Shm::Off),
+        Err(e) => Err(e),
+    }
+}
+
+/// The minimum over the ranks of `comm` of each of four ints.
+fn min_all(
+    comm: ffi::MPI_Comm,
+    mine: &[c_int; 4],
+    session: &Session,
+) -> Result<[c_int; 4], CommError> {
+    let mut all = [0 as c_int; 4];
+    // SAFETY: four ints each way; a blocking call on a valid communicator.
+    let rc = session.mpi(|| unsafe {
+        ffi::MPI_Allreduce(
+            mine.as_ptr().cast(),
+            all.as_mut_ptr().cast(),
+            4,
+            datatype(DType::I32),
+            operator(ReduceOp::Min),
+            comm,
+        )
+    });
+    raw::check(OpKind::Init, 0, rc)?;
+    Ok(all)
+}
+
+/// The hierarchical setup: the cross-host communicator, the members of
+/// this host, and this host's segment; `None` (everything freed) when any
+/// host could not map its segment. Takes `node` over.
+fn hosts(
+    comm: ffi::MPI_Comm,
+    mut node: ffi::MPI_Comm,
+    rank: usize,
+    node_rank: usize,
+    node_size: usize,
+    session: &Session,
+) -> Result<Option<Hosts>, CommError> {
+    // SAFETY: reading MPI's null communicator handle.
+    let mut cross = unsafe { ffi::RSMPI_COMM_NULL };
+    let me = rank as c_int;
+    let mut members = vec![0 as c_int; node_size];
+    // SAFETY: valid communicators; MPI writes the new handle; `members`
+    // holds one int per rank of `node`.
+    let rc = session.mpi(|| unsafe {
+        let mut rc = ffi::MPI_Comm_split(comm, node_rank as c_int, me, &mut cross);
+        if rc == 0 {
+            rc = ffi::MPI_Allgather(
+                (&me as *const c_int).cast(),
+                1,
+                datatype(DType::I32),
+                members.as_mut_ptr().cast(),
+                1,
+                datatype(DType::I32),
+                node,
+            );
+        }
+        rc
+    });
+    let seg = raw::check(OpKind::Init, rank, rc)
+        .and_then(|()| open_segment(node, node_rank, node_size, session));
+    // Every host must have its segment, or none uses one.
+    let ok = seg.as_ref().map_or(0, |s| c_int::from(s.is_some()));
+    let all = seg.and_then(|s| min_all(comm, &[ok, 0, 0, 0], session).map(|a| (s, a[0] == 1)));
+    match all {
+        Ok((Some(seg), true)) => Ok(Some(Hosts {
+            seg,
+            node,
+            cross,
+            members: members.iter().map(|&r| r as usize).collect(),
+        })),
+        other => {
+            // SAFETY: handles this function owns, freed once.
+            session.mpi(|| unsafe {
+                ffi::MPI_Comm_free(&mut node);
+                if cross != ffi::RSMPI_COMM_NULL {
+                    ffi::MPI_Comm_free(&mut cross);
+                }
+            });
+            other.map(|_| None)
+        }
+    }
+}
+
+/// Make the segment (rank 0), tell every rank its name, map it on every
+/// rank and agree that every rank did; then remove the name, so the memory
+/// goes with the last rank that unmaps it. Collective over `comm` (all of
+/// whose ranks run on one host), blocking, like the rest of a
+/// communicator's creation. A segment that some rank cannot map is no
+/// error: the communicator moves its data through MPI (and says why).
+fn open_segment(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    session: &Session,
+) -> Result<Option<Segment>, CommError> {
+    // Rank 0's message: whether it made the segment, the length of its
+    // name, the name, and (in the last 8 bytes) the slot size.
+    let mut msg = [0u8; 64];
+    let mut created = None;
+    let mut why = None;
+    if rank == 0 {
+        let name = segment::fresh_name();
+        let slot = segment::slot_bytes(session.shared_memory_slot, size);
+        msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
+        match Segment::map(&name, true, size, slot, 0) {
+            Ok(s) if name.len() <= 54 => {
+                msg[0] = 1;
+                msg[1] = name.len() as u8;
+                msg[2..2 + name.len()].copy_from_slice(name.as_bytes());
+                created = Some((name, s));
+            }
+            Ok(_) => {
+                segment::unlink(&name);
+                why = Some(format!("the name {name} is too long"));
+            }
+            Err(e) => why = Some(e.0),
+        }
+    }
+    // SAFETY: 64 bytes from rank 0 to all, a blocking call on a valid
+    // communicator.
+    let rc = session.mpi(|| unsafe {
+        ffi::MPI_Bcast(msg.as_mut_ptr().cast(), 64, datatype(DType::U8), 0, comm)
+    });
+    let name = created.as_ref().map(|(n, _)| n.clone());
+    let sent = raw::check(OpKind::Init, rank, rc);
+    let agreed = sent.and_then(|()| {
+        let mine = match created.take() {
+            Some((_, s)) => Some(s),
+            None if msg[0] == 1 => {
+                let len = usize::from(msg[1]).min(54);
+                let name = String::from_utf8_lossy(&msg[2..2 + len]).into_owned();
+                let slot = u64::from_le_bytes(msg[56..].try_into().expect("8 bytes"));
+                let slot = segment::slot_bytes(usize::try_from(slot).unwrap_or(usize::MAX), size);
+                Segment::map(&name, false, size, slot, rank)
+                    .map_err(|e| why = Some(e.0))
+                    .ok()
+            }
+            None => None,
+        };
+        let flag = c_int::from(mine.is_some());
+        let mut all: c_int = 0;
+        // SAFETY: one int each way; a blocking call on a valid communicator.
+        let rc = session.mpi(|| unsafe {
+            ffi::MPI_Allreduce(
+                (&flag as *const c_int).cast(),
+                (&mut all as *mut c_int).cast(),
+                1,
+                datatype(DType::I32),
+                operator(ReduceOp::Min),
+                comm,
+            )
+        });
+        raw::check(OpKind::Init, rank, rc)?;
+        Ok(mine.filter(|_| all == 1))
+    });
+    // Every rank that could map it has (or the call failed): the name is
+    // no longer needed.
+    if let Some(n) = name {
+        segment::unlink(&n);
+    }
+    match agreed? {
+        Some(s) => Ok(Some(s)),
+        None => {
+            if let Some(why) = why {
+                eprintln!(
+                    "ruda: rank {rank} of a communicator of {size} cannot use shared memory ({why}); it moves data through MPI"
+                );
+            }
+            Ok(None)
+        }
+    }
+}
