@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slot BYTES] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--hierarchical] [--slot BYTES] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -14,7 +14,9 @@
 //! Ranks on one host move data through shared memory (the default world);
 //! `--no-shm` measures them through MPI instead
 //! (`MpiWorldBuilder::shared_memory(false)`); `--slot BYTES` (like `1M`)
-//! sets the segment's slot size (`MpiWorldBuilder::shared_memory_slot`).
+//! sets the segment's slot size (`MpiWorldBuilder::shared_memory_slot`);
+//! `--hierarchical` makes all-reduces across hosts hierarchical
+//! (`MpiWorldBuilder::hierarchical`).
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
@@ -50,6 +52,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "--no-shm") {
         builder = builder.shared_memory(false);
+    }
+    if args.iter().any(|a| a == "--hierarchical") {
+        builder = builder.hierarchical(true);
     }
     if let Some(i) = args.iter().position(|a| a == "--slot") {
         let bytes = args.get(i + 1).map(|b| parse(b)).expect("--slot BYTES");

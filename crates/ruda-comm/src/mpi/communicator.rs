@@ -32,7 +32,7 @@ use crate::{
 /// records and collective data go through a shared-memory segment instead
 /// of the MPI calls described below, and a rank missing from a call is a
 /// [`CommError::Timeout`] naming it on every rank; across hosts with the
-/// same number of ranks on each, all-reduces are hierarchical (see
+/// same number of ranks on each, all-reduces can be hierarchical (see
 /// [`MpiCommunicator::shared_memory`] and
 /// [`super::MpiWorldBuilder::shared_memory`]). The rest of this applies
 /// to what goes through MPI.
@@ -298,12 +298,12 @@ impl MpiCommunicator {
     /// checks are on, no rank's world was built with
     /// `shared_memory(false)`, every rank could map its host's segment when
     /// the communicator was made, and either all its ranks run on one host
-    /// (then every collective but all-to-all-v uses the segment) or they
-    /// run on several hosts with the same number of ranks, more than one,
-    /// on each (then all-reduces are hierarchical: a reduce-scatter through
-    /// each host's segment, an all-reduce of one share per rank across
-    /// hosts through MPI, an all-gather through the segment). The same on
-    /// every rank.
+    /// (then every collective but all-to-all-v uses the segment) or, with
+    /// [`super::MpiWorldBuilder::hierarchical`], they run on several hosts
+    /// with the same number of ranks, more than one, on each (then
+    /// all-reduces are hierarchical: a reduce-scatter through each host's
+    /// segment, an all-reduce of one share per rank across hosts through
+    /// MPI, an all-gather through the segment). The same on every rank.
     ///
     /// # Example
     /// ```no_run

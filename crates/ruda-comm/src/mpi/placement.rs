@@ -66,7 +66,7 @@ pub(crate) fn place(
     size: usize,
     session: &Session,
 ) -> Result<Shm, CommError> {
-    let want = session.shared_memory;
+    let want = session.shm.on;
     // SAFETY: reading MPI's null communicator handle.
     let mut node = unsafe { ffi::RSMPI_COMM_NULL };
     let (mut node_size, mut node_rank): (c_int, c_int) = (0, 0);
@@ -92,9 +92,15 @@ pub(crate) fn place(
         session.mpi(|| unsafe { ffi::MPI_Comm_free(c) });
     };
     // Every rank's view at once: whether all are on one host and want the
-    // segment, and the smallest and largest number of ranks on a host.
+    // segment, the smallest and largest number of ranks on a host, and
+    // whether all want hierarchical all-reduces.
     let one = c_int::from(want && node_size as usize == size);
-    let mine = [one, node_size, -node_size, c_int::from(want)];
+    let mine = [
+        one,
+        node_size,
+        -node_size,
+        c_int::from(want && session.shm.hierarchical),
+    ];
     let all = match min_all(comm, &mine, session) {
         Ok(a) => a,
         Err(e) => {
@@ -223,7 +229,7 @@ fn open_segment(
     let mut why = None;
     if rank == 0 {
         let name = segment::fresh_name();
-        let slot = segment::slot_bytes(session.shared_memory_slot, size);
+        let slot = segment::slot_bytes(session.shm.slot, size);
         msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
         match Segment::map(&name, true, size, slot, 0) {
             Ok(s) if name.len() <= 54 => {

@@ -24,12 +24,8 @@ pub(crate) struct Session {
     pub staged: bool,
     /// The deadline of every wait.
     pub timeout: Duration,
-    /// Whether communicators on one host may move data through shared
-    /// memory (see `MpiWorldBuilder::shared_memory`).
-    pub shared_memory: bool,
-    /// Bytes of each slot of a shared-memory segment, as asked for (see
-    /// `MpiWorldBuilder::shared_memory_slot`).
-    pub shared_memory_slot: usize,
+    /// How communicators may use shared memory.
+    pub shm: SharedMemory,
     /// Held around every MPI call when MPI is at `MPI_THREAD_SERIALIZED`;
     /// `None` at `MPI_THREAD_MULTIPLE`, where calls from several threads
     /// may overlap.
@@ -42,6 +38,30 @@ pub(crate) struct Session {
     /// Staging buffers of checked collectives, kept between calls (see
     /// [`Session::staging`]).
     staging: Mutex<Vec<Vec<u64>>>,
+}
+
+/// How a session's communicators may use shared memory (see
+/// `MpiWorldBuilder::shared_memory`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedMemory {
+    /// Communicators on one host move data through a segment.
+    pub on: bool,
+    /// Bytes of each slot of a segment, as asked for
+    /// (`MpiWorldBuilder::shared_memory_slot`).
+    pub slot: usize,
+    /// Communicators across hosts with as many ranks on each make their
+    /// all-reduces hierarchical (`MpiWorldBuilder::hierarchical`).
+    pub hierarchical: bool,
+}
+
+impl Default for SharedMemory {
+    fn default() -> Self {
+        SharedMemory {
+            on: true,
+            slot: super::segment::SLOT,
+            hierarchical: false,
+        }
+    }
 }
 
 /// Staging buffers kept for reuse, at most.
@@ -62,16 +82,14 @@ impl Session {
         staged: bool,
         timeout: Duration,
         multiple: bool,
-        shared_memory: bool,
-        shared_memory_slot: usize,
+        shm: SharedMemory,
     ) -> Self {
         Session {
             in_place,
             checked,
             staged,
             timeout,
-            shared_memory,
-            shared_memory_slot,
+            shm,
             serial: (!multiple).then(|| Mutex::new(())),
             finalized: RwLock::new(false),
             broken: AtomicBool::new(false),
@@ -226,8 +244,7 @@ mod tests {
             true,
             Duration::from_secs(1),
             true,
-            true,
-            1 << 18,
+            SharedMemory::default(),
         )
     }
 

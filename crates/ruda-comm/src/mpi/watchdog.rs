@@ -437,8 +437,7 @@ mod tests {
                 false,
                 Duration::from_secs(7),
                 true,
-                true,
-                1 << 18,
+                crate::mpi::session::SharedMemory::default(),
             )),
         }
     }

@@ -45,7 +45,8 @@
 //!   that ranks on one host move data through MPI. Rank 0 prints whether
 //!   the world uses shared memory. `--slot BYTES`: shared-memory slots of
 //!   that size (`MpiWorldBuilder::shared_memory_slot`; 4096 makes the
-//!   suite's 5000-element calls take many rounds).
+//!   suite's 5000-element calls take many rounds). `--hierarchical`:
+//!   `MpiWorldBuilder::hierarchical(true)` (across hosts).
 //! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
 //!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
 //!   packet loss must leave every result right; a cut link or a killed
@@ -513,6 +514,9 @@ fn main() -> ExitCode {
     }
     if no_shm {
         builder = builder.shared_memory(false);
+    }
+    if args.iter().any(|a| a == "--hierarchical") {
+        builder = builder.hierarchical(true);
     }
     if let Some(i) = args.iter().position(|a| a == "--slot") {
         let Some(bytes) = args.get(i + 1).and_then(|b| b.parse::<usize>().ok()) else {
