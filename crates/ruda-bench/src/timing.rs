@@ -50,6 +50,25 @@ impl Samples {
         }
     }
 
+    /// The shortest time; NaN when empty. What a roofline divides by: a
+    /// rate the machine reached once is a rate it can reach (STREAM too
+    /// reports its best rate), where a median under-rates a machine whose
+    /// cache behaviour makes its times bimodal.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_bench::Samples;
+    /// assert_eq!(Samples::new(vec![3.0, 1.0, 2.0]).best(), 1.0);
+    /// assert!(Samples::new(Vec::new()).best().is_nan());
+    /// ```
+    pub fn best(&self) -> f64 {
+        self.times
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .unwrap_or(f64::NAN)
+    }
+
     /// The `q`-quantile by nearest rank (the smallest time with at least a
     /// fraction `q` of the times at or below it); NaN when empty.
     pub fn quantile(&self, q: f64) -> f64 {

@@ -114,8 +114,8 @@ fn copy_rate<T: Sample + burn_backend::Element>(
         x.clone().narrow(0, 0, half),
         x.clone().narrow(0, half, len - half),
     );
-    // The median time of a copy made by `copy` (its inputs stay alive: it
-    // writes a new tensor), synchronised.
+    // The best time of a copy made by `copy` (its inputs stay alive: it
+    // writes a new tensor), synchronised (see `Samples::best`).
     let median = |copy: &dyn Fn() -> Tensor<1>| -> Result<f64, Text> {
         let samples = bench::time_calls(
             comm,
@@ -129,7 +129,7 @@ fn copy_rate<T: Sample + burn_backend::Element>(
                 Ok::<_, Text>(())
             },
         )?;
-        Ok(samples.median())
+        Ok(samples.best())
     };
     let add = median(&|| x.clone().add_scalar(0.0))?;
     let cat = median(&|| Tensor::cat(vec![a.clone(), b.clone()], 0))?;

@@ -278,7 +278,7 @@ pub(crate) fn agree(
 ///
 /// # Errors
 /// As [`agree`]; the [`CommError::Timeout`] names the ranks that had not
-/// arrived (or this rank, when it came after its peers gave up).
+/// arrived when the first rank gave up (the same names on every rank).
 pub(crate) fn agree_shared(
     seg: &mut Segment,
     call: &CallArgs<'_>,

@@ -165,6 +165,8 @@ impl Drop for Unwind<'_> {
                 context: ErrorContext::none(),
             });
             c.has_failed.store(true, Ordering::Release);
+            // Peers may still be inside the call, as after a timeout.
+            c.session.mark_broken();
         }
     }
 }
@@ -406,6 +408,9 @@ impl MpiCommunicator {
             datatype(T::DTYPE),
             operator(sum),
         ) {
+            // This host's peers would wait in the all-gather until the
+            // deadline: tell them now.
+            h.seg.abandon();
             return Some(Err(e));
         }
         if let Err(stop) = shared::all_gather(&mut h.seg, &share, buf, &counts, deadline) {

@@ -1,9 +1,10 @@
 //! Where a communicator's ranks run, decided when it is made, and what
 //! that lets its collectives use: one shared-memory segment for a
-//! communicator on one host; across hosts with the same number of ranks
-//! on each (more than one), a segment per host, a communicator per host
-//! and one joining the ranks of equal position on every host, for
-//! hierarchical all-reduces; otherwise MPI alone.
+//! communicator on one host; with `MpiWorldBuilder::hierarchical(true)`,
+//! across hosts with the same number of ranks on each (more than one), a
+//! segment per host and a communicator joining the ranks of equal
+//! position on every host, for hierarchical all-reduces; otherwise MPI
+//! alone.
 
 use std::ffi::c_int;
 
@@ -18,7 +19,8 @@ use crate::{CommError, DType, OpKind, ReduceOp};
 pub(crate) enum Shm {
     /// Not at all: checks are off, a rank's world was built with
     /// `shared_memory(false)`, a segment could not be mapped, or its ranks
-    /// span hosts unevenly (or one per host).
+    /// span hosts without `hierarchical(true)` on every rank, unevenly, or
+    /// one per host.
     Off,
     /// Every rank on one host: everything through this segment.
     Ready(Segment),
@@ -30,11 +32,8 @@ pub(crate) enum Shm {
 /// A communicator's view of its host, when its ranks span several hosts
 /// with `k > 1` ranks on each.
 pub(crate) struct Hosts {
-    /// The segment of this host's ranks.
+    /// The segment of this host's ranks (in communicator rank order).
     pub seg: Segment,
-    /// The communicator of this host's ranks (the segment's ranks, in the
-    /// same order).
-    pub node: ffi::MPI_Comm,
     /// The communicator of the ranks with this rank's position on every
     /// host.
     pub cross: ffi::MPI_Comm,
@@ -48,10 +47,7 @@ impl Shm {
     pub(crate) fn free(&mut self) {
         if let Shm::Hosts(h) = self {
             // SAFETY: handles this value owns, freed once (then null).
-            unsafe {
-                ffi::MPI_Comm_free(&mut h.node);
-                ffi::MPI_Comm_free(&mut h.cross);
-            }
+            unsafe { ffi::MPI_Comm_free(&mut h.cross) };
         }
         *self = Shm::Off;
     }
@@ -187,25 +183,28 @@ fn hosts(
     });
     let seg = raw::check(OpKind::Init, rank, rc)
         .and_then(|()| open_segment(node, node_rank, node_size, session));
-    // Every host must have its segment, or none uses one.
+    // Every host must have its segment, or none uses one; a rank whose
+    // setup failed still takes part, so that no rank waits for it.
     let ok = seg.as_ref().map_or(0, |s| c_int::from(s.is_some()));
-    let all = seg.and_then(|s| min_all(comm, &[ok, 0, 0, 0], session).map(|a| (s, a[0] == 1)));
-    match all {
-        Ok((Some(seg), true)) => Ok(Some(Hosts {
+    let all = min_all(comm, &[ok, 0, 0, 0], session);
+    // The host's communicator served the setup only.
+    // SAFETY: a handle this function owns, freed once.
+    session.mpi(|| unsafe { ffi::MPI_Comm_free(&mut node) });
+    match (seg, all) {
+        (Ok(Some(seg)), Ok(a)) if a[0] == 1 => Ok(Some(Hosts {
             seg,
-            node,
             cross,
             members: members.iter().map(|&r| r as usize).collect(),
         })),
-        other => {
-            // SAFETY: handles this function owns, freed once.
+        (seg, all) => {
+            // SAFETY: reading MPI's null handle; freeing one this function
+            // owns, once.
             session.mpi(|| unsafe {
-                ffi::MPI_Comm_free(&mut node);
                 if cross != ffi::RSMPI_COMM_NULL {
                     ffi::MPI_Comm_free(&mut cross);
                 }
             });
-            other.map(|_| None)
+            seg.and(all).map(|_| None)
         }
     }
 }
@@ -252,8 +251,11 @@ fn open_segment(
     });
     let name = created.as_ref().map(|(n, _)| n.clone());
     let sent = raw::check(OpKind::Init, rank, rc);
-    let agreed = sent.and_then(|()| {
+    // A rank whose broadcast failed still takes part in the agreement, so
+    // that no rank waits for it, then reports its error.
+    let agreed = {
         let mine = match created.take() {
+            _ if sent.is_err() => None,
             Some((_, s)) => Some(s),
             None if msg[0] == 1 => {
                 let len = usize::from(msg[1]).min(54);
@@ -279,9 +281,9 @@ fn open_segment(
                 comm,
             )
         });
-        raw::check(OpKind::Init, rank, rc)?;
-        Ok(mine.filter(|_| all == 1))
-    });
+        sent.and(raw::check(OpKind::Init, rank, rc))
+            .map(|()| mine.filter(|_| all == 1))
+    };
     // Every rank that could map it has (or the call failed): the name is
     // no longer needed.
     if let Some(n) = name {

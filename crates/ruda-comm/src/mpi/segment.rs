@@ -1,5 +1,6 @@
-//! A shared-memory segment for the ranks of one communicator whose
-//! processes all run on one host: a barrier with a verdict, and two slot
+//! A shared-memory segment for the ranks of one communicator on one host
+//! (or for one host's ranks of a communicator across hosts, see
+//! [`super::placement`]): a barrier with a verdict, and two slot
 //! buffers per rank that the collectives of [`super::shared`] move data
 //! through.
 //!
@@ -60,8 +61,9 @@ const LINE: usize = 128;
 /// [`DECIDER`] and the episode under it.
 const FAILED: u64 = 1 << 63;
 
-/// The first bit of the deciding rank in a failed verdict.
-const DECIDER: u32 = 40;
+/// The first bit of the deciding rank in a failed verdict (episodes below
+/// it: 2^47, more than a million barriers a second for four years).
+const DECIDER: u32 = 47;
 
 /// Ranks a segment can have (the deciding rank's bits in a verdict).
 const MAX_RANKS: usize = 1 << (63 - DECIDER);
@@ -79,9 +81,10 @@ fn line_len(size: usize) -> Option<usize> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Stop {
     /// The ranks that had not arrived when the rank that failed the
-    /// episode gave up (the same on every rank; a rank that came late
-    /// finds itself here). Empty only when this rank's episodes are out
-    /// of step with the segment's (a call of its unwound midway).
+    /// episode gave up, or the rank that abandoned it
+    /// ([`Segment::abandon`]): the same on every rank (a rank that came
+    /// late finds itself here). Empty only if this rank's episodes were
+    /// ahead of the segment's, which the protocol rules out.
     pub missing: Vec<usize>,
 }
 
@@ -469,7 +472,8 @@ impl Segment {
                 return Ok(());
             }
             if v + 1 < e {
-                // This rank is ahead of the segment: out of step.
+                // Ahead of the segment: cannot happen (the verdict is at
+                // least the lowest arrival minus one), kept as a defence.
                 return Err(Stop {
                     missing: Vec::new(),
                 });
@@ -524,6 +528,27 @@ impl Segment {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+    }
+
+    /// Fail the next episode at once, naming this rank: for a rank that
+    /// leaves a call between two barriers (an error outside the segment),
+    /// so that its peers stop waiting for it now rather than at their
+    /// deadline. If a peer decided the episode first, its verdict stands.
+    pub(crate) fn abandon(&self) {
+        let passed = self.episode.get();
+        for i in 0..self.size.div_ceil(64) {
+            let bits = if i == self.rank / 64 {
+                1 << (self.rank % 64)
+            } else {
+                0
+            };
+            self.missing_word(self.rank, i)
+                .store(bits, Ordering::Relaxed);
+        }
+        let failed = FAILED | ((self.rank as u64) << DECIDER) | (passed + 1);
+        let _ =
+            self.verdict()
+                .compare_exchange(passed, failed, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// The ranks that `decider` found missing when it failed an episode.
@@ -627,6 +652,49 @@ mod tests {
         assert_eq!(stop.missing, vec![1]);
         assert_eq!(b.wait(e, far), Ok(()), "episode {e} passed");
         assert_eq!(b.barrier(far).unwrap_err().missing, vec![1]);
+    }
+
+    /// The names are the decider's, not what a rank sees when it looks:
+    /// rank 2 decides with ranks 0 and 1 missing, then rank 1 arrives; rank
+    /// 0, reading the verdict after that, still names both.
+    #[test]
+    fn every_rank_names_what_the_decider_saw() {
+        let name = fresh_name();
+        let segs: Vec<Segment> = (0..3)
+            .map(|r| Segment::map(&name, r == 0, 3, SLOT, r).unwrap())
+            .collect();
+        unlink(&name);
+        let stop = segs[2]
+            .barrier(Instant::now() + Duration::from_millis(20))
+            .unwrap_err();
+        assert_eq!(stop.missing, vec![0, 1]);
+        let late = segs[1].barrier(Instant::now() + Duration::from_secs(60));
+        assert_eq!(late.unwrap_err().missing, vec![0, 1]);
+        let e = segs[0].arrive();
+        let seen = segs[0].wait(e, Instant::now() + Duration::from_secs(60));
+        assert_eq!(seen.unwrap_err().missing, vec![0, 1]);
+    }
+
+    /// A rank that leaves between two barriers fails the next episode at
+    /// once, naming itself, and its peers stop waiting then (not at their
+    /// far deadline).
+    #[test]
+    fn an_abandoned_call_fails_its_peers_at_once() {
+        let (a, b) = pair();
+        let far = Instant::now() + Duration::from_secs(60);
+        let t = std::thread::spawn(move || {
+            b.barrier(far).unwrap();
+            let t0 = Instant::now();
+            let stop = b.barrier(far).unwrap_err();
+            (stop, t0.elapsed())
+        });
+        a.barrier(far).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        a.abandon();
+        let (stop, waited) = t.join().unwrap();
+        assert_eq!(stop.missing, vec![0]);
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+        assert_eq!(a.barrier(far).unwrap_err().missing, vec![0]);
     }
 
     /// The bitmap covers every rank: 70 ranks (two words), the last ones

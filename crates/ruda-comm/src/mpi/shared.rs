@@ -1,6 +1,6 @@
-//! Collectives through a shared-memory [`Segment`], for communicators whose
-//! ranks all run on one host: ruda's own kernels instead of MPI's
-//! point-to-point path.
+//! Collectives through a shared-memory [`Segment`], for the ranks of one
+//! host (a whole communicator, or one host's part of a hierarchical
+//! all-reduce): ruda's own kernels instead of MPI's point-to-point path.
 //!
 //! Data moves in rounds of at most one slot per rank. In each round a rank
 //! copies its part into its own slot, passes a barrier, then reads the

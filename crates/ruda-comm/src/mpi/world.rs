@@ -159,10 +159,10 @@ impl MpiWorldBuilder {
     /// their collectives' data through a shared-memory segment with ruda's
     /// own kernels (default `true`; only with checks on). The segment is
     /// made when the communicator is (by [`MpiWorld::world`] or `split`,
-    /// with up to four more blocking MPI calls), reserved in `/dev/shm` up
+    /// with a few more blocking MPI calls: up to seven across hosts), reserved in `/dev/shm` up
     /// front (two slots of [`Self::shared_memory_slot`] per rank, two
-    /// record areas of about 32 KiB per rank in groups of up to 8, and a
-    /// header page), and unmapped when the communicator is dropped. A
+    /// record areas per rank of up to 32 KiB in groups of up to 8 and a
+    /// few hundred bytes above, and a header of a page or more), and unmapped when the communicator is dropped. A
     /// segment that some rank cannot make or map (a full `/dev/shm`) is no
     /// error: that communicator moves its data through MPI, and the rank
     /// says why on stderr. Then:
@@ -229,7 +229,7 @@ impl MpiWorldBuilder {
     /// segment. `f16`/`bf16` and `u8` keep MPI's path. Off by default
     /// because it has not been measured faster: on this project's
     /// emulated cluster (2 hosts of 2 ranks sharing 2 cores, linked by
-    /// veth) it took 1.5–2.4× Open MPI's own all-reduce at 1–16 MiB, the
+    /// veth) it took 1.45–1.7× Open MPI's own all-reduce at 1–16 MiB, the
     /// copies through the segment competing for the cores that also carry
     /// the "network" (see the README). On hosts with cores of their own
     /// and a real link it sends each byte across hosts once per host
