@@ -83,7 +83,7 @@ fn conformance_on_one_to_four_ranks() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+                "mpi conformance on {n} ranks: 13 passed, 0 failed"
             )),
             "{t}"
         );
@@ -111,7 +111,7 @@ fn conformance_through_mpi_on_one_host() {
         assert!(t.contains("rank 0: shared memory off"), "{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+                "mpi conformance on {n} ranks: 13 passed, 0 failed"
             )),
             "{t}"
         );
@@ -137,7 +137,7 @@ fn conformance_through_small_shared_memory_slots() {
         assert!(t.contains("rank 0: shared memory on"), "{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+                "mpi conformance on {n} ranks: 13 passed, 0 failed"
             )),
             "{t}"
         );
@@ -155,7 +155,7 @@ fn conformance_on_nine_ranks() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(
-        t.contains("mpi conformance on 9 ranks: 12 passed, 0 failed"),
+        t.contains("mpi conformance on 9 ranks: 13 passed, 0 failed"),
         "{t}"
     );
 }
@@ -170,7 +170,7 @@ fn conformance_without_the_per_call_checks() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+                "mpi conformance on {n} ranks: 13 passed, 0 failed"
             )),
             "{t}"
         );
@@ -194,7 +194,7 @@ fn conformance_with_the_data_phase_on_copies() {
         assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(
             t.contains(&format!(
-                "mpi conformance on {n} ranks: 12 passed, 0 failed"
+                "mpi conformance on {n} ranks: 13 passed, 0 failed"
             )),
             "{t}"
         );

@@ -539,7 +539,25 @@ fn main() -> ExitCode {
         println!("rank 0: shared memory {on}");
     }
     let result = match mode.as_str() {
-        "conformance" => conformance_suite(&world),
+        "conformance" => conformance_suite(&world).and_then(|passed| {
+            // Every segment the suite's communicators made (rank 0 of each
+            // names it after its own process) is unlinked once mapped: none
+            // is left in /dev/shm while the process still runs.
+            let prefix = format!("ruda-{}-", std::process::id());
+            let left: Vec<String> = std::fs::read_dir("/dev/shm")
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|f| f.starts_with(&prefix))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if left.is_empty() {
+                Ok(passed + 1)
+            } else {
+                Err(format!("shared-memory objects left in /dev/shm: {left:?}"))
+            }
+        }),
         "failures" => failures(&world),
         "timeout" => timeout(&world),
         "straggler" => straggler(&world),
