@@ -65,6 +65,21 @@ fn launch(n: usize, args: &[&str], unchecked: bool, limit: Duration) -> Option<(
     Some((out, start.elapsed()))
 }
 
+/// Run the conformance suite on `n` ranks with `args` and check that it
+/// passed whole; its output, or `None` without `mpirun`.
+fn conformance(n: usize, args: &[&str], unchecked: bool) -> Option<String> {
+    let (out, _) = launch(n, args, unchecked, Duration::from_secs(300))?;
+    let t = text(&out);
+    assert!(out.status.success(), "{n} ranks, {args:?}:\n{t}");
+    assert!(
+        t.contains(&format!(
+            "mpi conformance on {n} ranks: 13 passed, 0 failed"
+        )),
+        "{t}"
+    );
+    Some(t)
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -76,17 +91,9 @@ fn text(o: &Output) -> String {
 #[test]
 fn conformance_on_one_to_four_ranks() {
     for n in 1..=4 {
-        let Some((out, _)) = launch(n, &[], false, Duration::from_secs(300)) else {
+        let Some(t) = conformance(n, &[], false) else {
             return;
         };
-        let t = text(&out);
-        assert!(out.status.success(), "{n} ranks:\n{t}");
-        assert!(
-            t.contains(&format!(
-                "mpi conformance on {n} ranks: 13 passed, 0 failed"
-            )),
-            "{t}"
-        );
         // Ranks on one host move data through shared memory by default.
         let on = if n > 1 { "on" } else { "off" };
         assert!(t.contains(&format!("rank 0: shared memory {on}")), "{t}");
@@ -98,23 +105,10 @@ fn conformance_on_one_to_four_ranks() {
 #[test]
 fn conformance_through_mpi_on_one_host() {
     for n in [2, 3] {
-        let Some((out, _)) = launch(
-            n,
-            &["conformance", "--no-shm"],
-            false,
-            Duration::from_secs(300),
-        ) else {
+        let Some(t) = conformance(n, &["conformance", "--no-shm"], false) else {
             return;
         };
-        let t = text(&out);
-        assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(t.contains("rank 0: shared memory off"), "{t}");
-        assert!(
-            t.contains(&format!(
-                "mpi conformance on {n} ranks: 13 passed, 0 failed"
-            )),
-            "{t}"
-        );
     }
 }
 
@@ -124,23 +118,10 @@ fn conformance_through_mpi_on_one_host() {
 #[test]
 fn conformance_through_small_shared_memory_slots() {
     for n in [2, 3] {
-        let Some((out, _)) = launch(
-            n,
-            &["conformance", "--slot", "4096"],
-            false,
-            Duration::from_secs(300),
-        ) else {
+        let Some(t) = conformance(n, &["conformance", "--slot", "4096"], false) else {
             return;
         };
-        let t = text(&out);
-        assert!(out.status.success(), "{n} ranks:\n{t}");
         assert!(t.contains("rank 0: shared memory on"), "{t}");
-        assert!(
-            t.contains(&format!(
-                "mpi conformance on {n} ranks: 13 passed, 0 failed"
-            )),
-            "{t}"
-        );
     }
 }
 
@@ -149,31 +130,15 @@ fn conformance_through_small_shared_memory_slots() {
 /// only, while its halves (5 and 4 ranks) carry data.
 #[test]
 fn conformance_on_nine_ranks() {
-    let Some((out, _)) = launch(9, &[], false, Duration::from_secs(300)) else {
-        return;
-    };
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    assert!(
-        t.contains("mpi conformance on 9 ranks: 13 passed, 0 failed"),
-        "{t}"
-    );
+    conformance(9, &[], false);
 }
 
 #[test]
 fn conformance_without_the_per_call_checks() {
     for n in [2, 3] {
-        let Some((out, _)) = launch(n, &[], true, Duration::from_secs(300)) else {
+        if conformance(n, &[], true).is_none() {
             return;
-        };
-        let t = text(&out);
-        assert!(out.status.success(), "{n} ranks:\n{t}");
-        assert!(
-            t.contains(&format!(
-                "mpi conformance on {n} ranks: 13 passed, 0 failed"
-            )),
-            "{t}"
-        );
+        }
     }
 }
 
@@ -182,22 +147,9 @@ fn conformance_without_the_per_call_checks() {
 #[test]
 fn conformance_with_the_data_phase_on_copies() {
     for n in [2, 3] {
-        let Some((out, _)) = launch(
-            n,
-            &["conformance", "--staged", "--no-shm"],
-            false,
-            Duration::from_secs(300),
-        ) else {
+        if conformance(n, &["conformance", "--staged", "--no-shm"], false).is_none() {
             return;
-        };
-        let t = text(&out);
-        assert!(out.status.success(), "{n} ranks:\n{t}");
-        assert!(
-            t.contains(&format!(
-                "mpi conformance on {n} ranks: 13 passed, 0 failed"
-            )),
-            "{t}"
-        );
+        }
     }
 }
 

@@ -253,20 +253,7 @@ pub(crate) fn agree(
     let buf = fl
         .finish()
         .expect("no request is pending after the wait said so");
-    let agreed = Agreed {
-        buf,
-        slot,
-        record: w,
-        me,
-        inline: false,
-    };
-    match validate_records(&agreed.buf, slot, n, me) {
-        Ok(inline) => Ok(Agreed { inline, ..agreed }),
-        Err(e) => {
-            agreed.release(store);
-            Err(e)
-        }
-    }
+    verdict(buf, slot, w, n, me, store)
 }
 
 /// [`agree`] through a communicator's shared-memory segment (its ranks run
@@ -353,6 +340,20 @@ pub(crate) fn agree_shared(
         out[w + 1] = area[e + 1];
         out[w + 2..w + 2 + len.div_ceil(8)].copy_from_slice(&area[e + 2..e + 2 + len.div_ceil(8)]);
     }
+    verdict(buf, slot, w, n, me, store)
+}
+
+/// Pass the verdict on the records in `buf` (one slot of `slot` words per
+/// rank, records of `w` words): the agreement, or the error with the
+/// buffer handed back to `store`.
+fn verdict(
+    buf: Vec<u64>,
+    slot: usize,
+    w: usize,
+    n: usize,
+    me: usize,
+    store: &Mutex<Vec<u64>>,
+) -> Result<Agreed, CommError> {
     let agreed = Agreed {
         buf,
         slot,

@@ -201,11 +201,9 @@ pub(crate) fn reduce_in_place<T: Element>(inputs: &[Option<&[T]>], buf: &mut [T]
         .iter()
         .map(|x| x.map_or(out as *const T, |s| s.as_ptr()))
         .collect();
-    // SAFETY: every pointer is valid for `len` elements (asserted; `buf`
-    // too); the peers' inputs are shared borrows that nothing writes during
-    // the call; `buf` is exclusively borrowed, so `out` (and its copy in
-    // `ptrs`) is its only alias meanwhile; the kernel reads each chunk of
-    // every input before it writes that chunk, so output = input is fine.
+    // SAFETY: valid: every pointer covers `len` elements (asserted); unaliased:
+    // peers' inputs are unwritten shared borrows, `buf` is exclusively ours
+    // and the kernel reads each chunk before writing it (output = input).
     unsafe { crate::local::kernels::reduce(&ptrs, &[out], len, op) }
 }
 

@@ -350,10 +350,9 @@ impl Segment {
     /// Word `word` of header line `line`.
     fn word(&self, line: usize, word: usize) -> &AtomicU64 {
         assert!(line <= self.size && word < self.line / 8, "header word");
-        // SAFETY: line `line <= size` lies in the header (see `layout`),
-        // 128-byte aligned in a page-aligned mapping that lives as long as
-        // `self`, and `word` within it; the word is only ever accessed
-        // atomically, by every process that maps it.
+        // SAFETY: valid: line <= size, word < line/8 (asserted) lie in the
+        // header of the live mapping, 8-byte aligned; unaliased: only ever
+        // accessed atomically, through shared references, in every process.
         unsafe {
             &*self
                 .base

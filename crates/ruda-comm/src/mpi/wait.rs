@@ -66,10 +66,9 @@ pub(crate) fn wait_until(
         let mut flag: c_int = 0;
         let all = reqs.as_mut_ptr();
         let rc = session.mpi(|| {
-            // SAFETY: `all` is valid for `n` requests (active or null) of
-            // this process, from `reqs`, which nothing else aliases while
-            // we hold it mutably; `flag` is a valid local. MPI_Testall
-            // completes them all (setting each to null) or leaves them all.
+            // SAFETY: valid: `all` points to the `n` requests of `reqs`, `flag`
+            // is a local; unaliased: `reqs` is held mutably here. MPI_Testall
+            // completes all of them (nulling each) or none.
             unsafe { ffi::MPI_Testall(n, all, &mut flag, ffi::RSMPI_STATUSES_IGNORE) }
         });
         check(op, rank, rc)?;

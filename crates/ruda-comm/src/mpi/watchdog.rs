@@ -320,10 +320,9 @@ fn roll_call(w: &Watch, grace: Duration) -> Roll {
         let buf = recv[p];
         posted &= fl
             .post(w.op, w.rank, ReqKind::Recv, |r| {
-                // SAFETY: `buf` is valid for 2 words of `fl`'s notes, which
-                // only MPI touches (no reference aliases them) until the
-                // receive completes; `p` is a rank of `ctl`, a valid
-                // communicator (see `Watch`).
+                // SAFETY: valid: `buf` is 2 words of `fl`'s notes, `p` a rank
+                // of the valid `ctl`; unaliased: no reference to the notes
+                // exists, only MPI writes them until the receive completes.
                 unsafe { ffi::MPI_Irecv(buf, 2, i64t, p as c_int, TAG_ROLL_CALL, w.ctl, r) }
             })
             .is_ok();
@@ -349,11 +348,9 @@ fn roll_call(w: &Watch, grace: Duration) -> Roll {
         if pending.contains(&i) {
             continue;
         }
-        // SAFETY: `recv[p]` is valid for 2 words that `fl` keeps alive;
-        // receive `i` is complete, so MPI no longer writes them; read
-        // through the raw pointer taken before any request was posted,
-        // never through a reference that would alias the notes other
-        // receives may still be writing.
+        // SAFETY: valid: `recv[p]` is 2 words `fl` keeps alive; unaliased:
+        // receive `i` is complete (MPI no longer writes them) and the read
+        // goes through the raw pointer, never a reference to the notes.
         let note = unsafe { std::ptr::read(recv[p] as *const [i64; 2]) };
         if note[0] == ROLL_CALL_MAGIC {
             heard[p] = Some(note[1] as u64);
