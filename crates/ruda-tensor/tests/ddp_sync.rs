@@ -680,3 +680,71 @@ fn accumulating_micro_batches_then_reducing_once_equals_the_serial_gradient() {
         );
     }
 }
+
+/// A module of one half-precision parameter.
+#[derive(Module, Debug)]
+struct Half {
+    w: Param<Tensor<1>>,
+}
+
+/// `GradientReduction::Mean` of half-precision gradients whose sum
+/// overflows the dtype (f16: 2 × 40000 > 65504; bf16: 2 × 2e38 > 3.4e38)
+/// but whose mean fits: every rank scales by 1/ranks before the sum, so the
+/// mean comes back finite and within one rounding of the f64 mean, on 2 and
+/// 3 ranks; summed (`Sum`), the same gradients overflow, which is what the
+/// scaling avoids.
+#[test]
+fn the_mean_of_half_precision_gradients_whose_sum_overflows_is_finite() {
+    for (dtype, big) in [(DType::F16, 40000.0f64), (DType::BF16, 2.0e38)] {
+        for ranks in [2usize, 3] {
+            let grad = |r: usize| vec![big, -big, big * (1.0 - 0.01 * r as f64), 1.5];
+            let run = |reduction: GradientReduction| {
+                LocalWorld::new(ranks)
+                    .run(|c| {
+                        let world = HostCollective::new(c);
+                        let device = Device::flex();
+                        let w = Tensor::<1>::zeros([4], (&device, dtype));
+                        let m = Half {
+                            w: Param::from_tensor(w),
+                        };
+                        let g = Tensor::<1>::from_data(
+                            TensorData::new(grad(world.rank()), [4]),
+                            (&device, DType::F64),
+                        )
+                        .cast(dtype);
+                        let mut grads = GradientsParams::new();
+                        grads.register::<1>(m.w.id, g);
+                        let g = all_reduce_gradients(&world, &m, grads, reduction)?;
+                        let g = g.get::<1>(m.w.id).unwrap();
+                        assert_eq!(g.dtype(), dtype);
+                        Ok::<_, Error>(g.into_data().convert::<f64>().try_to_vec::<f64>().unwrap())
+                    })
+                    .unwrap()
+            };
+            let means = run(GradientReduction::Mean);
+            // One rounding of each scaled gradient and one of the sum: a
+            // few units of the dtype's epsilon.
+            let eps = if dtype == DType::F16 {
+                1.0 / 1024.0
+            } else {
+                1.0 / 128.0
+            };
+            for (r, got) in means.iter().enumerate() {
+                assert_eq!(got, &means[0], "{dtype:?} {ranks} ranks: rank {r} differs");
+                for (i, &g) in got.iter().enumerate() {
+                    let want = (0..ranks).map(|q| grad(q)[i]).sum::<f64>() / ranks as f64;
+                    assert!(
+                        g.is_finite() && (g - want).abs() <= 3.0 * eps * want.abs(),
+                        "{dtype:?} {ranks} ranks element {i}: {g} vs {want}"
+                    );
+                }
+            }
+            let sums = run(GradientReduction::Sum);
+            assert!(
+                sums[0][0].is_infinite() && sums[0][1].is_infinite(),
+                "{dtype:?} {ranks} ranks: the sum {:?} should overflow",
+                sums[0]
+            );
+        }
+    }
+}

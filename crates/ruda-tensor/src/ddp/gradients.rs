@@ -39,7 +39,10 @@ pub enum GradientReduction {
     Sum,
     /// The plain mean over ranks: right only when every rank's loss is a
     /// mean over a shard of the same size; with uneven shards use
-    /// [`GradientReduction::WeightedMean`].
+    /// [`GradientReduction::WeightedMean`]. Each rank's gradient is scaled
+    /// by `1 / ranks` before the sum (in f32 for f16 and bf16 gradients,
+    /// rounded once), as PyTorch's DDP divides before its all-reduce: a
+    /// half-precision sum whose mean fits never overflows on the way.
     Mean,
 }
 
@@ -239,11 +242,12 @@ fn reduce_gradients<M: Module, G: Group>(
             },
         });
     }
-    // The factor this rank's gradients carry into the sum, and the one the
-    // sum is divided by.
-    let (scale, divide) = match reduction {
-        GradientReduction::Sum => (None, None),
-        GradientReduction::Mean => (None, Some(group.size() as f64)),
+    // The factor this rank's gradients carry into the sum.
+    let scale = match reduction {
+        GradientReduction::Sum => None,
+        // Scaled before the sum, not divided after: two f16 gradients of
+        // 40000 sum to inf, their halves to 40000.
+        GradientReduction::Mean => Some(1.0 / group.size() as f64),
         GradientReduction::WeightedMean { samples } => {
             let total = agreed
                 .headers
@@ -253,7 +257,7 @@ fn reduce_gradients<M: Module, G: Group>(
             if total == 0 {
                 return Err(Error::EmptyBatch { op, rank: me });
             }
-            (Some(samples as f64 / total as f64), None)
+            Some(samples as f64 / total as f64)
         }
     };
     if let Some(s) = scale.filter(|&s| s != 1.0) {
@@ -265,13 +269,7 @@ fn reduce_gradients<M: Module, G: Group>(
         entries,
         &agreed.used,
         buckets,
-        |bucket| {
-            let summed = bucket.all_reduce(group)?;
-            Ok(match divide {
-                Some(n) => summed.div_scalar(n),
-                None => summed,
-            })
-        },
+        |bucket| bucket.all_reduce(group),
         |entry, reduced| {
             if let Some(restore) = entry.restore {
                 // Back in the dtype this rank's gradient had.
