@@ -90,6 +90,7 @@ impl Problem {
             Problem::HaloShape { rows, expected } => [14, u(rows), u(expected), 0],
             Problem::NumRanks { num_ranks, size } => [15, u(num_ranks), u(size), 0],
             Problem::NotDifferentiable => [16, 0, 0, 0],
+            Problem::Shape(ShapeProblem::Channels { expected }) => [17, u(expected), 0, 0],
         }
     }
 
@@ -132,6 +133,7 @@ impl Problem {
                 size: b,
             },
             16 => Problem::NotDifferentiable,
+            17 => Problem::Shape(ShapeProblem::Channels { expected: a }),
             code => return Err(code),
         }))
     }

@@ -101,11 +101,17 @@ pub enum TensorOp {
     Send,
     /// [`crate::recv`]: a tensor from one peer.
     Recv,
+    /// [`crate::ddp::sync_buffers`]: every replica's buffers (running
+    /// statistics, frozen parameters) made equal.
+    DdpBuffers,
+    /// [`crate::ddp::SyncBatchNorm::forward`]: batch statistics over every
+    /// rank's shard.
+    SyncBatchNorm,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 39] = [
+    pub const ALL: [TensorOp; 41] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -145,6 +151,8 @@ impl TensorOp {
         TensorOp::ReduceScatterWith,
         TensorOp::Send,
         TensorOp::Recv,
+        TensorOp::DdpBuffers,
+        TensorOp::SyncBatchNorm,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -201,6 +209,8 @@ impl TensorOp {
             TensorOp::ReduceScatterWith => "reduce_scatter_with",
             TensorOp::Send => "send",
             TensorOp::Recv => "recv",
+            TensorOp::DdpBuffers => "ddp::sync_buffers",
+            TensorOp::SyncBatchNorm => "ddp::SyncBatchNorm::forward",
         }
     }
 }
@@ -586,6 +596,19 @@ pub enum Error {
         /// What failed (the I/O error on the rank it happened on).
         message: String,
     },
+    /// A setting outside its domain (a batch norm's epsilon, momentum or
+    /// feature count).
+    #[error("{op}: {setting} = {value} is outside its domain ({domain})")]
+    InvalidSetting {
+        /// The operation the setting is for.
+        op: TensorOp,
+        /// The setting's name.
+        setting: &'static str,
+        /// Its value.
+        value: f64,
+        /// The values it may take.
+        domain: &'static str,
+    },
     /// A weighted mean of gradients over a step in which every rank's shard
     /// was empty: there is no sample to average over.
     #[error("{op} (reported by rank {rank}): every rank's shard was empty: a mean over 0 samples")]
@@ -781,6 +804,14 @@ pub enum ModuleProblem {
         /// The offender's.
         got: &'static str,
     },
+    /// Another way of keeping buffers equal ([`crate::ddp::BufferSync`]:
+    /// `broadcast`, `mean`, `off`).
+    BufferSync {
+        /// The reference rank's.
+        expected: &'static str,
+        /// The offender's.
+        got: &'static str,
+    },
     /// The parameter at `index` holds other values (bit for bit) than the
     /// reference's ([`crate::ddp::check_replicas`]).
     Values {
@@ -852,6 +883,10 @@ impl fmt::Display for ModuleProblem {
                 f,
                 "{got} integer and boolean parameters where the reference has {expected}"
             ),
+            ModuleProblem::BufferSync { expected, got } => write!(
+                f,
+                "it keeps buffers equal by {got} where the reference does by {expected}"
+            ),
             ModuleProblem::Values { index } => write!(
                 f,
                 "parameter {index} holds other values than the reference's"
@@ -917,6 +952,12 @@ pub enum ShapeProblem {
         /// The group size.
         ranks: usize,
     },
+    /// Fewer than two axes, or a second axis (the channels) of another
+    /// size than the module's.
+    Channels {
+        /// The module's number of channels.
+        expected: usize,
+    },
 }
 
 impl fmt::Display for ShapeProblem {
@@ -930,6 +971,10 @@ impl fmt::Display for ShapeProblem {
                     "has a leading axis that does not split into {ranks} equal shards"
                 )
             }
+            ShapeProblem::Channels { expected } => write!(
+                f,
+                "is not [batch, {expected} channels, ...] as the module's {expected} features need"
+            ),
         }
     }
 }

@@ -7,6 +7,7 @@ use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn_tensor::{Bool, Int, Tensor};
 
 use super::buckets::Buckets;
+use super::running::fold_running_states;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
@@ -43,7 +44,7 @@ impl ModuleVisitor for Values {
 
 /// Sets each float parameter to its broadcast value, keeping its id,
 /// device, gradient requirement and load/save mappers.
-struct Assign(BTreeMap<u64, Tensor<1>>);
+pub(super) struct Assign(pub(super) BTreeMap<u64, Tensor<1>>);
 
 impl ModuleMapper for Assign {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
@@ -115,6 +116,7 @@ pub fn broadcast_module<M: Module, G: Group>(
 fn broadcast<M: Module, G: Group>(group: &G, module: M, root: usize) -> Result<M, Error> {
     let op = TensorOp::DdpBroadcast;
     let me = group.rank();
+    fold_running_states(&module);
     let mut values = Values::default();
     module.visit(&mut values);
     let others = values.ints + values.bools;

@@ -12,6 +12,7 @@ use burn_optim::ModuleOptimizer;
 use burn_tensor::Bytes;
 
 use super::replicas::check_replicas;
+use super::running::fold_running_states;
 use super::structure::check_records;
 use crate::error::{Error, TensorOp};
 use crate::group::Group;
@@ -143,6 +144,9 @@ fn save<M: Module, G: Group>(
     let op = TensorOp::DdpSave;
     let me = group.rank();
     let size = group.size();
+    // The running statistics the next forward pass would read, not the
+    // value one update behind.
+    fold_running_states(module);
     let roots = exchange(group, op, 0, root as i64)?;
     let root0 = roots[0] as usize;
     for (r, &w) in roots.iter().enumerate() {

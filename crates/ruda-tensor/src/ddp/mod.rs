@@ -60,15 +60,22 @@
 
 mod broadcast;
 mod buckets;
+mod buffers;
 mod checkpoint;
 mod gradients;
 mod replicas;
+mod running;
+mod step;
 mod structure;
+mod sync_batch_norm;
 mod zeros;
 
 pub use broadcast::broadcast_module;
 pub use buckets::Buckets;
+pub use buffers::{BufferSync, sync_buffers};
 pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
+pub use step::{step, step_with};
+pub use sync_batch_norm::{SyncBatchNorm, SyncBatchNormConfig};
 pub use zeros::Zeros;

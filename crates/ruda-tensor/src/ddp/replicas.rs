@@ -6,6 +6,7 @@ use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_tensor::{Bool, DType, Int, Tensor, TensorData};
 
 use super::buckets::Buckets;
+use super::running::fold_running_states;
 use super::structure::{self, Entry, Header};
 use crate::error::{Error, ModuleProblem, TensorOp};
 use crate::group::Group;
@@ -103,6 +104,7 @@ pub fn check_replicas<M: Module, G: Group>(group: &G, module: &M) -> Result<(), 
 fn check<M: Module, G: Group>(group: &G, module: &M) -> Result<(), Error> {
     let op = TensorOp::DdpCheck;
     let me = group.rank();
+    fold_running_states(module);
     let mut prints = Fingerprints::default();
     module.visit(&mut prints);
     let header = Header {

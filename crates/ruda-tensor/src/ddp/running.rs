@@ -1,0 +1,19 @@
+//! Folding the pending updates of Burn's running states into their values
+//! before a replica's buffers are read or written.
+
+use burn_core::module::Module;
+
+/// Fold every pending [`RunningState`](burn_core::module::RunningState)
+/// update of `module` into the state's value, as the next training
+/// forward pass would.
+///
+/// Burn 0.22.1's `RunningState` keeps each update aside (per thread) and
+/// folds it into the value only at the next update or `value_sync`: a
+/// visitor reads the value one step behind, and a value written by a mapper
+/// is overwritten by the pending update at the next forward pass. The only
+/// public way to fold every pending update is `Module::valid`, which syncs
+/// the states it copies (they share their storage with `module`'s); the
+/// copy it returns is dropped, so nothing else about `module` changes.
+pub(super) fn fold_running_states<M: Module>(module: &M) {
+    drop(module.valid());
+}
