@@ -30,9 +30,15 @@ pub use crate::{IntTensorExt, TensorExt, recv};
 
 #[cfg(feature = "train")]
 pub use crate::ddp::{
-    Buckets, GradientReduction, all_reduce_gradients, all_reduce_gradients_with, broadcast_module,
-    check_replicas, load_checkpoint, save_checkpoint,
+    Buckets, BufferSync, GradientReduction, SyncBatchNorm, SyncBatchNormConfig,
+    all_reduce_gradients, all_reduce_gradients_with, broadcast_module, check_replicas,
+    load_checkpoint, save_checkpoint, sync_buffers,
 };
+
+/// The data-parallel module, for [`ddp::step`](crate::ddp::step) (a name
+/// too plain to import alone).
+#[cfg(feature = "train")]
+pub use crate::ddp;
 
 #[cfg(feature = "mpi")]
 pub use ruda_comm::{MpiCommunicator, MpiWorld};

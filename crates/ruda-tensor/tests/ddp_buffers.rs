@@ -253,7 +253,8 @@ fn sync_buffers_mean_averages_the_replicas_running_statistics() {
 /// before data moves.
 #[test]
 fn ranks_that_sync_buffers_differently_are_an_error_on_every_rank() {
-    let cases: [(fn(usize) -> BufferSync, &str); 3] = [
+    type Choice = fn(usize) -> BufferSync;
+    let cases: [(Choice, &str); 3] = [
         (
             |r| {
                 if r == 1 {

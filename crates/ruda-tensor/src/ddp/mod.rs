@@ -13,6 +13,16 @@
 //!    smaller ones packed into buckets of at most 25 MiB (one collective
 //!    per bucket, not per parameter). Then every rank's optimizer makes
 //!    the same step.
+//! 3. Buffers — values without a gradient, such as a `BatchNorm`'s running
+//!    statistics, which each replica updates from its own shard — are made
+//!    equal again after the step: [`sync_buffers`] (rank 0's by default,
+//!    as PyTorch's DDP broadcasts them; or their mean).
+//!
+//! [`step`] does 2 and 3 in one call (reduce, optimizer step, buffers
+//! from rank 0), so a model with running statistics keeps bit-identical
+//! replicas by default. [`SyncBatchNorm`] instead normalizes with the
+//! statistics of the global batch (every rank's shard), with exact
+//! gradients: the model then equals the serial one on the whole batch.
 //!
 //! [`save_checkpoint`] writes the model and the optimizer state from one
 //! rank; [`load_checkpoint`] reads them on every rank into fresh replicas

@@ -259,7 +259,7 @@ impl SyncBatchNorm {
                 let shape = if r == me { dims.to_vec() } else { Vec::new() };
                 return Err(bad_shape(me, r, &shape, c));
             }
-            total = total.checked_add(w[3] as u64).unwrap_or(u64::MAX);
+            total = total.saturating_add(w[3] as u64);
         }
         if total == 0 {
             return Err(Error::EmptyBatch { op, rank: me });
