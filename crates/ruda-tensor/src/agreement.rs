@@ -559,6 +559,7 @@ mod tests {
                     num_ranks: a,
                     size: b,
                 },
+                Problem::Shape(ShapeProblem::Channels { expected: a }),
             ]);
         }
         v
@@ -574,14 +575,14 @@ mod tests {
             codes.insert(w[0]);
             assert_eq!(Problem::decode(w), Ok(Some(p)), "{p:?} as {w:?}");
         }
-        // 16 codes: one per problem, the two kinds of unmatched block apart.
-        assert_eq!(codes.len(), 16);
+        // 17 codes: one per problem, the two kinds of unmatched block apart.
+        assert_eq!(codes.len(), 17);
         assert_eq!(Problem::decode([0; 4]), Ok(None));
     }
 
     #[test]
     fn an_unknown_problem_code_is_its_own_error() {
-        for code in [17, 99, -1, i64::MAX] {
+        for code in [18, 99, -1, i64::MAX] {
             assert_eq!(Problem::decode([code, 1, 2, 3]), Err(code));
         }
     }
