@@ -1,6 +1,6 @@
 //! The one error type of the tensor layer, and the operations it names.
 
-use alloc::{string::String, vec::Vec};
+use alloc::{format, string::String, vec::Vec};
 use core::fmt;
 
 use burn_backend::DType;
@@ -107,11 +107,14 @@ pub enum TensorOp {
     /// [`crate::ddp::SyncBatchNorm::forward`]: batch statistics over every
     /// rank's shard.
     SyncBatchNorm,
+    /// [`crate::ddp::Sharded::step`]: a data-parallel step with the
+    /// optimizer state (and with ZeRO stage 2 the gradients) sharded.
+    DdpSharded,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 41] = [
+    pub const ALL: [TensorOp; 42] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -153,6 +156,7 @@ impl TensorOp {
         TensorOp::Recv,
         TensorOp::DdpBuffers,
         TensorOp::SyncBatchNorm,
+        TensorOp::DdpSharded,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -211,6 +215,7 @@ impl TensorOp {
             TensorOp::Recv => "recv",
             TensorOp::DdpBuffers => "ddp::sync_buffers",
             TensorOp::SyncBatchNorm => "ddp::SyncBatchNorm::forward",
+            TensorOp::DdpSharded => "ddp::Sharded::step",
         }
     }
 }
@@ -559,9 +564,11 @@ pub enum Error {
     },
     /// A rank's agreement record holds a code this build cannot read (a
     /// rank running another version of ruda, or not a tensor-layer record
-    /// at all).
+    /// at all), or one that is not this call's (the rank is in another
+    /// data-parallel call: its operation is named).
     #[error(
-        "{op} (reported by rank {rank}): rank {offender}'s record has an unknown {what} code {code} (another ruda version on that rank?)"
+        "{op} (reported by rank {rank}): rank {offender}'s record {}",
+        record_detail(what, *code)
     )]
     Record {
         /// The operation.
@@ -804,6 +811,13 @@ pub enum ModuleProblem {
         /// The offender's.
         got: &'static str,
     },
+    /// Another ZeRO stage ([`crate::ddp::Sharded`]).
+    Stage {
+        /// The reference rank's.
+        expected: &'static str,
+        /// The offender's.
+        got: &'static str,
+    },
     /// Another way of keeping buffers equal ([`crate::ddp::BufferSync`]:
     /// `broadcast`, `mean`, `off`).
     BufferSync {
@@ -883,6 +897,10 @@ impl fmt::Display for ModuleProblem {
                 f,
                 "{got} integer and boolean parameters where the reference has {expected}"
             ),
+            ModuleProblem::Stage { expected, got } => write!(
+                f,
+                "it steps with {got} where the reference steps with {expected}"
+            ),
             ModuleProblem::BufferSync { expected, got } => write!(
                 f,
                 "it keeps buffers equal by {got} where the reference does by {expected}"
@@ -896,6 +914,15 @@ impl fmt::Display for ModuleProblem {
                 "it has {count} {kind} parameters, which this call does not handle"
             ),
         }
+    }
+}
+
+/// What [`Error::Record`] says about the code a peer's record holds in
+/// field `what`.
+fn record_detail(what: &str, code: i64) -> String {
+    match (what, TensorOp::from_code(code)) {
+        ("operation", Some(other)) => format!("is from {other}, another call"),
+        _ => format!("has an unknown {what} code {code} (another ruda version on that rank?)"),
     }
 }
 

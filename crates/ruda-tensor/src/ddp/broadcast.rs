@@ -122,7 +122,7 @@ fn broadcast<M: Module, G: Group>(group: &G, module: M, root: usize) -> Result<M
     let others = values.ints + values.bools;
     let header = Header {
         op,
-        words: [root as i64, others as i64],
+        words: [root as i64, others as i64, 0],
         buckets: Buckets::default(),
     };
     let agreed = structure::agree(group, header, &values.entries)?;

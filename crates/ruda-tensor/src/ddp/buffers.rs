@@ -148,7 +148,7 @@ fn sync<M: Module, G: Group>(group: &G, module: M, how: BufferSync) -> Result<M,
     module.visit(&mut buffers);
     let header = Header {
         op,
-        words: how.words(),
+        words: [how.words()[0], how.words()[1], 0],
         buckets: Buckets::default(),
     };
     let agreed = structure::agree(group, header, &buffers.entries)?;

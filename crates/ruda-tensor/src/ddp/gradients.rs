@@ -198,11 +198,65 @@ pub fn all_reduce_gradients_with<M: Module, G: Group>(
 fn reduce_gradients<M: Module, G: Group>(
     group: &G,
     module: &M,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     reduction: GradientReduction,
     buckets: Buckets,
 ) -> Result<GradientsParams, Error> {
-    let op = TensorOp::DdpGradients;
+    let Prepared {
+        entries,
+        used,
+        mut grads,
+        ..
+    } = prepare(
+        group,
+        module,
+        grads,
+        reduction,
+        buckets,
+        TensorOp::DdpGradients,
+        0,
+    )?;
+    structure::per_bucket(
+        entries,
+        &used,
+        buckets,
+        |bucket| bucket.all_reduce(group),
+        |entry, reduced| restore(entry, reduced, &mut grads),
+    )?;
+    Ok(grads)
+}
+
+/// Every float parameter's gradient taken out of the caller's
+/// `GradientsParams`, agreed on by the ranks and scaled for the sum.
+pub(super) struct Prepared {
+    /// Every float parameter, in the module's order, with this rank's
+    /// scaled gradient (if any) in the parameter's dtype.
+    pub entries: Vec<Entry>,
+    /// Whether some rank has a gradient for each entry.
+    pub used: Vec<bool>,
+    /// What is left of the caller's gradients (no float parameter's).
+    pub grads: GradientsParams,
+    /// Every rank's `variant` word, in rank order.
+    pub variants: Vec<i64>,
+}
+
+/// Take every float parameter's gradient out of `grads`, check that the
+/// ranks agree on the call (`op`, the reduction, `buckets`, and a
+/// `variant` word the caller checks in [`Prepared::variants`]) and on the
+/// module's structure, and scale each gradient by this rank's weight in the
+/// sum (1/ranks for a mean, samples/total for a weighted mean).
+///
+/// # Errors
+/// As [`all_reduce_gradients_with`].
+pub(super) fn prepare<M: Module, G: Group>(
+    group: &G,
+    module: &M,
+    mut grads: GradientsParams,
+    reduction: GradientReduction,
+    buckets: Buckets,
+    op: TensorOp,
+    variant: i64,
+) -> Result<Prepared, Error> {
     let me = group.rank();
     let mut visitor = Collect {
         grads: &mut grads,
@@ -220,7 +274,7 @@ fn reduce_gradients<M: Module, G: Group>(
     }
     let header = Header {
         op,
-        words: reduction.words(),
+        words: [reduction.words()[0], reduction.words()[1], variant],
         buckets,
     };
     let agreed = structure::agree(group, header, &entries)?;
@@ -265,24 +319,25 @@ fn reduce_gradients<M: Module, G: Group>(
             e.data = e.data.take().map(|g| scaled(g, s));
         }
     }
-    structure::per_bucket(
+    Ok(Prepared {
         entries,
-        &agreed.used,
-        buckets,
-        |bucket| bucket.all_reduce(group),
-        |entry, reduced| {
-            if let Some(restore) = entry.restore {
-                // Back in the dtype this rank's gradient had.
-                let reduced = if reduced.dtype() == entry.own_dtype {
-                    reduced
-                } else {
-                    reduced.cast(entry.own_dtype)
-                };
-                restore(reduced, &mut grads);
-            }
-        },
-    )?;
-    Ok(grads)
+        variants: agreed.headers.iter().map(|w| w[2]).collect(),
+        used: agreed.used,
+        grads,
+    })
+}
+
+/// Register `reduced` (flattened, in the parameter's dtype) as `entry`'s
+/// gradient in `grads`, back in the dtype this rank's gradient had.
+pub(super) fn restore(entry: Entry, reduced: Tensor<1>, grads: &mut GradientsParams) {
+    if let Some(restore) = entry.restore {
+        let reduced = if reduced.dtype() == entry.own_dtype {
+            reduced
+        } else {
+            reduced.cast(entry.own_dtype)
+        };
+        restore(reduced, grads);
+    }
 }
 
 /// `g × s`, computed in f32 for half-precision gradients (a weight such as

@@ -109,7 +109,7 @@ fn check<M: Module, G: Group>(group: &G, module: &M) -> Result<(), Error> {
     module.visit(&mut prints);
     let header = Header {
         op,
-        words: [prints.hashes.len() as i64, 0],
+        words: [prints.hashes.len() as i64, 0, 0],
         buckets: Buckets::default(),
     };
     let agreed = structure::agree(group, header, &prints.entries)?;

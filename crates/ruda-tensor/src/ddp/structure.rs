@@ -87,21 +87,21 @@ impl Entry {
     }
 }
 
-/// What a rank says about its call in the first exchange: which call, two
+/// What a rank says about its call in the first exchange: which call, three
 /// words the caller checks against rank 0's, and how it groups data into
 /// collectives (checked here).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Header {
     pub op: TensorOp,
-    pub words: [i64; 2],
+    pub words: [i64; 3],
     pub buckets: Buckets,
 }
 
 /// The agreed structure: every rank's header words, and for each
 /// parameter whether some rank has data for it.
 pub(super) struct Agreed {
-    /// `headers[r]` is rank `r`'s two header words.
-    pub headers: Vec<[i64; 2]>,
+    /// `headers[r]` is rank `r`'s three header words.
+    pub headers: Vec<[i64; 3]>,
     pub used: Vec<bool>,
 }
 
@@ -126,6 +126,7 @@ pub(super) fn agree<G: Group>(
         entries.len() as i64,
         header.words[0],
         header.words[1],
+        header.words[2],
         alone,
         bucket,
     ];
@@ -147,9 +148,9 @@ pub(super) fn agree<G: Group>(
             });
         }
     }
-    let reference = (all[5], all[6]);
+    let reference = (all[6], all[7]);
     for (r, w) in all.chunks(first.len()).enumerate() {
-        if (w[5], w[6]) != reference {
+        if (w[6], w[7]) != reference {
             let bytes = |a: i64, b: i64| (a as usize, b as usize);
             return Err(Error::ModuleMismatch {
                 op,
@@ -158,12 +159,15 @@ pub(super) fn agree<G: Group>(
                 reference: 0,
                 problem: ModuleProblem::Buckets {
                     expected: bytes(reference.0, reference.1),
-                    got: bytes(w[5], w[6]),
+                    got: bytes(w[6], w[7]),
                 },
             });
         }
     }
-    let headers = all.chunks(first.len()).map(|w| [w[3], w[4]]).collect();
+    let headers = all
+        .chunks(first.len())
+        .map(|w| [w[3], w[4], w[5]])
+        .collect();
     let words: Vec<i64> = entries.iter().flat_map(|e| e.words()).collect();
     let all = group.exchange_words(&words)?;
     let per_rank = words.len();
