@@ -13,7 +13,7 @@ use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use ddp_model::{CHANNELS, LENGTH, Net};
 use ruda_comm::{Communicator, LocalWorld, RankError};
-use ruda_tensor::ddp::{GradientReduction, Sharded, ZeroStage, check_replicas, step};
+use ruda_tensor::ddp::{Buckets, GradientReduction, Sharded, ZeroStage, check_replicas, step};
 use ruda_tensor::layout::compute_split_shapes;
 use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, ModuleProblem, TensorOp};
 
@@ -22,6 +22,8 @@ use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, ModuleProblem, Tens
 enum How {
     Plain,
     Zero(ZeroStage),
+    /// A stage with transfers cut into runs of at most this many bytes.
+    Chunked(ZeroStage, usize),
 }
 
 /// Every float value of the net, as bits.
@@ -89,6 +91,17 @@ fn train<G: Group>(
             How::Zero(stage) => {
                 Sharded::new(stage).step(world, &mut optim, 0.05, net, grads, reduction)?
             }
+            How::Chunked(stage, bytes) => {
+                let buckets = Buckets {
+                    bucket_bytes: bytes,
+                    ..Buckets::default()
+                };
+                let sharded = Sharded {
+                    buckets,
+                    ..Sharded::new(stage)
+                };
+                sharded.step(world, &mut optim, 0.05, net, grads, reduction)?
+            }
         };
         check_replicas(world, &net)?;
         record.push(bits(&net));
@@ -113,8 +126,16 @@ fn sharded_steps_equal_plain_data_parallel_steps_bit_for_bit() {
         let plain = on_threads(ranks, How::Plain);
         let full = plain[0].1;
         assert!(full > 0);
-        for stage in [ZeroStage::One, ZeroStage::Two] {
-            let sharded = on_threads(ranks, How::Zero(stage));
+        for how in [
+            How::Zero(ZeroStage::One),
+            How::Zero(ZeroStage::Two),
+            // Every parameter in a run of its own, and runs of a few.
+            How::Chunked(ZeroStage::Two, 0),
+            How::Chunked(ZeroStage::Two, 300),
+            How::Chunked(ZeroStage::One, 0),
+        ] {
+            let stage = how;
+            let sharded = on_threads(ranks, how);
             for (r, (steps, state)) in sharded.iter().enumerate() {
                 assert_eq!(
                     steps, &plain[r].0,
@@ -151,11 +172,16 @@ fn sharded_steps_on_a_device_world_equal_the_host_staged_plain_run() {
     }
 }
 
-/// Ranks in different stages (or one in a plain step) get a typed error
-/// on every rank, naming the sharded step, instead of mixing collectives.
+/// Ranks in different stages, with different transfer sizes, or one in a
+/// plain step get a typed error on every rank instead of mixing
+/// collectives.
 #[test]
 fn ranks_that_shard_differently_are_an_error_on_every_rank() {
-    for mixed in [How::Zero(ZeroStage::Two), How::Plain] {
+    for mixed in [
+        How::Zero(ZeroStage::Two),
+        How::Plain,
+        How::Chunked(ZeroStage::One, 100),
+    ] {
         let out = LocalWorld::new(2).run_each(|c| {
             let how = if c.rank() == 1 {
                 mixed
@@ -179,6 +205,17 @@ fn ranks_that_shard_differently_are_an_error_on_every_rank() {
                             what: "operation",
                             ..
                         } if offender == 1 - r
+                    ),
+                    "rank {r}: {e}"
+                ),
+                How::Chunked(..) => assert!(
+                    matches!(
+                        e,
+                        Error::ModuleMismatch {
+                            offender: 1,
+                            problem: ModuleProblem::Buckets { .. },
+                            ..
+                        }
                     ),
                     "rank {r}: {e}"
                 ),

@@ -4,9 +4,11 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use burn_core::module::Module;
+use core::ops::Range;
+
+use burn_core::module::{Module, ModuleVisitor, Param};
 use burn_optim::{GradientsParams, LearningRate, ModuleOptimizer};
-use burn_tensor::{DType, Tensor};
+use burn_tensor::{DType, Device, Tensor};
 
 use super::broadcast::Assign;
 use super::buckets::Buckets;
@@ -103,6 +105,13 @@ pub struct Sharded {
     pub stage: ZeroStage,
     /// How the buffers are made equal after each step.
     pub buffers: BufferSync,
+    /// How the transfers are cut: stage 1 all-reduces the gradients in
+    /// these buckets; the reduce-scatter (stage 2) and the all-gather of
+    /// the parameters move runs of consecutive parameters of at most
+    /// `bucket_bytes` each (ranks × the longest owner's segment), so they
+    /// hold one such run at a time besides the model. Every rank must pass
+    /// the same.
+    pub buckets: Buckets,
 }
 
 impl Sharded {
@@ -111,6 +120,7 @@ impl Sharded {
         Sharded {
             stage,
             buffers: BufferSync::default(),
+            buckets: Buckets::default(),
         }
     }
 
@@ -153,7 +163,7 @@ impl Sharded {
     ) -> Result<M, Error> {
         let me = group.rank();
         let n = group.size();
-        let buckets = Buckets::default();
+        let buckets = self.buckets;
         let Prepared {
             entries,
             used,
@@ -185,20 +195,21 @@ impl Sharded {
             });
         }
         let owners = owners(&entries, n);
-        // What the gather needs after the step: each stepped entry's id,
-        // dtype, size and owner.
-        let stepped: Vec<Slot> = entries
+        // What the transfers need: each stepped entry's id, dtype, size
+        // and owner, in chunks of consecutive parameters.
+        let slots: Vec<Slot> = entries
             .iter()
-            .zip(&used)
-            .zip(&owners)
-            .filter(|((_, u), _)| **u)
-            .map(|((e, _), &owner)| Slot {
+            .enumerate()
+            .filter(|(i, _)| used[*i])
+            .map(|(i, e)| Slot {
+                index: i,
                 id: e.id.val(),
                 dtype: e.dtype,
                 numel: e.numel,
-                owner,
+                owner: owners[i],
             })
             .collect();
+        let chunks = chunks(&slots, n, buckets.bucket_bytes);
         match self.stage {
             ZeroStage::One => {
                 // Each id's owner (a tied parameter's first entry, the one
@@ -220,17 +231,24 @@ impl Sharded {
                 )?;
             }
             ZeroStage::Two => {
-                reduce_scatter_owned(group, entries, &used, &owners, &mut grads)?;
+                let mut entries: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+                for chunk in &chunks {
+                    reduce_scatter_chunk(group, &slots[chunk.clone()], &mut entries, &mut grads)?;
+                }
             }
         }
-        let module = optim.step(lr, module, grads);
-        let values = gather_owned(group, &module, &stepped)?;
-        Ok(module.map(&mut Assign(values)))
+        let mut module = optim.step(lr, module, grads);
+        for chunk in &chunks {
+            module = gather_chunk(group, module, &slots[chunk.clone()])?;
+        }
+        Ok(module)
     }
 }
 
-/// A parameter some rank stepped: who did, and what it holds.
+/// A parameter some rank steps: where its entry is, what it holds, and
+/// who owns it.
 struct Slot {
+    index: usize,
     id: u64,
     dtype: DType,
     numel: usize,
@@ -257,139 +275,185 @@ pub(super) fn owners(entries: &[Entry], ranks: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The dtypes of `dtypes` in order of first appearance.
-fn distinct(dtypes: impl Iterator<Item = DType>) -> Vec<DType> {
-    let mut out: Vec<DType> = Vec::new();
-    for d in dtypes {
-        if !out.contains(&d) {
-            out.push(d);
+/// `slots` cut into runs of consecutive slots of one dtype, each moving
+/// at most about `bytes` through one collective (every owner's segment
+/// padded to the longest, so `ranks ×` the longest segment), and at least
+/// one slot: the transfers then hold one chunk at a time besides the
+/// model, not a second copy of it.
+fn chunks(slots: &[Slot], ranks: usize, bytes: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < slots.len() {
+        let dtype = slots[start].dtype;
+        let mut per = alloc::vec![0usize; ranks];
+        let mut end = start;
+        while end < slots.len() && slots[end].dtype == dtype {
+            let s = &slots[end];
+            per[s.owner] = per[s.owner].saturating_add(s.numel);
+            let longest = per.iter().copied().max().unwrap_or(0);
+            let moved = longest.saturating_mul(ranks).saturating_mul(dtype.size());
+            if end > start && moved > bytes {
+                break;
+            }
+            end += 1;
         }
+        out.push(start..end);
+        start = end;
     }
     out
 }
 
-/// Each rank's segment length for `dtype`: the elements of the stepped
-/// parameters of that dtype it owns, the longest over the ranks (every
-/// segment padded to it, so the flat vector splits evenly).
-fn segment_len(sizes: impl Iterator<Item = (usize, usize)>, ranks: usize) -> usize {
+/// The longest owner's segment of `slots` (elements), every segment
+/// padded to it.
+fn segment_len(slots: &[Slot], ranks: usize) -> usize {
     let mut per = alloc::vec![0usize; ranks];
-    for (owner, numel) in sizes {
-        per[owner] = per[owner].saturating_add(numel);
+    for s in slots {
+        per[s.owner] = per[s.owner].saturating_add(s.numel);
     }
     per.into_iter().max().unwrap_or(0)
 }
 
-/// ZeRO stage 2's reduction: per dtype, every rank's gradients laid out
-/// owner by owner (each owner's parameters in the module's order, zeros
-/// where this rank has none, each segment padded to the longest), summed
-/// by one reduce-scatter that leaves each rank its own segment; the owned
-/// parameters' sums are registered in `grads`.
-fn reduce_scatter_owned<G: Group>(
+/// ZeRO stage 2's reduction of one chunk: every rank's gradients of the
+/// chunk laid out owner by owner (each owner's parameters in the module's
+/// order, zeros where this rank has none, each segment padded to the
+/// longest), summed by one reduce-scatter that leaves each rank its own
+/// segment; the owned parameters' sums are registered in `grads`.
+fn reduce_scatter_chunk<G: Group>(
     group: &G,
-    entries: Vec<Entry>,
-    used: &[bool],
-    owners: &[usize],
+    slots: &[Slot],
+    entries: &mut [Option<Entry>],
     grads: &mut GradientsParams,
 ) -> Result<(), Error> {
     let me = group.rank();
     let n = group.size();
-    let mut items: Vec<(Entry, usize)> = entries
-        .into_iter()
-        .zip(used)
-        .zip(owners)
-        .filter_map(|((e, &u), &o)| u.then_some((e, o)))
-        .collect();
-    for dtype in distinct(items.iter().map(|(e, _)| e.dtype)) {
-        let (of_dtype, rest): (Vec<_>, Vec<_>) =
-            items.into_iter().partition(|(e, _)| e.dtype == dtype);
-        items = rest;
-        let len = segment_len(of_dtype.iter().map(|(e, o)| (*o, e.numel)), n);
-        if len == 0 {
-            continue;
+    let len = segment_len(slots, n);
+    let Some(first) = slots.first().filter(|_| len > 0) else {
+        return Ok(());
+    };
+    let dtype = first.dtype;
+    let device = entries[first.index]
+        .as_ref()
+        .expect("each slot taken once")
+        .device
+        .clone();
+    let mut flats = Vec::new();
+    for owner in 0..n {
+        let mut filled = 0usize;
+        for s in slots.iter().filter(|s| s.owner == owner) {
+            let e = entries[s.index].as_mut().expect("each slot taken once");
+            filled += e.numel;
+            flats.push(
+                e.data
+                    .take()
+                    .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype))),
+            );
         }
-        let device = of_dtype[0].0.device.clone();
-        let mut by_owner: Vec<Vec<Entry>> = (0..n).map(|_| Vec::new()).collect();
-        for (e, o) in of_dtype {
-            by_owner[o].push(e);
+        if filled < len {
+            flats.push(Tensor::zeros([len - filled], (&device, dtype)));
         }
-        let mut flats = Vec::new();
-        for owned in &mut by_owner {
-            let mut filled = 0usize;
-            for e in owned.iter_mut() {
-                filled += e.numel;
-                flats.push(
-                    e.data
-                        .take()
-                        .unwrap_or_else(|| Tensor::zeros([e.numel], (&e.device, e.dtype))),
-                );
-            }
-            if filled < len {
-                flats.push(Tensor::zeros([len - filled], (&device, dtype)));
-            }
-        }
-        let mine = Tensor::cat(flats, 0).reduce_scatter(group, 0)?;
-        let mut start = 0usize;
-        for e in by_owner.swap_remove(me) {
-            let numel = e.numel;
-            let g = mine.clone().narrow(0, start, numel);
-            start += numel;
-            restore(e, g, grads);
-        }
+    }
+    let mine = Tensor::cat(flats, 0).reduce_scatter(group, 0)?;
+    let mut start = 0usize;
+    for s in slots.iter().filter(|s| s.owner == me) {
+        let e = entries[s.index].take().expect("each slot taken once");
+        let g = mine.clone().narrow(0, start, s.numel);
+        start += s.numel;
+        restore(e, g, grads);
     }
     Ok(())
 }
 
-/// Every stepped parameter's new value from its owner: per dtype, each
-/// rank's owned parameters flattened and concatenated (padded to the
-/// longest segment), one all-gather, then sliced per parameter.
-fn gather_owned<M: Module, G: Group>(
-    group: &G,
-    module: &M,
-    stepped: &[Slot],
-) -> Result<BTreeMap<u64, Tensor<1>>, Error> {
+/// Every parameter of one chunk given its owner's new value: each rank's
+/// owned parameters of the chunk flattened and concatenated, one
+/// all-gather of these segments (of their own sizes: the new values are
+/// views of the gathered buffer, which must not hold padding), then sliced
+/// per parameter and assigned, so the module holds the old values of one
+/// chunk at a time.
+fn gather_chunk<M: Module, G: Group>(group: &G, module: M, slots: &[Slot]) -> Result<M, Error> {
     let me = group.rank();
     let n = group.size();
+    let mut sizes = alloc::vec![0usize; n];
+    for s in slots {
+        sizes[s.owner] = sizes[s.owner].saturating_add(s.numel);
+    }
+    let Some(first) = slots.first().filter(|_| sizes.iter().any(|&l| l > 0)) else {
+        return Ok(module);
+    };
+    let dtype = first.dtype;
+    let wanted: BTreeMap<u64, ()> = slots
+        .iter()
+        .filter(|s| s.owner == me)
+        .map(|s| (s.id, ()))
+        .collect();
     let mut current = BTreeMap::new();
-    struct Values<'a>(&'a mut BTreeMap<u64, Tensor<1>>);
-    impl burn_core::module::ModuleVisitor for Values<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &burn_core::module::Param<Tensor<D>>) {
-            // Untracked: ranks that own nothing of a dtype send zeros.
-            let v = p.val().detach().set_require_grad(false);
-            let numel = v.dims().iter().product::<usize>();
-            self.0
-                .entry(p.id.val())
-                .or_insert_with(|| crate::reshape(v, [numel]));
+    let mut device = None;
+    module.visit(&mut Values {
+        wanted: &wanted,
+        out: &mut current,
+        device: &mut device,
+    });
+    let device = device.unwrap_or_else(|| {
+        // This rank owns nothing of the chunk: zeros on the module's device.
+        let mut any = None;
+        module.visit(&mut AnyDevice(&mut any));
+        any.expect("a module with a stepped parameter has a device")
+    });
+    let mut flats = Vec::new();
+    for s in slots.iter().filter(|s| s.owner == me) {
+        let v: Tensor<1> = current.remove(&s.id).expect("visited");
+        flats.push(if v.dtype() == dtype { v } else { v.cast(dtype) });
+    }
+    let mine = if flats.is_empty() {
+        Tensor::zeros([0], (&device, dtype))
+    } else {
+        Tensor::cat(flats, 0)
+    };
+    let all = mine.gather_from_sizes(group, 0, &sizes)?;
+    // Where each owner's segment starts, then where its next parameter does.
+    let mut offset: Vec<usize> = sizes
+        .iter()
+        .scan(0usize, |acc, &l| {
+            let start = *acc;
+            *acc += l;
+            Some(start)
+        })
+        .collect();
+    let mut values = BTreeMap::new();
+    for s in slots {
+        values.insert(s.id, all.clone().narrow(0, offset[s.owner], s.numel));
+        offset[s.owner] += s.numel;
+    }
+    Ok(module.map(&mut Assign(values)))
+}
+
+/// The current values (flattened, untracked) of the parameters in
+/// `wanted`, and their device.
+struct Values<'a> {
+    wanted: &'a BTreeMap<u64, ()>,
+    out: &'a mut BTreeMap<u64, Tensor<1>>,
+    device: &'a mut Option<Device>,
+}
+
+impl ModuleVisitor for Values<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        if !self.wanted.contains_key(&p.id.val()) || self.out.contains_key(&p.id.val()) {
+            return;
+        }
+        // Untracked: ranks that own nothing of a chunk send zeros.
+        let v = p.val().detach().set_require_grad(false);
+        self.device.get_or_insert_with(|| v.device());
+        let numel = v.dims().iter().product::<usize>();
+        self.out.insert(p.id.val(), crate::reshape(v, [numel]));
+    }
+}
+
+/// The device of a module's first float parameter.
+struct AnyDevice<'a>(&'a mut Option<Device>);
+
+impl ModuleVisitor for AnyDevice<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        if self.0.is_none() {
+            *self.0 = Some(p.val().device());
         }
     }
-    module.visit(&mut Values(&mut current));
-    let mut out = BTreeMap::new();
-    for dtype in distinct(stepped.iter().map(|s| s.dtype)) {
-        let of_dtype: Vec<&Slot> = stepped.iter().filter(|s| s.dtype == dtype).collect();
-        let len = segment_len(of_dtype.iter().map(|s| (s.owner, s.numel)), n);
-        if len == 0 {
-            continue;
-        }
-        let mut flats = Vec::new();
-        let mut filled = 0usize;
-        let mut device = None;
-        for s in of_dtype.iter().filter(|s| s.owner == me) {
-            let v = current[&s.id].clone();
-            device.get_or_insert_with(|| v.device());
-            let v = if v.dtype() == dtype { v } else { v.cast(dtype) };
-            flats.push(v);
-            filled += s.numel;
-        }
-        let device = device.unwrap_or_else(|| current[&of_dtype[0].id].device());
-        if filled < len {
-            flats.push(Tensor::zeros([len - filled], (&device, dtype)));
-        }
-        let all = Tensor::cat(flats, 0).all_gather(group, 0)?;
-        let mut offset = alloc::vec![0usize; n];
-        for s in of_dtype {
-            let start = s.owner * len + offset[s.owner];
-            offset[s.owner] += s.numel;
-            out.insert(s.id, all.clone().narrow(0, start, s.numel));
-        }
-    }
-    Ok(out)
 }
