@@ -110,11 +110,17 @@ pub enum TensorOp {
     /// [`crate::ddp::Sharded::step`]: a data-parallel step with the
     /// optimizer state (and with ZeRO stage 2 the gradients) sharded.
     DdpSharded,
+    /// [`crate::ddp::save_sharded_checkpoint`]: every rank writes its
+    /// optimizer shard, one rank the model.
+    DdpSaveSharded,
+    /// [`crate::ddp::load_sharded_checkpoint`]: every rank reads the model
+    /// and the optimizer state of the parameters it owns.
+    DdpLoadSharded,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 42] = [
+    pub const ALL: [TensorOp; 44] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -157,6 +163,8 @@ impl TensorOp {
         TensorOp::DdpBuffers,
         TensorOp::SyncBatchNorm,
         TensorOp::DdpSharded,
+        TensorOp::DdpSaveSharded,
+        TensorOp::DdpLoadSharded,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -216,6 +224,8 @@ impl TensorOp {
             TensorOp::DdpBuffers => "ddp::sync_buffers",
             TensorOp::SyncBatchNorm => "ddp::SyncBatchNorm::forward",
             TensorOp::DdpSharded => "ddp::Sharded::step",
+            TensorOp::DdpSaveSharded => "ddp::save_sharded_checkpoint",
+            TensorOp::DdpLoadSharded => "ddp::load_sharded_checkpoint",
         }
     }
 }

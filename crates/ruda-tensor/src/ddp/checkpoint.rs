@@ -30,7 +30,12 @@ const FILE_MAGIC: &[u8; 8] = b"RUDACKP1";
 
 /// Exchange `[MAGIC, op, phase, value]` and return every rank's `value`,
 /// after checking that every rank is in the same call and phase.
-fn exchange<G: Group>(group: &G, op: TensorOp, phase: i64, value: i64) -> Result<Vec<i64>, Error> {
+pub(super) fn exchange<G: Group>(
+    group: &G,
+    op: TensorOp,
+    phase: i64,
+    value: i64,
+) -> Result<Vec<i64>, Error> {
     let all = group.exchange_words(&[MAGIC, op.code(), phase, value])?;
     let fields = [
         ("record marker", MAGIC),
@@ -43,7 +48,7 @@ fn exchange<G: Group>(group: &G, op: TensorOp, phase: i64, value: i64) -> Result
 
 /// Run a rank's local step, a panic included, as `Err(text)`: every rank
 /// must reach the exchange that follows, whatever happens here.
-fn local<T>(step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub(super) fn local<T>(step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)).unwrap_or_else(|p| {
         let text = p
             .downcast_ref::<&str>()
@@ -56,7 +61,7 @@ fn local<T>(step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
 
 /// Every rank's outcome of a local step (`Ok` or its error text), made
 /// known to all: the first rank that failed, as an error on every rank.
-fn agree_outcome<G: Group>(
+pub(super) fn agree_outcome<G: Group>(
     group: &G,
     op: TensorOp,
     phase: i64,
@@ -224,7 +229,7 @@ fn parts(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 /// materializes state tensors in the float dtype of the default device, so
 /// an `f64` model's state (Adam's moments, say) would come back in `f32`
 /// (and fail at the next step). A record without tensors always fits.
-fn state_dtype_fits<M: Module>(module: &M, optim: &[u8]) -> Result<(), String> {
+pub(super) fn state_dtype_fits<M: Module>(module: &M, optim: &[u8]) -> Result<(), String> {
     use burn_core::module::{ModuleVisitor, Param};
     struct Dtypes(Vec<burn_tensor::DType>);
     impl ModuleVisitor for Dtypes {

@@ -24,6 +24,13 @@
 //! statistics of the global batch (every rank's shard), with exact
 //! gradients: the model then equals the serial one on the whole batch.
 //!
+//! **Sharded optimizer state** (ZeRO stages 1 and 2): [`Sharded::step`]
+//! in place of [`step`] gives each parameter one owner rank, which alone
+//! steps it and holds its optimizer state (1/n of Adam's per rank), and
+//! makes the same steps as [`step`] bit for bit;
+//! [`save_sharded_checkpoint`] writes one file per rank and
+//! [`load_sharded_checkpoint`] reads them on any number of ranks.
+//!
 //! [`save_checkpoint`] writes the model and the optimizer state from one
 //! rank; [`load_checkpoint`] reads them on every rank into fresh replicas
 //! and checks them, so a run stopped after step k and resumed equals the
@@ -76,6 +83,7 @@ mod gradients;
 mod replicas;
 mod running;
 mod sharded;
+mod sharded_checkpoint;
 mod step;
 mod structure;
 mod sync_batch_norm;
@@ -88,6 +96,9 @@ pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
 pub use sharded::{Sharded, ZeroStage};
+pub use sharded_checkpoint::{
+    SHARDED_MODEL_FILE, load_sharded_checkpoint, save_sharded_checkpoint,
+};
 pub use step::{step, step_with};
 pub use sync_batch_norm::{SyncBatchNorm, SyncBatchNormConfig};
 pub use zeros::Zeros;
