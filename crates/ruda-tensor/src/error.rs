@@ -116,11 +116,14 @@ pub enum TensorOp {
     /// [`crate::ddp::load_sharded_checkpoint`]: every rank reads the model
     /// and the optimizer state of the parameters it owns.
     DdpLoadSharded,
+    /// [`crate::ddp::DistributedSampler::new`]: the ranks agree on the
+    /// dataset's length.
+    DdpSampler,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 44] = [
+    pub const ALL: [TensorOp; 45] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -165,6 +168,7 @@ impl TensorOp {
         TensorOp::DdpSharded,
         TensorOp::DdpSaveSharded,
         TensorOp::DdpLoadSharded,
+        TensorOp::DdpSampler,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -226,6 +230,7 @@ impl TensorOp {
             TensorOp::DdpSharded => "ddp::Sharded::step",
             TensorOp::DdpSaveSharded => "ddp::save_sharded_checkpoint",
             TensorOp::DdpLoadSharded => "ddp::load_sharded_checkpoint",
+            TensorOp::DdpSampler => "ddp::DistributedSampler::new",
         }
     }
 }
@@ -612,6 +617,21 @@ pub enum Error {
         path: String,
         /// What failed (the I/O error on the rank it happened on).
         message: String,
+    },
+    /// Ranks that sample datasets of different lengths
+    /// ([`crate::ddp::DistributedSampler::new`]).
+    #[error(
+        "ddp::DistributedSampler::new (reported by rank {rank}): rank {offender}'s dataset has {len} samples where rank 0's has {expected}"
+    )]
+    Sampler {
+        /// The reporting rank.
+        rank: usize,
+        /// The first rank whose length differs from rank 0's.
+        offender: usize,
+        /// Its length.
+        len: usize,
+        /// Rank 0's.
+        expected: usize,
     },
     /// A setting outside its domain (a batch norm's epsilon, momentum or
     /// feature count).

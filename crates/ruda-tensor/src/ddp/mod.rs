@@ -82,6 +82,7 @@ mod checkpoint;
 mod gradients;
 mod replicas;
 mod running;
+mod sampler;
 mod sharded;
 mod sharded_checkpoint;
 mod step;
@@ -95,6 +96,7 @@ pub use buffers::{BufferSync, sync_buffers};
 pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
 pub use replicas::check_replicas;
+pub use sampler::{DistributedSampler, Tail};
 pub use sharded::{Sharded, ZeroStage};
 pub use sharded_checkpoint::{
     SHARDED_MODEL_FILE, load_sharded_checkpoint, save_sharded_checkpoint,
