@@ -10,7 +10,7 @@
 //! ```text
 //! cargo build --release -p ruda-cli --features mpi --example zero_memory
 //! for n in 1 2 4; do for s in plain 1 2; do
-//!   mpirun -n $n --bind-to none target/release/examples/zero_memory --stage $s
+//!   mpirun -n $n --oversubscribe --bind-to none target/release/examples/zero_memory --stage $s
 //! done; done
 //! ```
 //!
@@ -91,7 +91,15 @@ fn rank_main(comm: AnyCommunicator, opts: &Opts) -> Result<String, Error> {
     let stage = match opts.stage.as_str() {
         "1" => Some(ZeroStage::One),
         "2" => Some(ZeroStage::Two),
-        _ => None,
+        "plain" => None,
+        other => {
+            return Err(Error::InvalidSetting {
+                op: ruda_tensor::TensorOp::DdpSharded,
+                setting: "--stage (plain, 1 or 2)",
+                value: other.parse().unwrap_or(f64::NAN),
+                domain: "plain, 1, 2",
+            });
+        }
     };
     for _ in 0..opts.steps {
         let x = Tensor::<2>::ones([2, opts.width], &device)

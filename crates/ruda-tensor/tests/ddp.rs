@@ -316,7 +316,7 @@ mod unused_parameters {
             let g = GradientsParams::from_grads(loss.backward(), &m);
             if me == 1 {
                 // As many words as the DDP record's first exchange.
-                ruda_tensor::Group::exchange_words(&world, &[5, 4, 0, 0, 0, 0, 0]).map(|_| ())
+                ruda_tensor::Group::exchange_words(&world, &[5, 4, 0, 0, 0, 0, 0, 0]).map(|_| ())
             } else {
                 all_reduce_gradients(&world, &m, g, GradientReduction::Sum).map(|_| ())
             }

@@ -116,7 +116,7 @@ fn on_threads(ranks: usize, how: How) -> Vec<(Vec<Vec<u64>>, usize)> {
 }
 
 /// ZeRO 1 and 2 make the same steps as plain data parallelism, bit for
-/// bit, on 1 to 8 ranks (uneven shards; from 8 ranks on some ranks own no
+/// bit, on 1 to 8 ranks (uneven shards; from 5 ranks on some ranks own no
 /// parameter); each parameter's Adam state is on one rank only: the ranks'
 /// state tensors add up to the plain run's, and from 2 ranks on no rank
 /// holds all of it.

@@ -175,7 +175,15 @@ fn a_missing_or_mixed_sharded_checkpoint_is_an_error_on_every_rank() {
             })
             .unwrap();
     }
-    std::fs::copy(a.join("optimizer-1.ruda"), b.join("optimizer-1.ruda")).unwrap();
+    // B's shard of rank 1 replaced by A's (another save's).
+    let shard_1 = |dir: &PathBuf| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with("-1.ruda"))
+            .unwrap()
+    };
+    std::fs::copy(shard_1(&a), shard_1(&b)).unwrap();
     for (dir, says) in [
         (&b, "a save cut short"),
         (&temp_dir("sharded-none"), "reading"),
@@ -199,4 +207,49 @@ fn a_missing_or_mixed_sharded_checkpoint_is_an_error_on_every_rank() {
     }
     std::fs::remove_dir_all(&a).unwrap();
     std::fs::remove_dir_all(&b).unwrap();
+}
+
+/// A rank whose optimizer also holds state for parameters it does not own
+/// (plain steps before the sharded ones) saves only its own; the load on
+/// two ranks equals the uninterrupted run, and a second save into the same
+/// directory leaves one save's shards.
+#[test]
+fn leftover_state_of_plain_steps_is_not_saved_twice() {
+    let dir = temp_dir("sharded-leftover");
+    let straight = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let model = broadcast_module(&world, Mlp::new(&Device::flex().autodiff()), 0)?;
+            let mut optim = AdamConfig::new().init();
+            let model = train(&world, model, &mut optim, 2, None)?;
+            let model = train(&world, model, &mut optim, 1, Some(ZeroStage::One))?;
+            save_sharded_checkpoint(&world, &dir, &model, &optim)?;
+            save_sharded_checkpoint(&world, &dir, &model, &optim)?;
+            let model = train(&world, model, &mut optim, 2, Some(ZeroStage::One))?;
+            Ok::<_, Error>(bits(&model))
+        })
+        .unwrap();
+    let shards = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|f| {
+            f.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("optimizer-")
+        })
+        .count();
+    assert_eq!(shards, 2, "one save's shards");
+    let resumed = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let fresh = Mlp::new(&Device::flex().autodiff());
+            let (model, mut optim) =
+                load_sharded_checkpoint(&world, &dir, fresh, AdamConfig::new().init())?;
+            let model = train(&world, model, &mut optim, 2, Some(ZeroStage::One))?;
+            Ok::<_, Error>(bits(&model))
+        })
+        .unwrap();
+    assert_eq!(resumed, straight);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -96,7 +96,14 @@ impl ModuleVisitor for Buffers {
 /// parameters frozen with `set_require_grad(false)` (on a device without
 /// autodiff, where nothing takes a gradient, every float parameter).
 /// Trainable parameters are left alone: [`super::all_reduce_gradients`]
-/// keeps them equal.
+/// keeps them equal. Unlike PyTorch, which broadcasts only registered
+/// buffers, frozen parameters travel too (Burn's visitor shows a
+/// `RunningState` as a parameter without a gradient, like a frozen one): a
+/// large frozen backbone is broadcast every step unless you pass
+/// [`BufferSync::Off`] and sync the running statistics yourself.
+/// [`BufferSync::Mean`] rewrites values that are already equal by a
+/// rounding of their mean (a frozen parameter may move by an ulp): prefer
+/// `Broadcast` for models with frozen parameters.
 ///
 /// Each replica updates its running statistics from its own shard, so
 /// without this call the replicas drift apart from the first step

@@ -174,10 +174,8 @@ fn save<M: Module, G: Group>(
     agree_outcome(group, op, 1, dir, mine)
 }
 
-/// Write the checkpoint file: a temporary file of a name no other writer
-/// uses, flushed, then renamed over [`CHECKPOINT_FILE`].
+/// Write the checkpoint file: the two records, each after its length.
 fn write<M: Module>(dir: &Path, module: &M, optimizer: &ModuleOptimizer) -> Result<(), String> {
-    use std::io::Write as _;
     let model = module
         .clone()
         .into_record()
@@ -186,20 +184,31 @@ fn write<M: Module>(dir: &Path, module: &M, optimizer: &ModuleOptimizer) -> Resu
     let optim = optimizer
         .into_bytes()
         .map_err(|e| format!("serializing the optimizer: {e}"))?;
+    let (m, o) = (
+        (model.len() as u64).to_le_bytes(),
+        (optim.len() as u64).to_le_bytes(),
+    );
+    write_atomic(
+        dir,
+        CHECKPOINT_FILE,
+        &[FILE_MAGIC, &m, &model[..], &o, &optim[..]],
+    )
+}
+
+/// Write `parts` one after the other to `dir/name`: to a temporary file of
+/// a name no other writer uses, flushed to disk, then renamed over
+/// `name`, so a reader sees the previous file or this one.
+pub(super) fn write_atomic(dir: &Path, name: &str, parts: &[&[u8]]) -> Result<(), String> {
+    use std::io::Write as _;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let partial = dir.join(format!(
-        ".{CHECKPOINT_FILE}.{}.{nanos}.partial",
-        std::process::id()
-    ));
-    let done = dir.join(CHECKPOINT_FILE);
+    let partial = dir.join(format!(".{name}.{}.{nanos}.partial", std::process::id()));
+    let done = dir.join(name);
     let written = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&partial)?;
-        f.write_all(FILE_MAGIC)?;
-        for part in [&model[..], &optim[..]] {
-            f.write_all(&(part.len() as u64).to_le_bytes())?;
+        for part in parts {
             f.write_all(part)?;
         }
         f.sync_all()?;
@@ -310,6 +319,25 @@ fn load<M: Module, G: Group>(
         Ok((m, o))
     };
     let outcome = local(read);
+    finish_load(group, op, dir, outcome, hash)
+}
+
+/// The end of a load, once every rank has read (`outcome`, and `hash`, a
+/// hash of the model file it read): the outcome made known to all, the
+/// ranks' files compared, the loaded replicas checked.
+///
+/// # Errors
+/// [`Error::Checkpoint`] on every rank naming the first rank that could
+/// not read, or that read another model file than rank 0;
+/// [`Error::ModuleMismatch`] when the loaded parameters differ; the
+/// group's errors.
+pub(super) fn finish_load<M: Module, G: Group>(
+    group: &G,
+    op: TensorOp,
+    dir: &Path,
+    outcome: Result<(M, ModuleOptimizer), String>,
+    hash: i64,
+) -> Result<(M, ModuleOptimizer), Error> {
     let (mine, loaded) = match outcome {
         Ok(x) => (Ok(()), Some(x)),
         Err(e) => (Err(e), None),
@@ -322,7 +350,7 @@ fn load<M: Module, G: Group>(
             rank: group.rank(),
             offender: r,
             path: dir.display().to_string(),
-            message: format!("rank {r} read another checkpoint file than rank 0"),
+            message: format!("rank {r} read another model file than rank 0"),
         });
     }
     let (module, optimizer) = loaded.expect("every rank read the checkpoint");

@@ -11,9 +11,14 @@ use burn_core::module::Module;
 /// folds it into the value only at the next update or `value_sync`: a
 /// visitor reads the value one step behind, and a value written by a mapper
 /// is overwritten by the pending update at the next forward pass. The only
-/// public way to fold every pending update is `Module::valid`, which syncs
-/// the states it copies (they share their storage with `module`'s); the
-/// copy it returns is dropped, so nothing else about `module` changes.
+/// public way to fold every pending update is `Module::valid`: each
+/// `RunningState::valid` folds the state's own pending updates into its
+/// own value, then returns a fresh copy. The copy of the module it returns
+/// is dropped; besides the fold, `valid` initializes lazy parameters (as
+/// any read of them would). A module whose replicas share one
+/// `RunningState` across threads (a model cloned into several ranks'
+/// threads) has every thread's pending update folded, as Burn's own sync
+/// would.
 pub(super) fn fold_running_states<M: Module>(module: &M) {
     drop(module.valid());
 }

@@ -30,8 +30,10 @@ pub enum Tail {
 /// shuffling), dealt round-robin to the ranks (rank r takes positions r,
 /// r + ranks, …), with the tail handled as [`Tail`] says. Every rank
 /// computes its own indices (no communication after
-/// [`DistributedSampler::new`]), and the ranks' shards of an epoch are
-/// disjoint and cover the dataset.
+/// [`DistributedSampler::new`]). With [`Tail::Uneven`] the ranks' shards
+/// of an epoch are disjoint and cover the dataset; [`Tail::Drop`] leaves
+/// out up to `ranks − 1` samples and [`Tail::Pad`] repeats up to
+/// `ranks − 1`.
 ///
 /// # Example
 /// ```
@@ -91,7 +93,8 @@ impl DistributedSampler {
     }
 
     /// A sampler for rank `rank` of `ranks`, without checking that the
-    /// other ranks use the same `len` (for code that already knows).
+    /// other ranks use the same `len` (for code that already knows). A
+    /// `rank` outside `0..ranks` takes no samples.
     ///
     /// # Example
     /// ```
@@ -125,6 +128,9 @@ impl DistributedSampler {
     /// How many samples each rank takes per epoch (this rank's count).
     pub fn num_samples(&self) -> usize {
         let (len, n, r) = (self.len, self.ranks, self.rank);
+        if r >= n {
+            return 0;
+        }
         match self.tail {
             Tail::Uneven => len / n + usize::from(r < len % n),
             Tail::Drop => len / n,
@@ -134,6 +140,9 @@ impl DistributedSampler {
 
     /// This rank's dataset indices for `epoch`, in the order to visit them.
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
+        if self.rank >= self.ranks {
+            return Vec::new();
+        }
         let mut order: Vec<usize> = (0..self.len).collect();
         if let Some(seed) = self.seed {
             shuffle(&mut order, seed, epoch);

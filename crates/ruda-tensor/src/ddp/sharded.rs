@@ -55,9 +55,11 @@ impl ZeroStage {
 /// A data-parallel step with sharded optimizer state: ZeRO stage 1 or 2
 /// over Burn's `ModuleOptimizer`.
 ///
-/// Every trainable parameter has one owner rank (whole parameters, in the
-/// module's order, each to the rank with the fewest bytes so far: the same
-/// on every rank, and stable from step to step). After `backward()`,
+/// Every float parameter has one owner rank (whole parameters, in the
+/// module's order, each to the rank with the fewest bytes so far, counting
+/// every float value, buffers and frozen parameters included, so that the
+/// assignment depends only on the module's structure: the same on every
+/// rank, from step to step, and when a checkpoint is loaded). After `backward()`,
 /// [`Sharded::step`] reduces the gradients (all-reduce for stage 1,
 /// reduce-scatter for stage 2), steps the optimizer on the parameters this
 /// rank owns only — so `optim` creates and keeps state for those only,
@@ -107,10 +109,13 @@ pub struct Sharded {
     pub buffers: BufferSync,
     /// How the transfers are cut: stage 1 all-reduces the gradients in
     /// these buckets; the reduce-scatter (stage 2) and the all-gather of
-    /// the parameters move runs of consecutive parameters of at most
-    /// `bucket_bytes` each (ranks × the longest owner's segment), so they
-    /// hold one such run at a time besides the model. Every rank must pass
-    /// the same.
+    /// the parameters move runs of consecutive parameters of about
+    /// `bucket_bytes` each, so they hold one such run at a time besides
+    /// the model. A run holds at least one parameter, and stage 2 pads
+    /// every owner's segment of a run to the longest: a parameter larger
+    /// than `bucket_bytes / ranks` moves in a run of its own of
+    /// `ranks ×` its size, mostly zeros (the price of a reduce-scatter
+    /// without uneven chunks). Every rank must pass the same.
     pub buckets: Buckets,
 }
 

@@ -13,8 +13,9 @@ use burn_core::store::ModuleRecord;
 use burn_optim::ModuleOptimizer;
 use burn_tensor::{Bytes, Tensor};
 
-use super::checkpoint::{agree_outcome, exchange, local, state_dtype_fits};
-use super::replicas::check_replicas;
+use super::checkpoint::{
+    agree_outcome, exchange, finish_load, local, state_dtype_fits, write_atomic,
+};
 use super::running::fold_running_states;
 use super::sharded::owners;
 use super::structure::Entry;
@@ -28,33 +29,25 @@ pub const SHARDED_MODEL_FILE: &str = "model.ruda";
 const MODEL_MAGIC: &[u8; 8] = b"RUDASHM1";
 const SHARD_MAGIC: &[u8; 8] = b"RUDASHO1";
 
-/// The file of rank `rank`'s optimizer shard.
-fn shard_file(rank: usize) -> String {
-    format!("optimizer-{rank}.ruda")
+/// The file of rank `rank`'s optimizer shard in save `id`.
+fn shard_file(id: u64, rank: usize) -> String {
+    format!("optimizer-{id}-{rank}.ruda")
 }
 
-/// Write `parts` one after the other to `dir/name`: under a temporary name,
-/// flushed, then renamed, so a reader sees the previous file or this one.
-fn write_atomic(dir: &Path, name: &str, parts: &[&[u8]]) -> Result<(), String> {
-    use std::io::Write as _;
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let partial = dir.join(format!(".{name}.{}.{nanos}.partial", std::process::id()));
-    let done = dir.join(name);
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&partial)?;
-        for part in parts {
-            f.write_all(part)?;
+/// Remove the optimizer shards in `dir` of saves other than `id` (best
+/// effort: a file that cannot be removed stays, harmless).
+fn remove_other_shards(dir: &Path, id: u64) {
+    let keep = format!("optimizer-{id}-");
+    if let Ok(files) = std::fs::read_dir(dir) {
+        for f in files.flatten() {
+            let name = f.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("optimizer-") && name.ends_with(".ruda") && !name.starts_with(&keep)
+            {
+                let _ = std::fs::remove_file(f.path());
+            }
         }
-        f.sync_all()?;
-        std::fs::rename(&partial, &done)
-    })();
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&partial);
-        format!("writing {}: {e}", done.display())
-    })
+    }
 }
 
 /// The little-endian `u64` words after `magic` at the start of `file`,
@@ -70,13 +63,15 @@ fn header<const N: usize>(file: &[u8], magic: &[u8; 8]) -> Option<([u64; N], Vec
 }
 
 /// Save a sharded run to the directory `dir` (collective): every rank
-/// writes its own optimizer state, `optimizer-<rank>.ruda` (the state of
-/// the parameters it owns under [`super::Sharded`]), then rank 0 writes
-/// the model, [`SHARDED_MODEL_FILE`], which names the save and the number
-/// of shards; each file is written under a temporary name and renamed. No
-/// rank gathers another's state, so saving needs no more memory than one
-/// rank's shard. The files carry one save's id, so a load that finds a
-/// shard of another save (a save cut short) fails instead of mixing them.
+/// writes the optimizer state of the parameters it owns under
+/// [`super::Sharded`] (keyed by their positions in the module),
+/// `optimizer-<save>-<rank>.ruda`, then rank 0 writes the model,
+/// [`SHARDED_MODEL_FILE`], which names the save and its number of shards,
+/// and removes older saves' shards. Each file is written under a temporary
+/// name and renamed, and the model file last, so a reader finds the
+/// previous save or this one whole. No rank gathers another's state: a
+/// rank holds its own state's serialized copies (and rank 0 the model's)
+/// while it writes.
 ///
 /// # Errors
 /// [`Error::Checkpoint`] on every rank when a rank cannot write (naming
@@ -110,22 +105,31 @@ fn save<M: Module, G: Group>(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
     let id = exchange(group, op, 0, nanos)?[0] as u64;
-    let positions: BTreeMap<u64, u64> = ids(module)
+    // This rank's parameters (by id: a tied one at its first position,
+    // the one its gradient and state go with) and their positions.
+    let mut structure = Structure::default();
+    module.visit(&mut structure);
+    let owners = owners(&structure.0, group.size());
+    let mut first: BTreeMap<u64, usize> = BTreeMap::new();
+    for (i, e) in structure.0.iter().enumerate() {
+        first.entry(e.id.val()).or_insert(i);
+    }
+    let positions: BTreeMap<u64, u64> = first
         .into_iter()
-        .enumerate()
-        .rev()
-        .map(|(i, id)| (id, i as u64))
+        .filter(|&(_, i)| owners[i] == me)
+        .map(|(id, i)| (id, i as u64))
         .collect();
     let mine = local(|| {
         let state = optimizer
             .into_bytes()
             .map_err(|e| format!("serializing the optimizer: {e}"))?;
         // Keyed by each parameter's position in the module, not by this
-        // rank's ids: replicas' ids differ, and the loading ones take the
-        // model file's.
+        // rank's ids (replicas' ids differ, and the loading ones take the
+        // model file's); only the parameters this rank owns (state left
+        // from plain steps, say, is another owner's to save).
         let state = rekey(state, |id| positions.get(&id).copied())?;
         let head = [id, me as u64, ranks].map(u64::to_le_bytes).concat();
-        write_atomic(dir, &shard_file(me), &[SHARD_MAGIC, &head, &state[..]])
+        write_atomic(dir, &shard_file(id, me), &[SHARD_MAGIC, &head, &state[..]])
     });
     agree_outcome(group, op, 1, dir, mine)?;
     let mine = if me == 0 {
@@ -141,14 +145,12 @@ fn save<M: Module, G: Group>(
     } else {
         Ok(())
     };
-    agree_outcome(group, op, 2, dir, mine)
-}
-
-/// Every float parameter's id, in the module's order.
-fn ids<M: Module>(module: &M) -> Vec<u64> {
-    let mut structure = Structure::default();
-    module.visit(&mut structure);
-    structure.0.iter().map(|e| e.id.val()).collect()
+    agree_outcome(group, op, 2, dir, mine)?;
+    if me == 0 {
+        // The model file names this save: older shards are garbage now.
+        remove_other_shards(dir, id);
+    }
+    Ok(())
 }
 
 /// A serialized optimizer record with every parameter key (tensor names'
@@ -215,7 +217,7 @@ impl ModuleVisitor for Structure {
 /// into `optimizer` — a run saved on 4 ranks resumes on 2, or on 1 (which
 /// then owns every parameter). The shard files are read one at a time, so
 /// a rank holds at most one shard besides its own state. Then the ranks
-/// check that they read the same model ([`check_replicas`]).
+/// check that they read the same model ([`super::check_replicas`]).
 ///
 /// # Errors
 /// [`Error::Checkpoint`] on every rank when a rank cannot read the files
@@ -296,20 +298,21 @@ fn load<M: Module, G: Group>(
         // Position → this module's id, for the positions this rank owns.
         let mut structure = Structure::default();
         module.visit(&mut structure);
-        let owners = owners(&structure.0, n);
+        let owners_now = owners(&structure.0, n);
+        let owners_then = owners(&structure.0, saved as usize);
         let mine: BTreeMap<u64, u64> = structure
             .0
             .iter()
-            .zip(owners)
+            .zip(&owners_now)
             .enumerate()
-            .filter(|(_, (_, o))| *o == me)
+            .filter(|(_, (_, o))| **o == me)
             .map(|(i, (e, _))| (i as u64, e.id.val()))
             .collect();
         let mut tensors = Vec::new();
         let mut scalars = BTreeMap::new();
         let mut paths = BTreeMap::new();
         for k in 0..saved {
-            let file = dir.join(shard_file(k as usize));
+            let file = dir.join(shard_file(id, k as usize));
             let bytes =
                 std::fs::read(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
             let ([sid, rank, ranks], state) = header::<3>(&bytes, SHARD_MAGIC)
@@ -321,7 +324,13 @@ fn load<M: Module, G: Group>(
                 ));
             }
             drop(bytes);
-            let state = rekey(Bytes::from_bytes_vec(state), |p| mine.get(&p).copied())
+            // The positions shard k's rank owned when saving and this rank
+            // owns now.
+            let take = |p: u64| {
+                let owned_then = owners_then.get(p as usize) == Some(&(k as usize));
+                mine.get(&p).copied().filter(|_| owned_then)
+            };
+            let state = rekey(Bytes::from_bytes_vec(state), take)
                 .map_err(|e| format!("the optimizer state in {}: {e}", file.display()))?;
             let reader = burn_pack::Reader::from_bytes(state)
                 .map_err(|e| format!("the optimizer state in {}: {e}", file.display()))?;
@@ -354,22 +363,6 @@ fn load<M: Module, G: Group>(
             .map_err(|e| format!("the optimizer state: {e}"))?;
         Ok((module, optimizer))
     };
-    let (mine, loaded) = match local(read) {
-        Ok(x) => (Ok(()), Some(x)),
-        Err(e) => (Err(e), None),
-    };
-    agree_outcome(group, op, 0, dir, mine)?;
-    let hashes = exchange(group, op, 1, hash)?;
-    if let Some(r) = hashes.iter().position(|&h| h != hashes[0]) {
-        return Err(Error::Checkpoint {
-            op,
-            rank: me,
-            offender: r,
-            path: dir.display().to_string(),
-            message: format!("rank {r} read another model file than rank 0"),
-        });
-    }
-    let (module, optimizer) = loaded.expect("every rank read the checkpoint");
-    check_replicas(group, &module)?;
-    Ok((module, optimizer))
+    let outcome = local(read);
+    finish_load(group, op, dir, outcome, hash)
 }

@@ -19,9 +19,10 @@ use crate::group::Group;
 ///
 /// # Errors
 /// The errors of [`super::all_reduce_gradients`] and
-/// [`super::sync_buffers`], on every rank; after a failure the ranks'
-/// modules may differ (the optimizer has stepped on the ranks whose
-/// reduction succeeded only if every rank's did).
+/// [`super::sync_buffers`], on every rank (the module is consumed: after an
+/// error, load a checkpoint to go on). The buffer sync is a collective
+/// after the optimizer step: a rank whose optimizer panics leaves its
+/// peers waiting until the group's deadline, which they then report.
 ///
 /// # Example
 /// ```

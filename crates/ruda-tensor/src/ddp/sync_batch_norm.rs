@@ -5,7 +5,7 @@ use burn_core as burn;
 
 use alloc::vec::Vec;
 use burn::module::{Module, Param, RunningState};
-use burn_tensor::{Device, Tensor};
+use burn_tensor::{DType, Device, Tensor};
 
 use crate::error::{Error, ShapeProblem, TensorOp};
 use crate::group::Group;
@@ -98,13 +98,26 @@ impl SyncBatchNormConfig {
 /// shard together, reduced over the group with ruda's differentiable
 /// all-reduce, so the output, the gradients and the running statistics are
 /// those of burn-nn's `BatchNorm` applied to the whole batch by one
-/// process (up to floating-point rounding: the tests hold them to 1e-12
-/// relative in f64). It computes as `BatchNorm` does: a two-pass variance,
+/// process (up to floating-point rounding: the tests hold one rank to
+/// `BatchNorm` and 2 to 8 ranks to one rank within 1e-12 · (1 + |x|) in
+/// f64). It computes as `BatchNorm` does: a two-pass variance,
 /// biased (divided by the sample count) in the normalization and in the
 /// running variance alike.
 ///
 /// The running statistics are the same on every rank (the same reduced
 /// values update them), so [`super::BufferSync::Off`] suffices for them.
+/// Half-precision inputs are normalized in f32 and the output rounded
+/// once.
+///
+/// **Every rank together.** Training mode is chosen by the input's device
+/// (autodiff: training), per rank: every rank of the group must run the
+/// forward pass in the same mode, in the same order among its collectives,
+/// and then `backward()` on a loss that depends on the output (the
+/// statistics' all-reduces run again in the backward pass); a rank that
+/// does not waits out the group's deadline on the others, which then fail
+/// with its timeout. Unlike burn-nn's `BatchNorm` there is no training
+/// flag: `freeze()` does not switch it to the running statistics; run it
+/// on a device without autodiff (after `valid()`) for inference.
 ///
 /// **Gradients.** The backward pass sums each statistic's gradient over
 /// the ranks (the all-reduce is its own adjoint): the gradient that reaches
@@ -265,20 +278,37 @@ impl SyncBatchNorm {
             return Err(Error::EmptyBatch { op, rank: me });
         }
         let inv = 1.0 / total as f64;
+        // Half precision computes in f32: a channel's sum of 100k values
+        // of 1 is already past f16's 65504.
+        let dtype = input.dtype();
+        let work = match dtype {
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        };
+        let input = if work == dtype {
+            input
+        } else {
+            input.cast(work)
+        };
+        let param = |p: &Param<Tensor<1>>| {
+            let v = p.val();
+            if v.dtype() == work { v } else { v.cast(work) }
+        };
         // [channels, elements per channel] (zero columns on an empty
         // shard: its sums are zeros, still tracked like every rank's).
+        // Each rank's sum is scaled by 1/total before the all-reduce, so
+        // the reduction adds means, not sums.
         let flat = |t: Tensor<D>| crate::reshape(t.swap_dims(0, 1), [c, count]);
-        let sum = |t: Tensor<D>| crate::reshape(flat(t).sum_dim(1), [c]);
-        let mean = sum(input.clone()).all_reduce(group)?.mul_scalar(inv);
+        let share = |t: Tensor<D>| crate::reshape(flat(t).sum_dim(1), [c]).mul_scalar(inv);
+        let mean = share(input.clone()).all_reduce(group)?;
         let centered = input - self.per_channel::<D>(mean.clone());
-        let var = sum(centered.clone().powi_scalar(2))
-            .all_reduce(group)?
-            .mul_scalar(inv);
-        let scale = var.clone().add_scalar(self.epsilon).sqrt().recip() * self.gamma.val();
-        let out = centered * self.per_channel::<D>(scale) + self.per_channel::<D>(self.beta.val());
+        let var = share(centered.clone().powi_scalar(2)).all_reduce(group)?;
+        let scale = var.clone().add_scalar(self.epsilon).sqrt().recip() * param(&self.gamma);
+        let out =
+            centered * self.per_channel::<D>(scale) + self.per_channel::<D>(param(&self.beta));
         self.update(&self.running_mean, mean);
         self.update(&self.running_var, var);
-        Ok(out)
+        Ok(if work == dtype { out } else { out.cast(dtype) })
     }
 
     /// `state ← (1 − momentum) · state + momentum · batch`, as burn-nn's
@@ -286,6 +316,11 @@ impl SyncBatchNorm {
     fn update(&self, state: &RunningState<Tensor<1>>, batch: Tensor<1>) {
         let device = batch.device();
         let old = state.value_sync().to_device(&device);
+        let batch = if batch.dtype() == old.dtype() {
+            batch
+        } else {
+            batch.cast(old.dtype())
+        };
         let new = old
             .mul_scalar(1.0 - self.momentum)
             .add(batch.detach().mul_scalar(self.momentum));
