@@ -119,11 +119,13 @@ pub enum TensorOp {
     /// [`crate::ddp::DistributedSampler::new`]: the ranks agree on the
     /// dataset's length.
     DdpSampler,
+    /// [`crate::TensorExt::reduce`]: the sum over the group at one root.
+    Reduce,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 45] = [
+    pub const ALL: [TensorOp; 46] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -169,6 +171,7 @@ impl TensorOp {
         TensorOp::DdpSaveSharded,
         TensorOp::DdpLoadSharded,
         TensorOp::DdpSampler,
+        TensorOp::Reduce,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -231,6 +234,7 @@ impl TensorOp {
             TensorOp::DdpSaveSharded => "ddp::save_sharded_checkpoint",
             TensorOp::DdpLoadSharded => "ddp::load_sharded_checkpoint",
             TensorOp::DdpSampler => "ddp::DistributedSampler::new",
+            TensorOp::Reduce => "reduce",
         }
     }
 }

@@ -164,6 +164,28 @@ pub trait TensorExt: Sized {
     /// As [`p::broadcast`].
     fn broadcast<G: Group>(self, group: &G, root: usize) -> Result<Self, Error>;
 
+    /// The sum over the group at `root`, zeros on every other rank; the
+    /// adjoint broadcasts the root's gradient.
+    ///
+    /// # Errors
+    /// As [`p::reduce`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective, TensorExt};
+    ///
+    /// let out = LocalWorld::new(3).run(|comm| {
+    ///     let world = HostCollective::new(comm);
+    ///     let x = Tensor::<1>::ones([2], &Device::flex()).mul_scalar(world.rank() as f64 + 1.0);
+    ///     let y = x.reduce(&world, 1)?;
+    ///     Ok::<_, ruda_tensor::Error>(y.into_data().try_to_vec::<f32>().unwrap())
+    /// }).unwrap();
+    /// assert_eq!(out, vec![vec![0.0; 2], vec![6.0; 2], vec![0.0; 2]]);
+    /// ```
+    fn reduce<G: Group>(self, group: &G, root: usize) -> Result<Self, Error>;
+
     /// Send `counts[p]` slices along `dim` to rank `p`; receive every
     /// rank's slices for this rank in source order.
     ///
@@ -287,6 +309,12 @@ impl<const D: usize> TensorExt for Tensor<D> {
 
     fn broadcast<G: Group>(self, group: &G, root: usize) -> Result<Self, Error> {
         routed!(self, D, burn_tensor::Float, |B, t| p::broadcast::<B>(
+            group, t, root
+        ))
+    }
+
+    fn reduce<G: Group>(self, group: &G, root: usize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::reduce::<B>(
             group, t, root
         ))
     }

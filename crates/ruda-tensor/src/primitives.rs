@@ -40,7 +40,7 @@ use crate::grid::{Axis, ProcessGrid};
 use crate::group::Group;
 use crate::ops::{
     AllReduce, AllToAllV, Broadcast, CopyTo, Gather, HaloExchange, HaloReduce, KeepChunk,
-    ReduceFrom, ReduceScatter, Transpose, TransposeAxes, apply, front,
+    ReduceFrom, ReduceScatter, SumToRoot, Transpose, TransposeAxes, apply, front,
 };
 
 /// Sum over the group; every rank gets the result. The adjoint is itself.
@@ -110,6 +110,22 @@ pub fn broadcast<B: DistBackend>(
     root: usize,
 ) -> Result<FloatTensor<B>, Error> {
     apply::<B, _, _>(g, Broadcast::new(root), x)
+}
+
+/// The sum over the group at `root`; every other rank gets zeros of the
+/// same shape (PyTorch's `reduce` leaves them undefined). The adjoint is
+/// the broadcast from `root`. It moves an all-reduce's bytes (the group
+/// has no rooted sum yet).
+///
+/// # Errors
+/// [`Error::InvalidRoot`] for a root outside the group or roots that differ;
+/// as [`all_reduce`].
+pub fn reduce<B: DistBackend>(
+    g: &impl Group,
+    x: FloatTensor<B>,
+    root: usize,
+) -> Result<FloatTensor<B>, Error> {
+    apply::<B, _, _>(g, SumToRoot::new(root), x)
 }
 
 /// Send `counts[p]` consecutive slices along `dim` (blocks in rank order)

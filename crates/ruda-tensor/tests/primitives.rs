@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use ruda_comm::LocalCommunicator;
+use ruda_comm::{Communicator, LocalCommunicator};
 use ruda_tensor::TransposeAxes;
 use ruda_tensor::layout::compute_split_shapes;
 use ruda_tensor::primitives;
@@ -580,4 +580,62 @@ fn seed_entry_points_match_the_generic_primitives() {
             Ok::<_, Error>(())
         })
         .unwrap();
+}
+
+/// `reduce` to the last rank of each group: the root gets the group's sum,
+/// every other rank zeros; the gradient is the root's weight on every rank
+/// (the adjoint broadcast), with the adjoint identity.
+#[test]
+fn reduce_to_a_root() {
+    for_grids(|p, a, axis| {
+        let gs = groups(p, a, axis);
+        let n = p * a;
+        let root = gs[0].len() - 1;
+        let shape = vec![2, 3];
+        let gsr = gs.clone();
+        check_op(
+            n,
+            5,
+            grid_of(p, a),
+            &OpCase {
+                name: "reduce",
+                in_shape: &|_| shape.clone(),
+                in_groups: singletons(n),
+                out_groups: singletons(n),
+                forward: &move |g: &Grid, x| {
+                    primitives::reduce::<Ad>(g.group(axis), x, root).unwrap()
+                },
+                serial: &move |xs| {
+                    (0..n)
+                        .map(|r| {
+                            let (k, i, _) = coords(&gsr, r);
+                            let s = sum(&gsr[k].iter().map(|&m| &xs[m]).collect::<Vec<_>>());
+                            if i == root { s } else { vec![0.0; s.len()] }
+                        })
+                        .collect()
+                },
+            },
+        );
+    });
+}
+
+/// A root outside the group, or roots that differ, is `InvalidRoot` on
+/// every rank before data moves.
+#[test]
+fn reduce_to_a_root_outside_the_group_or_another_root_is_an_error_everywhere() {
+    for (roots, expected_offender) in [([3usize, 3, 3], 0usize), ([0, 1, 0], 1)] {
+        let out = world(3).run_each(|c| {
+            let me = c.rank();
+            let g = HostCollective::new(c);
+            primitives::reduce::<Ad>(&g, leaf(vec![1.0; 4], &[4]), roots[me]).map(|_| ())
+        });
+        for (r, e) in out.into_iter().enumerate() {
+            match e {
+                Err(ruda_comm::RankError::Failed(Error::InvalidRoot { offender, .. })) => {
+                    assert_eq!(offender, expected_offender, "{roots:?}: rank {r}")
+                }
+                other => panic!("{roots:?}: rank {r}: {other:?}"),
+            }
+        }
+    }
 }

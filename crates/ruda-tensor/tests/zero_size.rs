@@ -30,6 +30,8 @@ enum Call {
     ScatterTo,
     CopyTo,
     Broadcast(usize),
+    /// `reduce` to a root.
+    Reduce(usize),
     /// Each rank's send counts.
     AllToAll(Vec<Vec<usize>>),
     /// `transpose_over(g, TransposeAxes { split_in: 1, split_out: 0 })`.
@@ -60,6 +62,7 @@ impl Call {
             Call::ScatterTo => x.scatter_to(g, 0),
             Call::CopyTo => x.copy_to(g),
             Call::Broadcast(root) => x.broadcast(g, *root),
+            Call::Reduce(root) => x.reduce(g, *root),
             Call::AllToAll(counts) => x.all_to_all(g, 0, &counts[me]),
             Call::Transpose => x.transpose_over(
                 g,
@@ -498,6 +501,18 @@ proptest! {
         let root = d.n - 1;
         check("broadcast", d.seed, &xs, Kinds::default(), Call::Broadcast(root),
             Expect::Values(vec![xs[root].clone(); d.n]));
+    }
+
+    #[test]
+    fn reduce_to_the_last_rank(d in draws()) {
+        let shape = d.same()[0].shape;
+        let xs: Vec<Val> = (0..d.n).map(|r| Val::new(d.seed, 7, r, shape)).collect();
+        let root = d.n - 1;
+        let sum = Val::sum(&xs);
+        let want = (0..d.n)
+            .map(|r| if r == root { sum.clone() } else { Val::zeros(sum.shape) })
+            .collect();
+        check("reduce", d.seed, &xs, Kinds::default(), Call::Reduce(root), Expect::Values(want));
     }
 
     #[test]

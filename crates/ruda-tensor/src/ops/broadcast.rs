@@ -118,6 +118,17 @@ pub struct SumToRoot {
     root: usize,
 }
 
+impl SumToRoot {
+    /// The sum to `root` (the `reduce` method's operation; its adjoint is
+    /// the broadcast from `root`).
+    pub fn new(root: usize) -> Self {
+        SumToRoot {
+            role: Role::forward(TensorOp::Reduce),
+            root,
+        }
+    }
+}
+
 impl LinearOp for SumToRoot {
     type Plan = ();
     type Adjoint = Broadcast;

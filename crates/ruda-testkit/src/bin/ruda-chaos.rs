@@ -61,6 +61,9 @@ enum Step {
     Extremum(Axis),
     /// Even world ranks send to the next odd one (`send` / `recv`).
     Relay,
+    /// `reduce` to the group's last rank (zeros elsewhere; the backward
+    /// pass broadcasts the root's gradient).
+    Rooted(Axis),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +278,14 @@ fn generate(seed: u64) -> Program {
         steps.insert(at, step);
         fault = fault.shifted(at);
     }
+    // Then issue 27's rooted sum, in one program of four (drawn after every
+    // other draw, so that the programs of earlier seeds keep their steps).
+    if g.below(4) == 0 {
+        let a = axis(&mut g);
+        let at = g.below(steps.len());
+        steps.insert(at, Step::Rooted(a));
+        fault = fault.shifted(at);
+    }
     Program {
         seed,
         polar,
@@ -298,6 +309,7 @@ fn sizeable(s: Step) -> bool {
             | Step::Transpose
             | Step::Halo
             | Step::Extremum(_)
+            | Step::Rooted(_)
     )
 }
 
@@ -469,6 +481,11 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                 let w = tensor(vec![0.5, 1.5], [2], &dev).require_grad();
                 Some(w.copy_to(group(a))?.sum().reduce_from(group(a))?)
             }
+            Step::Rooted(a) => Some(
+                leaf(ramp(3 * (inner(4) + extra), me), [3, inner(4) + extra])
+                    .reduce(group(a), group(a).size() - 1)?
+                    .sum(),
+            ),
             Step::Extremum(a) => Some(
                 leaf(ramp(3 * (inner(4) + extra), me), [3, inner(4) + extra])
                     .all_reduce_with(group(a), ReduceOp::Max)?
@@ -566,7 +583,8 @@ fn group_size(prog: &Program, step: Step) -> usize {
         | Step::AllGather(a)
         | Step::ReduceScatter(a)
         | Step::CopyReduce(a)
-        | Step::Extremum(a) => axis(a),
+        | Step::Extremum(a)
+        | Step::Rooted(a) => axis(a),
         Step::Transpose => prog.azimuth,
         Step::Halo => prog.polar,
         _ => prog.polar * prog.azimuth,
