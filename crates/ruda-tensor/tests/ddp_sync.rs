@@ -748,3 +748,36 @@ fn the_mean_of_half_precision_gradients_whose_sum_overflows_is_finite() {
         }
     }
 }
+
+/// An f32 gradient of an f16 parameter is scaled before it is cast to the
+/// parameter's dtype: rank 0's 100000 (past f16's 65504) with weight 1/4
+/// and rank 1's 0 with weight 3/4 average to 25000, not inf.
+#[test]
+fn a_wide_gradient_of_a_half_precision_parameter_is_scaled_before_its_cast() {
+    let out = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex();
+            let m = Half {
+                w: Param::from_tensor(Tensor::<1>::zeros([2], (&device, DType::F16))),
+            };
+            let v = if world.rank() == 0 { 100_000.0f32 } else { 0.0 };
+            let g = Tensor::<1>::from_data(TensorData::new(vec![v, -v], [2]), &device);
+            let mut grads = GradientsParams::new();
+            grads.register::<1>(m.w.id, g);
+            let samples = 1 + 2 * world.rank();
+            let reduction = GradientReduction::WeightedMean { samples };
+            let g = all_reduce_gradients(&world, &m, grads, reduction)?;
+            let g = g.get::<1>(m.w.id).unwrap();
+            Ok::<_, Error>((g.dtype(), values(g.reshape([1, 2]))))
+        })
+        .unwrap();
+    // 25000 in f16 (spacing 16 there, a tie rounded to even).
+    let want = half::f16::from_f64(25_000.0).to_f64();
+    assert_eq!(want, 24_992.0);
+    for (dtype, v) in out {
+        // Back in the rank's own gradient dtype, with the f16 sum's value.
+        assert_eq!(dtype, DType::F32);
+        assert_eq!(v, vec![want, -want]);
+    }
+}

@@ -79,8 +79,16 @@ impl ModuleVisitor for Collect<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let id = param.id;
         let grad = self.grads.remove::<D>(id);
-        let mut entry = Entry::new(id, &param.val(), grad);
-        let dims = param.val().dims();
+        let value = param.val();
+        let mut entry = Entry::new::<D>(id, &value, None);
+        let dims = value.dims();
+        // Flattened in its own dtype: `prepare` scales it first and casts
+        // it to the parameter's after (an f32 gradient of an f16 weight may
+        // not fit f16 until it is scaled).
+        if let Some(g) = grad {
+            entry.own_dtype = g.dtype();
+            entry.data = Some(crate::reshape(g, [entry.numel]));
+        }
         entry.restore = Some(Box::new(
             move |t: Tensor<1>, grads: &mut GradientsParams| {
                 grads.register::<D>(id, crate::reshape(t, dims));
@@ -314,10 +322,15 @@ pub(super) fn prepare<M: Module, G: Group>(
             Some(samples as f64 / total as f64)
         }
     };
-    if let Some(s) = scale.filter(|&s| s != 1.0) {
-        for e in &mut entries {
-            e.data = e.data.take().map(|g| scaled(g, s));
-        }
+    for e in &mut entries {
+        let dtype = e.dtype;
+        e.data = e.data.take().map(|g| {
+            let g = match scale.filter(|&s| s != 1.0) {
+                Some(s) => scaled(g, s),
+                None => g,
+            };
+            if g.dtype() == dtype { g } else { g.cast(dtype) }
+        });
     }
     Ok(Prepared {
         entries,
