@@ -608,3 +608,24 @@ fn sync_batch_norm_of_a_large_half_precision_batch_is_finite() {
         "mean {mean}, variance {var}"
     );
 }
+
+/// In inference, half-precision input to an f32 module is normalized in
+/// the module's dtype and comes back in the input's.
+#[test]
+fn sync_batch_norm_in_inference_takes_half_precision_input() {
+    let out = LocalWorld::new(1)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex();
+            let bn = SyncBatchNormConfig::new(2).init(&device)?;
+            let x = Tensor::<2>::ones([3, 2], (&device, DType::F32))
+                .mul_scalar(2.0)
+                .cast(DType::F16);
+            let y = bn.forward(&world, x)?;
+            assert_eq!(y.dtype(), DType::F16);
+            Ok::<_, Error>(values(y))
+        })
+        .unwrap();
+    let want = half::f16::from_f64(2.0 / (1.0f64 + 1e-5).sqrt()).to_f64();
+    assert!(out[0].iter().all(|&v| v == want), "{:?} vs {want}", out[0]);
+}

@@ -40,8 +40,8 @@ pub enum GradientReduction {
     /// The plain mean over ranks: right only when every rank's loss is a
     /// mean over a shard of the same size; with uneven shards use
     /// [`GradientReduction::WeightedMean`]. Each rank's gradient is scaled
-    /// by `1 / ranks` before the sum (in f32 for f16 and bf16 gradients,
-    /// rounded once), as PyTorch's DDP divides before its all-reduce: a
+    /// by `1 / ranks` before the sum (in at least f32, rounded once to the
+    /// parameter's dtype), as PyTorch's DDP divides before its all-reduce: a
     /// half-precision sum whose mean fits never overflows on the way.
     Mean,
 }
@@ -326,7 +326,7 @@ pub(super) fn prepare<M: Module, G: Group>(
         let dtype = e.dtype;
         e.data = e.data.take().map(|g| {
             let g = match scale.filter(|&s| s != 1.0) {
-                Some(s) => scaled(g, s),
+                Some(s) => scaled(g, s, dtype),
                 None => g,
             };
             if g.dtype() == dtype { g } else { g.cast(dtype) }
@@ -353,15 +353,17 @@ pub(super) fn restore(entry: Entry, reduced: Tensor<1>, grads: &mut GradientsPar
     }
 }
 
-/// `g × s`, computed in f32 for half-precision gradients (a weight such as
-/// 1/3 or 1/20000 held in f16 or bf16 would bias every step) and rounded
-/// once to the gradient's dtype.
-fn scaled(g: Tensor<1>, s: f64) -> Tensor<1> {
-    match g.dtype() {
-        DType::F16 | DType::BF16 => {
-            let dtype = g.dtype();
-            g.cast(DType::F32).mul_scalar(s).cast(dtype)
-        }
-        _ => g.mul_scalar(s),
-    }
+/// `g × s` for a parameter of dtype `param`, computed in the wider of the
+/// two dtypes and at least f32 (a weight such as 1/3 or 1/20000 held in
+/// f16 or bf16 would bias every step; an f32 gradient of an f16 weight may
+/// not fit f16 until it is scaled), so that the caller's cast to the
+/// parameter's dtype is the only rounding.
+fn scaled(g: Tensor<1>, s: f64, param: DType) -> Tensor<1> {
+    let work = if g.dtype() == DType::F64 || param == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let g = if g.dtype() == work { g } else { g.cast(work) };
+    g.mul_scalar(s)
 }

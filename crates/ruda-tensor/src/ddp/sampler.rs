@@ -65,7 +65,8 @@ impl DistributedSampler {
     /// A sampler of a dataset of `len` samples over `group` (in order,
     /// [`Tail::Uneven`]; see [`DistributedSampler::shuffled`] and
     /// [`DistributedSampler::with_tail`]). The ranks check that they agree
-    /// on `len` (one exchange).
+    /// on `len` (one exchange); the seed and the tail, set afterwards, are
+    /// not checked: pass the same on every rank, or the shards overlap.
     ///
     /// # Errors
     /// [`Error::Sampler`] on every rank when the ranks' `len` differ,

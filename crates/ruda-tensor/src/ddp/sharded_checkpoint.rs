@@ -68,8 +68,11 @@ fn header<const N: usize>(file: &[u8], magic: &[u8; 8]) -> Option<([u64; N], Vec
 /// `optimizer-<save>-<rank>.ruda`, then rank 0 writes the model,
 /// [`SHARDED_MODEL_FILE`], which names the save and its number of shards,
 /// and removes older saves' shards. Each file is written under a temporary
-/// name and renamed, and the model file last, so a reader finds the
-/// previous save or this one whole. No rank gathers another's state: a
+/// name and renamed, and the model file last, so a save cut short leaves
+/// the previous one whole. (A reader in another job that read the previous
+/// model file just before this save completes may find its shards removed
+/// and fail with a typed error: load again. The save's id is rank 0's
+/// clock in nanoseconds.) No rank gathers another's state: a
 /// rank holds its own state's serialized copies (and rank 0 the model's)
 /// while it writes.
 ///

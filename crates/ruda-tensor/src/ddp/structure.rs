@@ -34,7 +34,9 @@ pub(super) struct Entry {
     /// autodiff: gradients carry none).
     pub device: Device,
     /// What travels for this parameter on this rank, flattened and in the
-    /// parameter's dtype (its gradient, or its value), if anything.
+    /// parameter's dtype (its gradient, or its value), if anything (a
+    /// gradient is in its own dtype until the gradients' `prepare` has
+    /// scaled and cast it).
     pub data: Option<Tensor<1>>,
     /// The dtype this rank's data had before it was cast to the
     /// parameter's (what a gradient comes back in).

@@ -231,14 +231,25 @@ impl SyncBatchNorm {
             return Err(bad_shape(0, 0, &input.dims(), c));
         }
         let device = input.device();
-        Ok(burn::tensor::module::batch_norm(
+        // In the parameters' dtype (half-precision input in a wider
+        // module), the output back in the input's.
+        let dtype = input.dtype();
+        let work = self.gamma.val().dtype();
+        let cast = |t: Tensor<1>| if t.dtype() == work { t } else { t.cast(work) };
+        let input = if dtype == work {
+            input
+        } else {
+            input.cast(work)
+        };
+        let out = burn::tensor::module::batch_norm(
             input,
             self.gamma.val(),
-            self.beta.val(),
-            self.running_mean.value().to_device(&device),
-            self.running_var.value().to_device(&device),
+            cast(self.beta.val()),
+            cast(self.running_mean.value().to_device(&device)),
+            cast(self.running_var.value().to_device(&device)),
             self.epsilon,
-        ))
+        );
+        Ok(if dtype == work { out } else { out.cast(dtype) })
     }
 
     fn forward_train<const D: usize, G: Group>(

@@ -279,7 +279,7 @@ fn generate(seed: u64) -> Program {
         fault = fault.shifted(at);
     }
     // Then issue 27's rooted sum, in one program of four (drawn after every
-    // other draw, so that the programs of earlier seeds keep their steps).
+    // other draw, so that earlier seeds keep their other draws).
     if g.below(4) == 0 {
         let a = axis(&mut g);
         let at = g.below(steps.len());
