@@ -162,11 +162,10 @@ pub(crate) fn agree(
     let base: *mut u64 = unsafe { (*fl.bufs()).as_mut_ptr() };
     let at = |k: usize, word: usize| -> *mut c_void {
         debug_assert!(k < n + sends && word < slot);
-        // SAFETY: `base` is valid for the `(n + sends) * slot` words `fl`
-        // owns; every call below has `k < n + sends` and `word < slot` (the
-        // payload's word `w + 1` only when `carries`, whose slots hold
-        // more), so the offset stays inside it. Only an address is made:
-        // no reference, so nothing is aliased.
+        // SAFETY: valid: `base` covers the `(n + sends) * slot` words `fl`
+        // owns, and every call has `k < n + sends`, `word < slot`, so the
+        // offset stays inside; unaliased: only an address is made, no
+        // reference.
         unsafe { base.add(k * slot + word) }.cast()
     };
     let (i64t, u8t) = (
@@ -194,10 +193,10 @@ pub(crate) fn agree(
         for i in 0..n - 1 {
             let (into, p) = (at(peer(i), w + 1), peer(i));
             fl.post(op, me, ReqKind::Recv, |r| {
-                // SAFETY: `into` holds `room` bytes (the rest of rank `p`'s
-                // slot), which only MPI touches until this receive completes;
-                // no rank sends a longer payload message (MPI refuses one
-                // with a truncation error, never writes past `room`).
+                // SAFETY: valid: `into` holds `room` bytes (the rest of rank
+                // `p`'s slot in `fl`'s buffer, alive until completion), and MPI
+                // refuses a longer message rather than write past `room`;
+                // unaliased: only MPI touches it until this receive completes.
                 unsafe { ffi::MPI_Irecv(into, room, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
             })?;
         }
@@ -286,10 +285,10 @@ pub(crate) fn agree_shared(
     };
     let b = seg.next_call();
     {
-        // SAFETY: this rank's own record area of this call's parity:
-        // `area_words` words, 8-byte aligned, written by this rank only and
-        // read by no peer until the barrier below (see
-        // `Segment::next_call`); no other reference to it exists.
+        // SAFETY: valid: this rank's record area of this call's parity is
+        // `area_words` mapped words, 8-byte aligned; unaliased: only this rank
+        // writes it, no peer reads it before the barrier below (see
+        // `Segment::next_call`), and no other reference to it exists.
         let area = unsafe { std::slice::from_raw_parts_mut(seg.record(me, b), area_words) };
         wire::encode_into(call, n, bytemuck::cast_slice_mut(&mut area[..w]));
         area[w] = sends as u64;
