@@ -112,6 +112,16 @@ pub enum SphereError {
         /// Every rank's product of leading dimensions.
         sizes: Vec<usize>,
     },
+    /// A setting of a solver or a model is out of its range.
+    #[error("{what} = {value}: must be {expected}")]
+    Setting {
+        /// The setting.
+        what: &'static str,
+        /// Its value.
+        value: f64,
+        /// What it must be.
+        expected: &'static str,
+    },
     /// A distributed primitive failed (communication, or sizes that differ
     /// between ranks).
     #[error(transparent)]

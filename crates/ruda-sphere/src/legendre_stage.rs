@@ -56,7 +56,7 @@ impl LegendreStage {
             Kind::Scalar => spec.lmax(),
             Kind::Vector => spec.lmax() + 1,
         };
-        let rec = Recurrence::new(orders, degrees, x, w, true, seeds, paired);
+        let rec = Recurrence::new(orders, degrees, x, w, spec.csphase(), seeds, paired);
         let step = Step::new(rec, weighted);
         match kind {
             Kind::Scalar => LegendreStage::Scalar(step),

@@ -82,6 +82,7 @@ mod on_device;
 pub mod profile;
 mod quadrature;
 mod route;
+pub mod shallow_water;
 mod shapes;
 mod sht;
 mod spec;

@@ -18,6 +18,10 @@ use crate::{LatitudeGrid, SphereError};
 /// assert_eq!((g.lmax(), g.mmax()), (180, 180));
 /// # Ok::<(), ruda_sphere::SphereError>(())
 /// ```
+///
+/// The harmonics carry the Condon–Shortley phase `(−1)^m` by default, as
+/// torch-harmonics' transforms do unless told `csphase=False`;
+/// [`ShtSpec::with_csphase`] leaves it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ShtSpec {
     nlat: usize,
@@ -25,6 +29,7 @@ pub struct ShtSpec {
     lmax: usize,
     mmax: usize,
     grid: LatitudeGrid,
+    csphase: bool,
 }
 
 impl ShtSpec {
@@ -86,6 +91,7 @@ impl ShtSpec {
             lmax: cut,
             mmax: cut,
             grid,
+            csphase: true,
         })
     }
 
@@ -112,5 +118,41 @@ impl ShtSpec {
     /// The latitude grid.
     pub fn grid(&self) -> LatitudeGrid {
         self.grid
+    }
+
+    /// Whether the harmonics carry the Condon–Shortley phase `(−1)^m`
+    /// (torch-harmonics' `csphase`; `true` unless
+    /// [`ShtSpec::with_csphase`] said otherwise).
+    pub fn csphase(&self) -> bool {
+        self.csphase
+    }
+
+    /// The same grid and truncation with the Condon–Shortley phase on or
+    /// off. Without it (`csphase = false`, what torch-harmonics'
+    /// `ShallowWaterSolver` uses) every coefficient of odd order changes
+    /// sign, for the scalar and the vector transforms alike; fields are
+    /// the same.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{DType, Device, Tensor};
+    /// use ruda_sphere::{LatitudeGrid, RealSht, ShtSpec};
+    ///
+    /// let with = ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?;
+    /// let without = with.with_csphase(false);
+    /// assert!(with.csphase() && !without.csphase());
+    /// let x = Tensor::<2>::random([9, 16], burn_tensor::Distribution::Default, (&Device::flex(), DType::F64));
+    /// let a: Tensor<3> = RealSht::new(with).forward(x.clone())?;
+    /// let b: Tensor<3> = RealSht::new(without).forward(x)?;
+    /// // Order 1 flips sign, order 2 does not.
+    /// let diff = |m: usize, sign: f64| -> f64 {
+    ///     let (a, b) = (a.clone().narrow(1, m, 1), b.clone().narrow(1, m, 1));
+    ///     (a - b.mul_scalar(sign)).abs().max().into_scalar()
+    /// };
+    /// assert!(diff(1, -1.0) < 1e-15 && diff(2, 1.0) < 1e-15);
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
+    pub fn with_csphase(self, csphase: bool) -> Self {
+        ShtSpec { csphase, ..self }
     }
 }
