@@ -10,6 +10,7 @@ pub mod bench_cmd;
 pub mod bench_report;
 pub mod demo;
 pub mod device_bench;
+pub mod picture;
 pub mod plot;
 pub mod sht_bench;
 pub mod sizes;
