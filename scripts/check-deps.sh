@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 budget=deps/default-tree.txt
 
 listing() {
-    for p in ruda-comm ruda-tensor ruda-sphere ruda-bench ruda-cli; do
+    for p in ruda-comm ruda-tensor ruda-sphere ruda-sfno ruda-bench ruda-cli; do
         cargo tree --locked --target x86_64-unknown-linux-gnu -p "$p" -e normal,build --prefix none --format '{p}' |
             sed 's/ (.*//' | sort -u |
             awk -v p="$p" '{ n[$1]++ } END { for (k in n) print p ": " k (n[k] > 1 ? " (" n[k] " versions)" : "") }'

@@ -46,4 +46,6 @@ mod transforms;
 pub use calculus::SphereCalculus;
 pub use planet::Planet;
 pub use solver::ShallowWaterSolver;
-pub use transforms::{DistributedTransforms, SerialTransforms, SphereTransforms};
+pub use transforms::{
+    DistributedTransforms, SerialDomain, SerialTransforms, SphereDomain, SphereTransforms,
+};

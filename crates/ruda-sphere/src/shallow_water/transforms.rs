@@ -214,3 +214,58 @@ impl<G: Group> SphereTransforms for DistributedTransforms<G> {
         Ok(x.all_reduce(self.grid.world())?)
     }
 }
+
+/// Where transforms run: the whole sphere on one rank ([`SerialDomain`])
+/// or a polar × azimuth [`ProcessGrid`]. A model that needs transforms of
+/// several grids (a spherical neural operator's blocks) asks its domain for
+/// each.
+///
+/// # Example
+/// ```
+/// use ruda_sphere::shallow_water::{SerialDomain, SphereDomain, SphereTransforms};
+/// use ruda_sphere::{LatitudeGrid, ShtSpec};
+/// let t = SerialDomain.transforms(ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?)?;
+/// assert_eq!(t.lat_range(), 0..9);
+/// # Ok::<(), ruda_sphere::SphereError>(())
+/// ```
+pub trait SphereDomain: Clone + core::fmt::Debug + Send + Sync + 'static {
+    /// The transforms this domain makes.
+    type Transforms: SphereTransforms + core::fmt::Debug + Send + Sync + 'static;
+
+    /// The transforms of `spec` on this domain.
+    ///
+    /// # Errors
+    /// [`SphereError::Split`] when a process grid does not fit the field.
+    fn transforms(&self, spec: ShtSpec) -> Result<Self::Transforms, SphereError>;
+
+    /// The number of ranks the sphere is split over (1 serially).
+    fn ranks(&self) -> usize;
+}
+
+/// The whole sphere on one rank: [`SerialTransforms`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SerialDomain;
+
+impl SphereDomain for SerialDomain {
+    type Transforms = SerialTransforms;
+
+    fn transforms(&self, spec: ShtSpec) -> Result<SerialTransforms, SphereError> {
+        Ok(SerialTransforms::new(spec))
+    }
+
+    fn ranks(&self) -> usize {
+        1
+    }
+}
+
+impl<G: Group> SphereDomain for ProcessGrid<G> {
+    type Transforms = DistributedTransforms<G>;
+
+    fn transforms(&self, spec: ShtSpec) -> Result<DistributedTransforms<G>, SphereError> {
+        DistributedTransforms::new(self, spec)
+    }
+
+    fn ranks(&self) -> usize {
+        self.polar_size() * self.azimuth_size()
+    }
+}

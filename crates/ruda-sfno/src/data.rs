@@ -1,0 +1,187 @@
+//! Training data from the shallow-water solver: torch-harmonics'
+//! `PdeDataset` for the shallow-water equations.
+
+use core::ops::Range;
+
+use burn_tensor::{DType, Device, Tensor, TensorData};
+use ruda_sphere::shallow_water::{Planet, SerialTransforms, ShallowWaterSolver};
+use ruda_sphere::{LatitudeGrid, ShtSpec};
+
+use crate::SfnoError;
+
+/// Pairs (state, state after `dt`) of the shallow-water equations on an
+/// `nlat × nlon` equiangular grid, made on the fly as torch-harmonics'
+/// `PdeDataset` makes them: a random initial state
+/// ([`ShallowWaterSolver::random`], Mach 0.2, one seed per sample), stepped
+/// `dt / dt_solver` times by the solver at truncation `lmax = ⌈nlat/3⌉`,
+/// both on the grid as `[3, nlat, nlon]` (geopotential, vorticity,
+/// divergence), normalised per field by the mean and variance of the
+/// first sample's input (seed 0). The same seed gives the same sample
+/// anywhere, so every rank can make what it needs, and a sample is
+/// recomputed rather than stored (or kept by the caller: it is a
+/// `Vec<f64>`).
+///
+/// # Example
+/// ```
+/// use burn_tensor::Device;
+/// use ruda_sfno::ShallowWaterData;
+/// let data = ShallowWaterData::new(16, 32, 3600.0, 900.0, &Device::flex())?;
+/// let (x, y) = data.sample(3)?;
+/// assert_eq!((x.len(), y.len()), (3 * 16 * 32, 3 * 16 * 32));
+/// assert_eq!(data.sample(3)?.1, y);
+/// # Ok::<(), ruda_sfno::SfnoError>(())
+/// ```
+#[derive(Debug)]
+pub struct ShallowWaterData {
+    solver: ShallowWaterSolver<SerialTransforms>,
+    nsteps: usize,
+    mean: [f64; 3],
+    std: [f64; 3],
+}
+
+impl ShallowWaterData {
+    /// Pairs `dt` seconds apart on an `nlat × nlon` grid, the solver
+    /// stepping `dt_solver` seconds (`dt` is rounded to a whole number of
+    /// solver steps), in f64 on `device`.
+    ///
+    /// # Errors
+    /// [`SfnoError::Setting`] for a `dt` below `dt_solver`; the solver's
+    /// errors (grid too small, time step not positive).
+    pub fn new(
+        nlat: usize,
+        nlon: usize,
+        dt: f64,
+        dt_solver: f64,
+        device: &Device,
+    ) -> Result<Self, SfnoError> {
+        let lmax = nlat.div_ceil(3);
+        let spec = ShtSpec::with_truncation(
+            nlat,
+            nlon,
+            LatitudeGrid::Equiangular,
+            Some(lmax),
+            Some(lmax),
+        )?
+        .with_csphase(false);
+        let solver = ShallowWaterSolver::new(
+            SerialTransforms::new(spec),
+            dt_solver,
+            Planet::default(),
+            device,
+            DType::F64,
+        )?;
+        let nsteps = (dt / dt_solver).round();
+        if nsteps.is_nan() || nsteps < 1.0 {
+            return Err(SfnoError::Setting {
+                what: "dt",
+                value: dt,
+                expected: "at least one solver step",
+            });
+        }
+        let mut data = ShallowWaterData {
+            solver,
+            nsteps: nsteps as usize,
+            mean: [0.0; 3],
+            std: [1.0; 3],
+        };
+        let first = data.grid(data.solver.random(0, 0.2)?)?;
+        let n = nlat * nlon;
+        for f in 0..3 {
+            let v = &first[f * n..(f + 1) * n];
+            let mean = v.iter().sum::<f64>() / n as f64;
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+            data.mean[f] = mean;
+            data.std[f] = if var > 0.0 { var.sqrt() } else { 1.0 };
+        }
+        Ok(data)
+    }
+
+    /// The solver.
+    pub fn solver(&self) -> &ShallowWaterSolver<SerialTransforms> {
+        &self.solver
+    }
+
+    /// Solver steps per pair.
+    pub fn nsteps(&self) -> usize {
+        self.nsteps
+    }
+
+    /// The normalisation: each field's mean and standard deviation.
+    pub fn normalisation(&self) -> ([f64; 3], [f64; 3]) {
+        (self.mean, self.std)
+    }
+
+    /// A state on the grid, normalised, `[3, nlat, nlon]` flattened.
+    fn grid(&self, state: Tensor<4>) -> Result<Vec<f64>, SfnoError> {
+        let g = self.solver.to_grid(state)?;
+        let [_, nlat, nlon] = g.dims();
+        let mut v = g
+            .into_data()
+            .try_to_vec::<f64>()
+            .expect("the solver runs in f64");
+        let n = nlat * nlon;
+        for f in 0..3 {
+            for x in &mut v[f * n..(f + 1) * n] {
+                *x = (*x - self.mean[f]) / self.std[f];
+            }
+        }
+        Ok(v)
+    }
+
+    /// Sample `seed`: the normalised state and the state `dt` later, each
+    /// `[3, nlat, nlon]` flattened.
+    ///
+    /// # Errors
+    /// The solver's errors.
+    pub fn sample(&self, seed: u64) -> Result<(Vec<f64>, Vec<f64>), SfnoError> {
+        let start = self.solver.random(seed, 0.2)?;
+        let end = self.solver.step(start.clone(), self.nsteps)?;
+        Ok((self.grid(start)?, self.grid(end)?))
+    }
+
+    /// The Galewsky jet (normalised as the samples) and `steps` states
+    /// `dt` apart after it: `steps + 1` states `[3, nlat, nlon]`.
+    ///
+    /// # Errors
+    /// The solver's errors.
+    pub fn galewsky(&self, steps: usize) -> Result<Vec<Vec<f64>>, SfnoError> {
+        let mut state = self.solver.galewsky()?;
+        let mut out = vec![self.grid(state.clone())?];
+        for _ in 0..steps {
+            state = self.solver.step(state, self.nsteps)?;
+            out.push(self.grid(state.clone())?);
+        }
+        Ok(out)
+    }
+}
+
+/// The patch `[b, c, rows, cols]` of fields `[b, c, h, w]` (flattened) as a
+/// tensor on `device` in `dtype`.
+///
+/// # Example
+/// ```
+/// use burn_tensor::{DType, Device};
+/// let v: Vec<f64> = (0..2 * 3 * 4).map(|i| i as f64).collect();
+/// let p = ruda_sfno::patch(&v, [1, 2, 3, 4], 1..3, 2..4, &Device::flex(), DType::F64);
+/// assert_eq!(p.into_data().to_vec::<f64>().unwrap(), vec![6.0, 7.0, 10.0, 11.0, 18.0, 19.0, 22.0, 23.0]);
+/// ```
+pub fn patch(
+    v: &[f64],
+    [b, c, h, w]: [usize; 4],
+    rows: Range<usize>,
+    cols: Range<usize>,
+    device: &Device,
+    dtype: DType,
+) -> Tensor<4> {
+    let mut out = Vec::with_capacity(b * c * rows.len() * cols.len());
+    for bc in 0..b * c {
+        for r in rows.clone() {
+            let at = (bc * h + r) * w;
+            out.extend_from_slice(&v[at + cols.start..at + cols.end]);
+        }
+    }
+    Tensor::from_data(
+        TensorData::new(out, [b, c, rows.len(), cols.len()]),
+        (device, dtype),
+    )
+}

@@ -1,0 +1,97 @@
+//! Shallow-water training pairs, the loss, and models on edge-case inputs.
+
+use burn_tensor::{DType, Device, Tensor};
+use ruda_sfno::{SfnoConfig, ShallowWaterData, SphereMse, patch};
+use ruda_sphere::shallow_water::SerialDomain;
+
+/// Sample 0's input is normalised to mean 0 and variance 1 per field (the
+/// statistics come from it); its target is the solver's state `dt` later.
+#[test]
+fn pairs_are_normalised_solver_steps() {
+    let (nlat, nlon) = (16, 32);
+    let data = ShallowWaterData::new(nlat, nlon, 3600.0, 600.0, &Device::flex()).unwrap();
+    assert_eq!(data.nsteps(), 6);
+    let (x, y) = data.sample(0).unwrap();
+    let n = nlat * nlon;
+    for f in 0..3 {
+        let v = &x[f * n..(f + 1) * n];
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        assert!(
+            mean.abs() < 1e-10 && (var - 1.0).abs() < 1e-10,
+            "field {f}: {mean} {var}"
+        );
+    }
+    // The target, un-normalised, is the solver's state after 6 steps.
+    let s = data.solver();
+    let want = s
+        .to_grid(s.step(s.random(0, 0.2).unwrap(), 6).unwrap())
+        .unwrap();
+    let want = want.into_data().try_to_vec::<f64>().unwrap();
+    let (mean, std) = data.normalisation();
+    for f in 0..3 {
+        for i in 0..n {
+            let got = y[f * n + i] * std[f] + mean[f];
+            let w = want[f * n + i];
+            assert!(
+                (got - w).abs() <= 1e-12 * w.abs().max(std[f]),
+                "field {f} point {i}"
+            );
+        }
+    }
+    // Different seeds differ; the state moves in an hour.
+    assert_ne!(data.sample(1).unwrap().0, x);
+    assert_ne!(x, y);
+    let g = data.galewsky(2).unwrap();
+    assert_eq!(g.len(), 3);
+    assert_ne!(g[0], g[2]);
+    assert!(ShallowWaterData::new(nlat, nlon, 100.0, 600.0, &Device::flex()).is_err());
+}
+
+/// An empty batch goes through the model (shape `[0, ..]`) with a zero
+/// loss; a batch of one equals its slot in a batch of three.
+#[test]
+fn empty_and_single_batches() {
+    let cfg = SfnoConfig {
+        embed_dim: 3,
+        num_layers: 2,
+        ..SfnoConfig::new(13, 24)
+    };
+    let device = Device::flex();
+    let model = cfg.init(&SerialDomain, 9, &device, DType::F64).unwrap();
+    let empty = Tensor::<4>::zeros([0, 3, 13, 24], (&device, DType::F64));
+    let out = model.forward(empty.clone()).unwrap();
+    assert_eq!(out.dims(), [0, 3, 13, 24]);
+    let mse = SphereMse::for_model(&model);
+    assert_eq!(mse.total(mse.local(out, empty)).unwrap(), 0.0);
+    let v: Vec<f64> = (0..3 * 3 * 13 * 24)
+        .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    let three = model
+        .forward(patch(&v, [3, 3, 13, 24], 0..13, 0..24, &device, DType::F64))
+        .unwrap();
+    let one = patch(
+        &v[3 * 13 * 24..2 * 3 * 13 * 24],
+        [1, 3, 13, 24],
+        0..13,
+        0..24,
+        &device,
+        DType::F64,
+    );
+    let one = model
+        .forward(one)
+        .unwrap()
+        .into_data()
+        .try_to_vec::<f64>()
+        .unwrap();
+    let slot = three
+        .narrow(0, 1, 1)
+        .into_data()
+        .try_to_vec::<f64>()
+        .unwrap();
+    let err = one
+        .iter()
+        .zip(&slot)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err < 1e-13, "{err}");
+}
