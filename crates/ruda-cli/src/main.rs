@@ -26,33 +26,44 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Train a spectral model on the sphere on a polar × azimuth grid of
-    /// in-process ranks (or MPI processes under mpirun), train it serially
-    /// too, and check that losses and gradients agree at every step (exit
-    /// status 1 if they do not).
+    /// The main job: a spherical Fourier neural operator learns the
+    /// shallow-water equations on a polar × azimuth grid of in-process
+    /// ranks, alongside the same model trained serially; every step's loss
+    /// and parameters are compared, the model is rolled out on the Galewsky
+    /// jet against persistence, and pictures are written (exit status 1
+    /// unless the runs agree and the model beats persistence). `--job
+    /// synthetic`: the smaller demo of a linear spectral model (also under
+    /// mpirun).
     Demo {
+        /// `sfno` (the shallow-water job) or `synthetic`.
+        #[arg(long, value_enum, default_value_t = DemoJob::Sfno)]
+        job: DemoJob,
         /// The process grid, polar × azimuth ranks, e.g. 2x2 or 4x1.
         #[arg(long, default_value = "2x2", value_parser = parse_grid)]
         grid: (usize, usize),
-        /// Optimisation steps.
-        #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        steps: u32,
-        /// Latitudes of the equiangular grid (poles included).
-        #[arg(long, default_value_t = 361, value_parser = clap::value_parser!(u32).range(2..=2049))]
-        nlat: u32,
-        /// Longitudes.
-        #[arg(long, default_value_t = 720, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        nlon: u32,
-        /// Channels of the field.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-        channels: u32,
-        /// How the threads move tensors: `local` (staged through host
-        /// memory by the local transport), `device` (kept on their shared
-        /// Flex device) or `wgpu` (kept on wgpu's default adapter, the
-        /// serial model and the transforms there too; a build with feature
-        /// `wgpu`). Ignored under mpirun.
-        #[arg(long, value_enum, default_value_t = DemoTransportArg::Local)]
-        transport: DemoTransportArg,
+        /// Optimisation steps (sfno: 60, synthetic: 12).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        steps: Option<u32>,
+        /// Latitudes of the equiangular grid, poles included (sfno: 32,
+        /// synthetic: 361).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(2..=2049))]
+        nlat: Option<u32>,
+        /// Longitudes (sfno: 64, synthetic: 720).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        nlon: Option<u32>,
+        /// Channels of the field (synthetic only; 4).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+        channels: Option<u32>,
+        /// How the threads move tensors (synthetic only): `local` (staged
+        /// through host memory by the local transport), `device` (kept on
+        /// their shared Flex device) or `wgpu` (kept on wgpu's default
+        /// adapter, the serial model and the transforms there too; a build
+        /// with feature `wgpu`). Ignored under mpirun.
+        #[arg(long, value_enum)]
+        transport: Option<DemoTransportArg>,
+        /// Where the sfno job writes its pictures (created if missing).
+        #[arg(long, default_value = "ruda-demo")]
+        out: PathBuf,
     },
     /// Measure collective bandwidth over a sweep of sizes, each row with its
     /// memory roofline measured in the same run, p50/p99 and a back-to-back
@@ -286,6 +297,14 @@ enum TransportArg {
     Device,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DemoJob {
+    /// A spherical Fourier neural operator learns the shallow-water equations.
+    Sfno,
+    /// A linear spectral model learns a synthetic map.
+    Synthetic,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum DemoTransportArg {
     Local,
@@ -434,22 +453,69 @@ fn main() -> ExitCode {
     let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Demo {
+            job: DemoJob::Sfno,
             grid: (polar, azimuth),
             steps,
             nlat,
             nlon,
             channels,
             transport,
+            out: out_dir,
         } => {
+            if channels.is_some() || transport.is_some() {
+                eprintln!("ruda demo: --channels and --transport are options of `--job synthetic`");
+                return ExitCode::from(USAGE);
+            }
+            #[cfg(feature = "mpi")]
+            if under_mpirun() {
+                eprintln!(
+                    "ruda demo: the sfno job runs its ranks as threads; under mpirun use `--job synthetic`"
+                );
+                return ExitCode::from(USAGE);
+            }
+            let d = ruda_cli::swe_demo::SweDemoConfig::default();
+            let cfg = ruda_cli::swe_demo::SweDemoConfig {
+                polar,
+                azimuth,
+                steps: steps.map_or(d.steps, |s| s as usize),
+                nlat: nlat.map_or(d.nlat, |n| n as usize),
+                nlon: nlon.map_or(d.nlon, |n| n as usize),
+                out_dir,
+                ..d
+            };
+            match ruda_cli::swe_demo::run(&cfg, &mut out) {
+                Ok(v) if v.agree && v.beats_persistence => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::FAILURE,
+                Err(e @ demo::DemoError::Grid { .. }) => {
+                    eprintln!("ruda demo: {e}");
+                    ExitCode::from(USAGE)
+                }
+                Err(e) => {
+                    eprintln!("ruda demo: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo {
+            job: DemoJob::Synthetic,
+            grid: (polar, azimuth),
+            steps,
+            nlat,
+            nlon,
+            channels,
+            transport,
+            out: _,
+        } => {
+            let d = DemoConfig::default();
             let cfg = DemoConfig {
                 polar,
                 azimuth,
-                steps: steps as usize,
-                nlat: nlat as usize,
-                nlon: nlon as usize,
-                channels: channels as usize,
+                steps: steps.map_or(d.steps, |s| s as usize),
+                nlat: nlat.map_or(d.nlat, |n| n as usize),
+                nlon: nlon.map_or(d.nlon, |n| n as usize),
+                channels: channels.map_or(d.channels, |n| n as usize),
             };
-            let transport = match transport {
+            let transport = match transport.unwrap_or(DemoTransportArg::Local) {
                 DemoTransportArg::Local => demo::DemoTransport::Threads,
                 DemoTransportArg::Device => demo::DemoTransport::Device,
                 DemoTransportArg::Wgpu => demo::DemoTransport::Wgpu,

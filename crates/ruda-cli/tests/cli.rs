@@ -67,10 +67,63 @@ fn demo_runs_agree_and_a_wrong_gradient_is_caught() {
     };
 }
 
+/// The main job: the SFNO trains on shallow-water data on a 2 × 1 grid
+/// alongside the serial model, prints every step's comparison, the
+/// rollout against persistence and a verdict, and draws its pictures; the
+/// exit status follows the verdict.
+#[test]
+fn sfno_demo_trains_compares_rolls_out_and_draws() {
+    let dir = std::env::temp_dir().join(format!("ruda-sfno-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = ruda(&[
+        "demo",
+        "--grid",
+        "2x1",
+        "--steps",
+        "3",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "spherical Fourier neural operator",
+        "step    0  loss",
+        "step    2  loss",
+        "Galewsky jet rollout",
+        "persistence",
+        "verdict: distributed EQUALS serial",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    assert!(!text.contains("step    3"), "{text}");
+    let beaten = text.contains("the model BEATS persistence");
+    assert!(beaten || text.contains("does NOT beat"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(if beaten { 0 } else { 1 }),
+        "{text}"
+    );
+    for png in ["rollout_vorticity.png", "rollout_height.png"] {
+        let bytes = std::fs::read(dir.join(png)).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG", "{png}");
+    }
+    for (svg, legend) in [("loss.svg", "serial"), ("rollout_error.svg", "persistence")] {
+        let text = std::fs::read_to_string(dir.join(svg)).unwrap();
+        assert!(text.contains("<svg") && text.contains(legend), "{svg}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Options of the synthetic job are refused with the sfno job.
+    let out = ruda(&["demo", "--channels", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--job synthetic"));
+}
+
 #[test]
 fn demo_command_prints_steps_timings_and_a_verdict() {
     let out = ruda(&[
         "demo",
+        "--job",
+        "synthetic",
         "--grid",
         "4x1",
         "--steps",

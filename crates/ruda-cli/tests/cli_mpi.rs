@@ -60,6 +60,8 @@ fn demo_runs_one_rank_per_process() {
             n,
             &[
                 "demo",
+                "--job",
+                "synthetic",
                 "--grid",
                 grid,
                 "--steps",
@@ -97,7 +99,7 @@ fn demo_runs_one_rank_per_process() {
         assert_eq!(steps, 3, "{text}");
     }
     // A grid that does not match the processes is refused.
-    let Some(out) = mpirun(2, &["demo", "--grid", "2x2"]) else {
+    let Some(out) = mpirun(2, &["demo", "--job", "synthetic", "--grid", "2x2"]) else {
         return;
     };
     assert!(!out.status.success());

@@ -16,6 +16,8 @@ fn the_demo_and_the_ddp_example_across_two_hosts() {
     let limit = Duration::from_secs(300);
     let demo = [
         "demo",
+        "--job",
+        "synthetic",
         "--grid",
         "2x2",
         "--steps",

@@ -59,6 +59,8 @@ fn the_demo_on_the_device_world_equals_the_host_staged_run_bit_for_bit() {
 fn demo_command_on_the_device_transport() {
     let out = ruda(&[
         "demo",
+        "--job",
+        "synthetic",
         "--transport",
         "device",
         "--grid",
@@ -256,6 +258,8 @@ fn the_demo_on_wgpu_equals_the_run_on_flex() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ruda"));
     cmd.args([
         "demo",
+        "--job",
+        "synthetic",
         "--transport",
         "wgpu",
         "--grid",
@@ -288,7 +292,15 @@ fn the_demo_on_wgpu_equals_the_run_on_flex() {
 #[cfg(not(feature = "wgpu"))]
 #[test]
 fn the_demo_on_wgpu_without_the_feature_says_how_to_build_it() {
-    let out = ruda(&["demo", "--transport", "wgpu", "--steps", "1"]);
+    let out = ruda(&[
+        "demo",
+        "--job",
+        "synthetic",
+        "--transport",
+        "wgpu",
+        "--steps",
+        "1",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         out.stdout.is_empty(),

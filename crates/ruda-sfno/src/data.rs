@@ -4,7 +4,7 @@
 use core::ops::Range;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_sphere::shallow_water::{Planet, SerialTransforms, ShallowWaterSolver};
+use ruda_sphere::shallow_water::{Jet, Planet, SerialTransforms, ShallowWaterSolver};
 use ruda_sphere::{LatitudeGrid, ShtSpec};
 
 use crate::SfnoError;
@@ -35,6 +35,7 @@ use crate::SfnoError;
 pub struct ShallowWaterData {
     solver: ShallowWaterSolver<SerialTransforms>,
     nsteps: usize,
+    jets: bool,
     mean: [f64; 3],
     std: [f64; 3],
 }
@@ -81,6 +82,7 @@ impl ShallowWaterData {
         let mut data = ShallowWaterData {
             solver,
             nsteps: nsteps as usize,
+            jets: false,
             mean: [0.0; 3],
             std: [1.0; 3],
         };
@@ -94,6 +96,26 @@ impl ShallowWaterData {
             data.std[f] = if var > 0.0 { var.sqrt() } else { 1.0 };
         }
         Ok(data)
+    }
+
+    /// The same pairs with every odd seed's initial state a balanced jet
+    /// of the Galewsky family ([`Jet::random`]) instead of a random state:
+    /// data that cover the slow, balanced dynamics of the Galewsky test as
+    /// well as the fast gravity waves of unbalanced states. The
+    /// normalisation stays that of the random sample 0.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::Device;
+    /// use ruda_sfno::ShallowWaterData;
+    /// let plain = ShallowWaterData::new(16, 32, 3600.0, 900.0, &Device::flex())?;
+    /// let mixed = ShallowWaterData::new(16, 32, 3600.0, 900.0, &Device::flex())?.with_jets(true);
+    /// assert_eq!(plain.sample(2)?, mixed.sample(2)?);
+    /// assert_ne!(plain.sample(3)?, mixed.sample(3)?);
+    /// # Ok::<(), ruda_sfno::SfnoError>(())
+    /// ```
+    pub fn with_jets(self, jets: bool) -> Self {
+        ShallowWaterData { jets, ..self }
     }
 
     /// The solver.
@@ -134,7 +156,11 @@ impl ShallowWaterData {
     /// # Errors
     /// The solver's errors.
     pub fn sample(&self, seed: u64) -> Result<(Vec<f64>, Vec<f64>), SfnoError> {
-        let start = self.solver.random(seed, 0.2)?;
+        let start = if self.jets && seed % 2 == 1 {
+            self.solver.jet(&Jet::random(seed, self.solver.planet()))?
+        } else {
+            self.solver.random(seed, 0.2)?
+        };
         let end = self.solver.step(start.clone(), self.nsteps)?;
         Ok((self.grid(start)?, self.grid(end)?))
     }

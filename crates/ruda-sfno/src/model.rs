@@ -55,6 +55,10 @@ pub struct SfnoConfig {
     /// Predict the change: add the input to the output (false; needs
     /// `in_chans == out_chans`).
     pub residual_prediction: bool,
+    /// A factor on the decoder's initial standard deviation (1:
+    /// torch-harmonics' `√(1/embed_dim)`; 0 with a residual prediction: the
+    /// model starts as the identity, persistence, and learns the change).
+    pub decoder_scale: f64,
 }
 
 impl SfnoConfig {
@@ -73,6 +77,7 @@ impl SfnoConfig {
             mlp_ratio: 2.0,
             hard_thresholding_fraction: 1.0,
             residual_prediction: false,
+            decoder_scale: 1.0,
         }
     }
 
@@ -113,6 +118,13 @@ impl SfnoConfig {
         let f = self.hard_thresholding_fraction;
         if !(f > 0.0 && f <= 1.0) {
             return Err(setting("hard_thresholding_fraction", f, "in (0, 1]"));
+        }
+        if !(self.decoder_scale.is_finite() && self.decoder_scale >= 0.0) {
+            return Err(setting(
+                "decoder_scale",
+                self.decoder_scale,
+                "finite and non-negative",
+            ));
         }
         if self.residual_prediction && self.in_chans != self.out_chans {
             return Err(setting(
@@ -174,7 +186,13 @@ impl SfnoConfig {
                 SfnoBlock::new(&mut init, from.clone(), to.clone(), e, self.mlp_ratio)
             })
             .collect();
-        let decoder = Pointwise::new(&mut init, e, self.out_chans, (1.0 / e as f64).sqrt(), false);
+        let decoder = Pointwise::new(
+            &mut init,
+            e,
+            self.out_chans,
+            self.decoder_scale * (1.0 / e as f64).sqrt(),
+            false,
+        );
         Ok(Sfno {
             encoder,
             blocks,

@@ -8,7 +8,7 @@ use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{ShallowWaterSolver, SphereTransforms};
+use super::{Planet, ShallowWaterSolver, SphereTransforms};
 use crate::SphereError;
 
 impl<T: SphereTransforms> ShallowWaterSolver<T> {
@@ -43,19 +43,60 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
     /// # Ok::<(), ruda_sphere::SphereError>(())
     /// ```
     pub fn galewsky(&self) -> Result<Tensor<4>, SphereError> {
+        self.jet(&Jet::galewsky(self.planet()))
+    }
+
+    /// A zonal jet in balance with a bump on its height, as
+    /// [`ShallowWaterSolver::galewsky`] makes the Galewsky jet, of any
+    /// [`Jet`]'s shape (the Galewsky jet is [`Jet::galewsky`]; a family of
+    /// them, for training data, [`Jet::random`]). Collective on a process
+    /// grid.
+    ///
+    /// # Errors
+    /// [`SphereError::Setting`] for a jet whose edges are not ordered
+    /// within the hemisphere or whose constants are not finite; the
+    /// transforms' errors.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{DType, Device};
+    /// use ruda_sphere::shallow_water::{Jet, Planet, SerialTransforms, ShallowWaterSolver};
+    /// use ruda_sphere::{LatitudeGrid, ShtSpec};
+    ///
+    /// let spec = ShtSpec::new(32, 64, LatitudeGrid::Equiangular)?;
+    /// let s = ShallowWaterSolver::new(
+    ///     SerialTransforms::new(spec), 600.0, Planet::default(), &Device::flex(), DType::F64,
+    /// )?;
+    /// let g = s.jet(&Jet::galewsky(s.planet()))?;
+    /// let err: f64 = (g - s.galewsky()?).abs().max().into_scalar();
+    /// assert_eq!(err, 0.0);
+    /// let south = Jet { south: true, ..Jet::random(3, s.planet()) };
+    /// assert!(s.jet(&south).is_ok());
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
+    pub fn jet(&self, jet: &Jet) -> Result<Tensor<4>, SphereError> {
+        jet.check()?;
         let c = self.calculus();
         let planet = *self.planet();
         let (lats, lons) = (c.latitudes().to_vec(), c.longitudes());
         let (nlat, nlon) = (lats.len(), lons.len());
-        let umax = 80.0;
-        let phi0 = PI / 7.0;
-        let phi1 = 0.5 * PI - phi0;
-        let phi2 = 0.25 * PI;
+        let Jet {
+            umax,
+            phi0,
+            phi1,
+            bump_lat: phi2,
+            bump_lon,
+            hamp,
+            alpha,
+            beta,
+            south,
+        } = *jet;
         let en = (-4.0 / (phi1 - phi0).powi(2)).exp();
-        let (alpha, beta) = (1.0 / 3.0, 1.0 / 15.0);
         let mut wind = vec![0.0; 2 * nlat * nlon];
         let mut height = vec![0.0; nlat * nlon];
         for (k, &lat) in lats.iter().enumerate() {
+            // A southern jet is the northern one mirrored.
+            let lat = if south { -lat } else { lat };
             let u = if lat > phi0 && lat < phi1 {
                 (umax / en) * (1.0 / ((lat - phi0) * (lat - phi1))).exp()
             } else {
@@ -63,9 +104,9 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
             };
             for (j, &lon) in lons.iter().enumerate() {
                 wind[k * nlon + j] = u;
-                let bump = planet.hamp
+                let bump = hamp
                     * lat.cos()
-                    * (-((lon - PI) / alpha).powi(2)).exp()
+                    * (-((lon - bump_lon) / alpha).powi(2)).exp()
                     * (-(phi2 - lat).powi(2) / beta).exp();
                 height[k * nlon + j] = planet.gravity * (planet.havg + bump);
             }
@@ -167,5 +208,131 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
             TensorData::new(part, [3, ls.len(), orders.len(), 2]),
             (c.device(), c.dtype()),
         ))
+    }
+}
+
+/// The shape of a balanced zonal jet with a height bump
+/// ([`ShallowWaterSolver::jet`]): Galewsky et al.'s profile `u = umax/e_n ·
+/// exp(1/((φ − φ0)(φ − φ1)))` between latitudes `φ0` and `φ1` (`e_n =
+/// exp(−4/(φ1 − φ0)²)`), and the bump `hamp · cos φ · exp(−((λ −
+/// bump_lon)/α)²) · exp(−(bump_lat − φ)²/β)` on the balanced height;
+/// mirrored into the southern hemisphere when `south`.
+///
+/// # Example
+/// ```
+/// use ruda_sphere::shallow_water::{Jet, Planet};
+/// let g = Jet::galewsky(&Planet::default());
+/// assert_eq!((g.umax, g.hamp, g.south), (80.0, 120.0, false));
+/// let r = Jet::random(7, &Planet::default());
+/// assert_eq!(r, Jet::random(7, &Planet::default()));
+/// assert!(r.check().is_ok() && r != g);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Jet {
+    /// Peak wind, m/s (80).
+    pub umax: f64,
+    /// Southern edge, radians (π/7).
+    pub phi0: f64,
+    /// Northern edge, radians (π/2 − π/7).
+    pub phi1: f64,
+    /// The bump's latitude, radians (π/4).
+    pub bump_lat: f64,
+    /// The bump's longitude, radians (π).
+    pub bump_lon: f64,
+    /// The bump's height, metres ([`Planet::hamp`], 120).
+    pub hamp: f64,
+    /// The bump's longitudinal width, radians (1/3).
+    pub alpha: f64,
+    /// The bump's latitudinal width squared, radians² (1/15).
+    pub beta: f64,
+    /// Mirror the jet into the southern hemisphere.
+    pub south: bool,
+}
+
+impl Jet {
+    /// The Galewsky et al. (2004) jet, with the bump height of `planet`.
+    pub fn galewsky(planet: &Planet) -> Self {
+        let phi0 = PI / 7.0;
+        Jet {
+            umax: 80.0,
+            phi0,
+            phi1: 0.5 * PI - phi0,
+            bump_lat: 0.25 * PI,
+            bump_lon: PI,
+            hamp: planet.hamp,
+            alpha: 1.0 / 3.0,
+            beta: 1.0 / 15.0,
+            south: false,
+        }
+    }
+
+    /// A jet drawn from a family around Galewsky's (for training data):
+    /// peak wind 40–100 m/s, centre 35–55° from the equator, width 0.45–0.8
+    /// rad (Galewsky's: 80 m/s, 45°, 0.67 rad), the bump within 5° of the
+    /// centre at any longitude, 40–200 m high (either sign), in either
+    /// hemisphere. The same seed gives the same jet.
+    pub fn random(seed: u64, planet: &Planet) -> Self {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x6a65_745f_7368_6170);
+        let mut u = |lo: f64, hi: f64| {
+            let x: f64 = rand::RngExt::random(&mut rng);
+            lo + (hi - lo) * x
+        };
+        let deg = PI / 180.0;
+        let (umax, centre, width) = (u(40.0, 100.0), u(35.0, 55.0) * deg, u(0.45, 0.8));
+        let bump_lat = centre + u(-5.0, 5.0) * deg;
+        let bump_lon = u(0.0, 2.0 * PI);
+        let hamp = u(40.0, 200.0) * if u(0.0, 1.0) < 0.5 { -1.0 } else { 1.0 };
+        let south = u(0.0, 1.0) < 0.5;
+        let g = Jet::galewsky(planet);
+        Jet {
+            umax,
+            phi0: centre - width / 2.0,
+            phi1: centre + width / 2.0,
+            bump_lat,
+            bump_lon,
+            hamp,
+            south,
+            ..g
+        }
+    }
+
+    /// Check that the constants are finite, the edges ordered within the
+    /// northern hemisphere and the widths positive.
+    ///
+    /// # Errors
+    /// [`SphereError::Setting`] naming the first that is not.
+    pub fn check(&self) -> Result<(), SphereError> {
+        let finite = [
+            ("umax", self.umax),
+            ("bump_lat", self.bump_lat),
+            ("bump_lon", self.bump_lon),
+            ("hamp", self.hamp),
+        ];
+        for (what, value) in finite {
+            if !value.is_finite() {
+                return Err(SphereError::Setting {
+                    what,
+                    value,
+                    expected: "finite",
+                });
+            }
+        }
+        if !(self.phi0 >= 0.0 && self.phi0 < self.phi1 && self.phi1 <= 0.5 * PI) {
+            return Err(SphereError::Setting {
+                what: "phi0",
+                value: self.phi0,
+                expected: "0 <= phi0 < phi1 <= π/2",
+            });
+        }
+        for (what, value) in [("alpha", self.alpha), ("beta", self.beta)] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(SphereError::Setting {
+                    what,
+                    value,
+                    expected: "finite and positive",
+                });
+            }
+        }
+        Ok(())
     }
 }

@@ -44,6 +44,7 @@ mod solver;
 mod transforms;
 
 pub use calculus::SphereCalculus;
+pub use initial::Jet;
 pub use planet::Planet;
 pub use solver::ShallowWaterSolver;
 pub use transforms::{
