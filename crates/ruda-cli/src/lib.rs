@@ -14,6 +14,7 @@ pub mod picture;
 pub mod plot;
 pub mod sht_bench;
 pub mod sizes;
+pub mod swe_bench;
 pub mod swe_demo;
 pub mod timed_comm;
 pub mod timed_group;

@@ -135,6 +135,72 @@ enum BenchTarget {
     /// communication and, with --torch-harmonics and --ducc0, those
     /// libraries on the same machine in the same run.
     Sht(ShtArgs),
+    /// Time the shallow-water workload: a step of the spectral solver and
+    /// a training step of the SFNO, with --torch-harmonics the same
+    /// workloads in torch-harmonics in the same run.
+    Swe(SweArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SweArgs {
+    /// The solver's equiangular grid as NLATxNLON (lmax = ceil(nlat/3)).
+    #[arg(long, default_value = "256x512", value_parser = parse_sphere_size)]
+    solver: (usize, usize),
+    /// The SFNO's grid as NLATxNLON.
+    #[arg(long, default_value = "32x64", value_parser = parse_sphere_size)]
+    sfno: (usize, usize),
+    /// The SFNO's channels.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    embed_dim: u32,
+    /// The SFNO's blocks.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    layers: u32,
+    /// Samples per training step.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch: u32,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed warm-up repetitions.
+    #[arg(long, default_value_t = 2)]
+    warmup: u32,
+    /// Also time torch-harmonics 0.9.3 with this Python interpreter.
+    #[arg(long, value_name = "PYTHON")]
+    torch_harmonics: Option<PathBuf>,
+}
+
+fn bench_swe(args: SweArgs, out: &mut impl Write) -> ExitCode {
+    use ruda_cli::swe_bench::{self, SweBenchConfig};
+    let cfg = SweBenchConfig {
+        solver: args.solver,
+        sfno: args.sfno,
+        embed_dim: args.embed_dim as usize,
+        layers: args.layers as usize,
+        batch: args.batch as usize,
+        iters: args.iters as usize,
+        warmup: args.warmup as usize,
+        ..SweBenchConfig::default()
+    };
+    let mut rows = match swe_bench::run(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ruda bench swe: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(python) = &args.torch_harmonics
+        && let Err(e) = swe_bench::add_torch_harmonics(&cfg, python, &mut rows)
+    {
+        eprintln!("ruda bench swe: {e}");
+        return ExitCode::FAILURE;
+    }
+    match swe_bench::print_table(&rows, out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ruda bench swe: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -541,6 +607,10 @@ fn main() -> ExitCode {
             target: Some(BenchTarget::Sht(args)),
             ..
         } => bench_sht(args, &mut out),
+        Command::Bench {
+            target: Some(BenchTarget::Swe(args)),
+            ..
+        } => bench_swe(args, &mut out),
         Command::Bench {
             target: None,
             op,

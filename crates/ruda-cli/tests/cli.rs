@@ -498,6 +498,72 @@ fn argument_errors_exit_2_with_a_clear_message() {
     }
 }
 
+/// `ruda bench swe` times a solver step and an SFNO training step and
+/// prints them in a table (the torch-harmonics column only when asked).
+#[test]
+fn bench_swe_prints_both_workloads() {
+    let out = ruda(&[
+        "bench",
+        "swe",
+        "--solver",
+        "16x32",
+        "--sfno",
+        "16x32",
+        "--embed-dim",
+        "4",
+        "--layers",
+        "2",
+        "--batch",
+        "1",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(
+        rows[1].starts_with("solver step, 16x32 lmax 6, f64"),
+        "{text}"
+    );
+    assert!(
+        rows[2].starts_with("SFNO training step, 16x32, 4 channels, 2 blocks, batch 1"),
+        "{text}"
+    );
+    for row in &rows[1..] {
+        let cols: Vec<&str> = row.split_whitespace().rev().take(3).collect();
+        assert_eq!(&cols[..2], &["-", "-"], "{row}");
+        let ms: f64 = cols[2].parse().unwrap();
+        assert!(ms > 0.0 && ms.is_finite(), "{row}");
+    }
+    let out = ruda(&[
+        "bench",
+        "swe",
+        "--solver",
+        "16x32",
+        "--sfno",
+        "16x32",
+        "--embed-dim",
+        "2",
+        "--layers",
+        "1",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--torch-harmonics",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("torch-harmonics"));
+}
+
 #[test]
 fn help_explains_the_commands() {
     let out = ruda(&["--help"]);
