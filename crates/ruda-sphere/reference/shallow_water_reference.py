@@ -46,8 +46,9 @@ import numpy as np
 import torch
 import torch_harmonics as th
 from torch_harmonics.examples import ShallowWaterSolver
-from torch_harmonics.legendre import _precompute_dlegpoly
-from torch_harmonics.quadrature import precompute_latitudes
+
+# The float64 degree factor, as the vector transform's reference makes it.
+from torch_harmonics_vector_reference import f64_weights
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -61,21 +62,6 @@ CASES = [
 def pairs(z):
     z = z.detach().numpy()
     return np.stack([z.real, z.imag], axis=-1).tolist()
-
-
-def f64_weights(vsht):
-    """`RealVectorSHT.__init__`'s weights with the degree factor in float64."""
-    _, weights = precompute_latitudes(vsht.nlat, grid=vsht.grid)
-    dpct = _precompute_dlegpoly(
-        vsht.mmax, vsht.lmax, vsht.nlat, vsht.grid, norm=vsht.norm, csphase=vsht.csphase
-    )
-    weights = 2.0 * torch.pi * weights
-    l = torch.arange(0, vsht.lmax, dtype=torch.float64)
-    norm_factor = 1.0 / l / (l + 1)
-    norm_factor[0] = 1.0
-    weights = torch.einsum("dmlk,k,l->dmlk", dpct, weights, norm_factor).contiguous()
-    weights[1] = -1 * weights[1]
-    return weights
 
 
 def random_state(rng, solver):

@@ -5,22 +5,13 @@
 mod common;
 
 use burn_tensor::{Device, Tensor};
-use common::{rel_err, tensor, values};
+use common::{flat, rel_err, tensor, values};
 use ruda_sphere::{InverseRealSht, LatitudeGrid, Latitudes, RealSht, ShtSpec};
 use serde_json::Value;
 
 fn reference() -> Value {
     let text = include_str!("../reference/torch_harmonics_0.9.3.json");
     serde_json::from_str(text).expect("valid reference JSON")
-}
-
-/// A nested JSON array of numbers, flattened.
-fn flat(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(items) => items.iter().flat_map(flat).collect(),
-        Value::Number(n) => vec![n.as_f64().unwrap()],
-        other => panic!("not a number: {other}"),
-    }
 }
 
 fn grid(name: &str) -> LatitudeGrid {

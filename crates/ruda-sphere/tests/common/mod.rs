@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
+use serde_json::Value;
 
 /// An f64 tensor of `shape` from `values` on `device`.
 pub fn tensor<const D: usize>(values: Vec<f64>, shape: [usize; D], device: &Device) -> Tensor<D> {
@@ -72,4 +73,13 @@ pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
 /// Σ a·b.
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A nested JSON array of numbers (a reference file's), flattened.
+pub fn flat(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(items) => items.iter().flat_map(flat).collect(),
+        Value::Number(n) => vec![n.as_f64().unwrap()],
+        other => panic!("not a number: {other}"),
+    }
 }
