@@ -41,7 +41,7 @@ enum Command {
         /// The process grid, polar × azimuth ranks, e.g. 2x2 or 4x1.
         #[arg(long, default_value = "2x2", value_parser = parse_grid)]
         grid: (usize, usize),
-        /// Optimisation steps (sfno: 60, synthetic: 12).
+        /// Optimisation steps (sfno: 200, synthetic: 12).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
         steps: Option<u32>,
         /// Latitudes of the equiangular grid, poles included (sfno: 32,

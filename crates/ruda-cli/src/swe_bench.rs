@@ -169,7 +169,7 @@ pub fn run(cfg: &SweBenchConfig) -> Result<Vec<SweRow>, SweBenchError> {
     let y = Tensor::<4>::from_data(TensorData::new(values(2), shape), (&device, DType::F32));
     let train_ms = time(cfg.warmup, cfg.iters, || -> Result<(), SfnoError> {
         let m = model.take().expect("a model between steps");
-        let local = mse.local(m.forward(x.clone())?, y.clone());
+        let local = mse.local(m.forward(x.clone())?, y.clone())?;
         let grads = GradientsParams::from_grads(local.backward(), &m);
         model = Some(optim.step(1e-3, m, grads));
         Ok(())
@@ -205,7 +205,7 @@ struct AnchorTimes {
 /// # Errors
 /// [`SweBenchError::Anchor`] when the script cannot run, fails, or its
 /// model's parameter count differs from ruda's (not the same
-/// architecture).
+/// architecture), or `rows` are not [`run`]'s two.
 pub fn add_torch_harmonics(
     cfg: &SweBenchConfig,
     python: &Path,
@@ -252,8 +252,14 @@ pub fn add_torch_harmonics(
             t.params
         )));
     }
-    rows[0].torch_harmonics_ms = Some(t.solver_ms);
-    rows[1].torch_harmonics_ms = Some(t.train_ms);
+    let [solver, train] = rows else {
+        return Err(SweBenchError::Anchor(format!(
+            "ruda's side has {} rows, not the solver's and the SFNO's",
+            rows.len()
+        )));
+    };
+    solver.torch_harmonics_ms = Some(t.solver_ms);
+    train.torch_harmonics_ms = Some(t.train_ms);
     Ok(())
 }
 

@@ -46,7 +46,7 @@ impl ShallowWaterData {
     /// solver steps), in f64 on `device`.
     ///
     /// # Errors
-    /// [`SfnoError::Setting`] for a `dt` below `dt_solver`; the solver's
+    /// [`SfnoError::Setting`] for a `dt` below `dt_solver` or not finite; the solver's
     /// errors (grid too small, time step not positive).
     pub fn new(
         nlat: usize,
@@ -72,7 +72,7 @@ impl ShallowWaterData {
             DType::F64,
         )?;
         let nsteps = (dt / dt_solver).round();
-        if nsteps.is_nan() || nsteps < 1.0 {
+        if !nsteps.is_finite() || nsteps < 1.0 {
             return Err(SfnoError::Setting {
                 what: "dt",
                 value: dt,
@@ -184,6 +184,10 @@ impl ShallowWaterData {
 /// The patch `[b, c, rows, cols]` of fields `[b, c, h, w]` (flattened) as a
 /// tensor on `device` in `dtype`.
 ///
+/// # Panics
+/// When `v` does not hold `b·c·h·w` values or the ranges leave `h × w`
+/// (slicing, as indexing a slice does).
+///
 /// # Example
 /// ```
 /// use burn_tensor::{DType, Device};
@@ -199,6 +203,11 @@ pub fn patch(
     device: &Device,
     dtype: DType,
 ) -> Tensor<4> {
+    assert!(
+        v.len() == b * c * h * w && rows.end <= h && cols.end <= w,
+        "patch: {} values for [{b}, {c}, {h}, {w}], rows {rows:?}, cols {cols:?}",
+        v.len()
+    );
     let mut out = Vec::with_capacity(b * c * rows.len() * cols.len());
     for bc in 0..b * c {
         for r in rows.clone() {

@@ -29,7 +29,7 @@ use crate::{DynTransforms, Sfno, SfnoError};
 /// let mse = SphereMse::for_model(&model);
 /// let two = Tensor::<4>::full([1, 3, 16, 32], 2.0, (&Device::flex(), DType::F64));
 /// let zero = two.zeros_like();
-/// let loss = mse.total(mse.local(two, zero))?;
+/// let loss = mse.total(mse.local(two, zero)?)?;
 /// assert!((loss - 4.0).abs() < 1e-12);
 /// # Ok::<(), ruda_sfno::SfnoError>(())
 /// ```
@@ -65,15 +65,31 @@ impl SphereMse {
     /// This rank's part of the loss of `pred` against `target` (both `[b,
     /// c, lat, lon]`, this rank's patch): a one-element tensor,
     /// differentiable.
-    pub fn local(&self, pred: Tensor<4>, target: Tensor<4>) -> Tensor<1> {
+    ///
+    /// # Errors
+    /// [`SfnoError::Shape`] (naming this rank) when `pred` is not this
+    /// rank's patch or `target` is not `pred`'s shape.
+    pub fn local(&self, pred: Tensor<4>, target: Tensor<4>) -> Result<Tensor<1>, SfnoError> {
         let [b, c, lat, _] = pred.dims();
+        let t = &self.transforms;
+        let expected = vec![b, c, self.weights.len(), t.lon_range().len()];
+        for got in [pred.dims().to_vec(), target.dims().to_vec()] {
+            if got != expected {
+                return Err(SfnoError::Shape {
+                    op: "SphereMse::local",
+                    rank: t.rank(),
+                    expected,
+                    got,
+                });
+            }
+        }
         let w = Tensor::<4>::from_data(
             TensorData::new(self.weights.clone(), [1, 1, lat, 1]),
             (&pred.device(), pred.dtype()),
         );
-        ((pred - target).powi_scalar(2) * w)
+        Ok(((pred - target).powi_scalar(2) * w)
             .sum()
-            .div_scalar((b * c).max(1) as f64)
+            .div_scalar((b * c).max(1) as f64))
     }
 
     /// The loss: the sum over the domain's ranks of their local parts
@@ -91,11 +107,11 @@ impl SphereMse {
     /// field), summed over the ranks (collective; no gradient).
     ///
     /// # Errors
-    /// As [`SphereMse::total`].
+    /// As [`SphereMse::local`] and [`SphereMse::total`].
     pub fn relative_l2(&self, pred: Tensor<4>, target: Tensor<4>) -> Result<f64, SfnoError> {
         let zero = target.zeros_like();
-        let err = self.total(self.local(pred, target.clone()))?;
-        let norm = self.total(self.local(target, zero))?;
+        let err = self.total(self.local(pred, target.clone())?)?;
+        let norm = self.total(self.local(target, zero)?)?;
         Ok((err / norm.max(f64::MIN_POSITIVE)).sqrt())
     }
 }

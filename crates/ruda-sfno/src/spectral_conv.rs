@@ -63,3 +63,57 @@ impl SpectralConv {
         y.reshape([l, b, m, 2, o]).permute([1, 4, 0, 2, 3])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_tensor::{DType, Device};
+
+    /// The block-matrix contraction equals the complex sum written out,
+    /// for a block of degrees that starts inside the weight's.
+    #[test]
+    fn contraction_is_the_complex_sum() {
+        let (b, i, o, l, m, lmax, start) = (2, 3, 2, 4, 5, 6, 1);
+        let device = Device::flex();
+        let mut init = Init::new(11, &device, DType::F64);
+        let conv = SpectralConv::new(&mut init, i, o, lmax, 1.0);
+        let c = init.normal([b, i, l, m, 2], 1.0);
+        let got = conv
+            .forward(c.clone(), start)
+            .into_data()
+            .try_to_vec::<f64>()
+            .unwrap();
+        let cv = c.into_data().try_to_vec::<f64>().unwrap();
+        let wv = conv.weight.val().into_data().try_to_vec::<f64>().unwrap();
+        let at_c = |bb: usize, ii: usize, ll: usize, mm: usize, k: usize| {
+            cv[(((bb * i + ii) * l + ll) * m + mm) * 2 + k]
+        };
+        let at_w =
+            |oo: usize, ii: usize, ll: usize, k: usize| wv[((oo * i + ii) * lmax + ll) * 2 + k];
+        let mut want = vec![0.0; b * o * l * m * 2];
+        for bb in 0..b {
+            for oo in 0..o {
+                for ll in 0..l {
+                    for mm in 0..m {
+                        let (mut re, mut im) = (0.0, 0.0);
+                        for ii in 0..i {
+                            let (cr, ci) = (at_c(bb, ii, ll, mm, 0), at_c(bb, ii, ll, mm, 1));
+                            let (wr, wi) =
+                                (at_w(oo, ii, ll + start, 0), at_w(oo, ii, ll + start, 1));
+                            re += cr * wr - ci * wi;
+                            im += cr * wi + ci * wr;
+                        }
+                        let at = (((bb * o + oo) * l + ll) * m + mm) * 2;
+                        want[at] = re;
+                        want[at + 1] = im;
+                    }
+                }
+            }
+        }
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0.0f64, |e, (a, w)| e.max((a - w).abs()));
+        assert!(err < 1e-13, "{err}");
+    }
+}

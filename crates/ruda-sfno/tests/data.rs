@@ -63,7 +63,7 @@ fn empty_and_single_batches() {
     let out = model.forward(empty.clone()).unwrap();
     assert_eq!(out.dims(), [0, 3, 13, 24]);
     let mse = SphereMse::for_model(&model);
-    assert_eq!(mse.total(mse.local(out, empty)).unwrap(), 0.0);
+    assert_eq!(mse.total(mse.local(out, empty).unwrap()).unwrap(), 0.0);
     let v: Vec<f64> = (0..3 * 3 * 13 * 24)
         .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
         .collect();

@@ -122,7 +122,7 @@ fn distributed_sfno_equals_serial(adam: bool) {
         for _ in 0..STEPS {
             let out = model.forward(t(&x)).unwrap();
             trace.outputs.push(values(out.clone()));
-            let loss = mse.local(out, t(&y));
+            let loss = mse.local(out, t(&y)).unwrap();
             trace.losses.push(mse.total(loss.clone()).unwrap());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(lr, model, grads);
@@ -161,7 +161,7 @@ fn distributed_sfno_equals_serial(adam: bool) {
                 for _ in 0..STEPS {
                     let out = model.forward(t(&x))?;
                     trace.outputs.push(values(out.clone()));
-                    let loss = mse.local(out, t(&y));
+                    let loss = mse.local(out, t(&y))?;
                     trace.losses.push(mse.total(loss.clone())?);
                     let grads = GradientsParams::from_grads(loss.backward(), &model);
                     model = step(

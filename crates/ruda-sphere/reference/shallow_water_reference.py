@@ -12,12 +12,15 @@ makes them) and records, as spectral coefficients `[3, lmax, mmax]`
 ((geopotential, vorticity, divergence), complex values as [re, im] pairs,
 the layout ruda-sphere uses):
 
-- `galewsky`: `galewsky_initial_condition()`;
-- `dudt_galewsky`: `dudtspec` of it;
-- `steps`: `timestep(galewsky, n)` for each listed `n`;
-- `random`: a random state drawn here with numpy as
+- `random` (per case): a random state drawn here with numpy as
   `random_initial_condition(mach=0.2)` draws it (torch's generator cannot be
-  replayed elsewhere), its `dudt_random` and `random_steps`.
+  replayed elsewhere);
+- `f64.galewsky`: `galewsky_initial_condition()`;
+- `f64.galewsky_run.dudt`: `dudtspec` of it, and `f64.galewsky_run.steps`:
+  `timestep(galewsky, n)` for each of the case's `counts`;
+- `f64.random_run`: the same for the random state;
+- `as_shipped.galewsky` and `as_shipped.galewsky_run.steps` (the last count
+  only): the module as shipped (see below).
 
 torch-harmonics 0.9.3 computes `RealVectorSHT`'s normalisation
 `1 / (l (l + 1))` in float32 whatever the module's dtype (see

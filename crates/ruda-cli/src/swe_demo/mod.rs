@@ -66,13 +66,14 @@ pub struct SweDemoConfig {
 }
 
 impl Default for SweDemoConfig {
-    /// A 32 × 64 grid, 2 × 2 ranks, 16 channels, 4 blocks, batches of 4,
-    /// one-hour steps, a 12-hour rollout.
+    /// A 32 × 64 grid, 2 × 2 ranks, 200 steps, 16 channels, 4 blocks,
+    /// batches of 4, one-hour steps, a 12-hour rollout: about 21 s on two
+    /// cores.
     fn default() -> Self {
         SweDemoConfig {
             polar: 2,
             azimuth: 2,
-            steps: 60,
+            steps: 200,
             nlat: 32,
             nlon: 64,
             batch: 4,
@@ -141,23 +142,32 @@ fn rank_error(grid: &str, rank: usize, e: impl std::fmt::Display) -> DemoError {
     }
 }
 
+/// A step's report, or why the run stopped.
+type Report = Result<StepReport, String>;
+
 /// Train `trainer` on the batches from `rx`, reporting each step to `tx`
-/// (when given), then validate and roll out.
+/// (when given; an error is reported too, so that the main thread stops
+/// sending rather than wait), then validate and roll out.
 fn train_loop(
     trainer: &mut Trainer,
     rx: &Receiver<Batch>,
-    tx: Option<&Sender<StepReport>>,
+    tx: Option<&Sender<Report>>,
     reduce: &mut trainer::Reduce<'_>,
     validation: &Batch,
     galewsky: &[Vec<f64>],
 ) -> Result<Finish, SfnoError> {
     while let Ok(batch) = rx.recv() {
-        let report = trainer.step(&batch, reduce)?;
-        if let Some(tx) = tx
-            && tx.send(report).is_err()
-        {
-            break;
+        let report = trainer.step(&batch, reduce);
+        if let Some(tx) = tx {
+            let sent = tx.send(match &report {
+                Ok(r) => Ok(r.clone()),
+                Err(e) => Err(e.to_string()),
+            });
+            if sent.is_err() {
+                break;
+            }
         }
+        report?;
     }
     let validation = trainer.loss(validation)?;
     let (rollout, last) = trainer.rollout(galewsky)?;
@@ -214,8 +224,9 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
             .map_err(|e| grid_error(cfg, e))?;
     }
     let dt = cfg.hours * 3600.0;
+    // The grid too small for the solver is a usage error, as for the model.
     let data = ShallowWaterData::new(cfg.nlat, cfg.nlon, dt, SOLVER_DT, &Device::flex())
-        .map_err(|e| rank_error("data", 0, e))?
+        .map_err(|e| grid_error(cfg, e))?
         .with_jets(true);
     writeln!(
         out,
@@ -251,8 +262,8 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
 
     let ranks = cfg.polar * cfg.azimuth;
     let (serial_tx, serial_rx) = channel::<Batch>();
-    let (serial_rep_tx, serial_rep_rx) = channel::<StepReport>();
-    let (dist_rep_tx, dist_rep_rx) = channel::<StepReport>();
+    let (serial_rep_tx, serial_rep_rx) = channel::<Report>();
+    let (dist_rep_tx, dist_rep_rx) = channel::<Report>();
     let mut rank_txs = Vec::new();
     let mut rank_rxs = Vec::new();
     for _ in 0..ranks {
@@ -313,14 +324,32 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                     break;
                 }
             };
-            let sent = serial_tx.send(batch.clone()).is_ok()
-                && rank_txs.iter().all(|tx| tx.send(batch.clone()).is_ok());
-            let (Ok(sr), Ok(dr)) = (serial_rep_rx.recv(), dist_rep_rx.recv()) else {
-                break;
-            };
+            // Every receiver gets the batch (no early stop: a rank left
+            // without it would wait for ever); a run that has ended makes
+            // its send fail, and then nothing more is sent or awaited.
+            let mut sent = serial_tx.send(batch.clone()).is_ok();
+            for tx in &rank_txs {
+                sent &= tx.send(batch.clone()).is_ok();
+            }
             if !sent {
+                failed = Some(rank_error(&grid_name, 0, "a run ended early"));
                 break;
             }
+            let (sr, dr) = match (serial_rep_rx.recv(), dist_rep_rx.recv()) {
+                (Ok(Ok(sr)), Ok(Ok(dr))) => (sr, dr),
+                (Ok(Err(e)), _) => {
+                    failed = Some(rank_error("1x1 (serial)", 0, e));
+                    break;
+                }
+                (_, Ok(Err(e))) => {
+                    failed = Some(rank_error(&grid_name, 0, e));
+                    break;
+                }
+                _ => {
+                    failed = Some(rank_error(&grid_name, 0, "a run ended early"));
+                    break;
+                }
+            };
             let loss_diff = (dr.loss - sr.loss).abs() / sr.loss.abs().max(f64::MIN_POSITIVE);
             let param_diff = rel_diff(&dr.params, &sr.params);
             worst = worst.max(loss_diff).max(param_diff);
@@ -337,12 +366,17 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         }
         drop(serial_tx);
         drop(rank_txs);
-        let serial = serial.join().expect("the serial run does not panic");
-        let dist = dist.join().expect("the world does not panic");
-        match failed {
-            Some(e) => Err(e),
-            None => Ok((worst, losses, (serial, dist))),
+        // A run that stopped has its error reported above, or its panic
+        // here; either way the other run's receivers are closed, so it
+        // ends too.
+        let serial = serial.join();
+        let dist = dist.join();
+        if let Some(e) = failed {
+            return Err(e);
         }
+        let serial = serial.map_err(|_| rank_error("1x1 (serial)", 0, "panicked"))?;
+        let dist = dist.map_err(|_| rank_error(&grid_name, 0, "the world panicked"))?;
+        Ok((worst, losses, (serial, dist)))
     })?;
     bar.finish_and_clear();
     let (serial, dist) = finishes;

@@ -120,7 +120,7 @@ impl Trainer {
         let x = self.patch(&batch.inputs, batch.size);
         let y = self.patch(&batch.targets, batch.size);
         let out = model.forward(x)?;
-        let local = self.mse.local(out, y);
+        let local = self.mse.local(out, y)?;
         let loss = self.mse.total(local.clone())?;
         let grads = GradientsParams::from_grads(local.backward(), &model);
         let model = reduce(&mut self.optim, self.lr, model, grads)?;
@@ -141,7 +141,7 @@ impl Trainer {
         let x = self.patch(&batch.inputs, batch.size);
         let y = self.patch(&batch.targets, batch.size);
         let out = self.model().forward(x)?.detach();
-        self.mse.total(self.mse.local(out, y))
+        self.mse.total(self.mse.local(out, y)?)
     }
 
     /// Roll the model out from `states[0]`: the relative L2 error against

@@ -242,9 +242,19 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     /// collective on a process grid.
     ///
     /// # Errors
-    /// As [`SphereTransforms::sum_over_ranks`].
+    /// [`SphereError::Shape`] for fields that are not this rank's patch;
+    /// as [`SphereTransforms::sum_over_ranks`].
     pub fn integrate(&self, x: Tensor<3>) -> Result<Tensor<1>, SphereError> {
-        let [b, lat, _] = x.dims();
+        let [b, lat, lon] = x.dims();
+        let t = &self.transforms;
+        if lat != self.weights.len() || lon != t.lon_range().len() {
+            return Err(SphereError::Shape {
+                op: "SphereCalculus::integrate",
+                rank: t.rank(),
+                expected: vec![b, self.weights.len(), t.lon_range().len()],
+                got: vec![b, lat, lon],
+            });
+        }
         let nlon = self.transforms.spec().nlon() as f64;
         let scale = 2.0 * core::f64::consts::PI / nlon * self.radius * self.radius;
         let w: Vec<f64> = self.weights.iter().map(|w| w * scale).collect();

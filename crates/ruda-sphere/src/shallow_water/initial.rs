@@ -104,9 +104,13 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
             };
             for (j, &lon) in lons.iter().enumerate() {
                 wind[k * nlon + j] = u;
+                // The distance in longitude, wrapped into [−π, π): a bump
+                // near longitude 0 has no seam (for Galewsky's, at π, this
+                // is `lon − π` exactly, as torch-harmonics computes it).
+                let dlon = (lon - bump_lon + PI).rem_euclid(2.0 * PI) - PI;
                 let bump = hamp
                     * lat.cos()
-                    * (-((lon - bump_lon) / alpha).powi(2)).exp()
+                    * (-(dlon / alpha).powi(2)).exp()
                     * (-(phi2 - lat).powi(2) / beta).exp();
                 height[k * nlon + j] = planet.gravity * (planet.havg + bump);
             }
@@ -297,7 +301,7 @@ impl Jet {
     }
 
     /// Check that the constants are finite, the edges ordered within the
-    /// northern hemisphere and the widths positive.
+    /// northern hemisphere at least 0.1 rad apart, and the widths positive.
     ///
     /// # Errors
     /// [`SphereError::Setting`] naming the first that is not.
@@ -322,6 +326,15 @@ impl Jet {
                 what: "phi0",
                 value: self.phi0,
                 expected: "0 <= phi0 < phi1 <= π/2",
+            });
+        }
+        // e_n = exp(−4/(φ1 − φ0)²) underflows to 0 below this width, and
+        // the profile with it (∞ · 0).
+        if self.phi1 - self.phi0 < 0.1 {
+            return Err(SphereError::Setting {
+                what: "phi1 - phi0",
+                value: self.phi1 - self.phi0,
+                expected: "at least 0.1 rad (the profile's scale underflows below)",
             });
         }
         for (what, value) in [("alpha", self.alpha), ("beta", self.beta)] {
