@@ -162,10 +162,9 @@ pub(crate) fn agree(
     let base: *mut u64 = unsafe { (*fl.bufs()).as_mut_ptr() };
     let at = |k: usize, word: usize| -> *mut c_void {
         debug_assert!(k < n + sends && word < slot);
-        // SAFETY: valid: `base` covers the `(n + sends) * slot` words `fl`
-        // owns, and every call has `k < n + sends`, `word < slot`, so the
-        // offset stays inside; unaliased: only an address is made, no
-        // reference.
+        // SAFETY: valid: `base` covers the `(n + sends) * slot` words `fl` owns, and
+        // `k < n + sends`, `word < slot` keep the offset inside; unaliased: only an address is
+        // made, no reference.
         unsafe { base.add(k * slot + word) }.cast()
     };
     let (i64t, u8t) = (
@@ -193,10 +192,9 @@ pub(crate) fn agree(
         for i in 0..n - 1 {
             let (into, p) = (at(peer(i), w + 1), peer(i));
             fl.post(op, me, ReqKind::Recv, |r| {
-                // SAFETY: valid: `into` holds `room` bytes (the rest of rank
-                // `p`'s slot in `fl`'s buffer, alive until completion), and MPI
-                // refuses a longer message rather than write past `room`;
-                // unaliased: only MPI touches it until this receive completes.
+                // SAFETY: valid: `into` holds `room` bytes of `fl`'s buffer (alive until done; MPI
+                // refuses a longer message rather than write past `room`); unaliased: only MPI
+                // touches it until this receive completes.
                 unsafe { ffi::MPI_Irecv(into, room, u8t, p as c_int, TAG_INLINE, ch.ctl, r) }
             })?;
         }
@@ -285,10 +283,9 @@ pub(crate) fn agree_shared(
     };
     let b = seg.next_call();
     {
-        // SAFETY: valid: this rank's record area of this call's parity is
-        // `area_words` mapped words, 8-byte aligned; unaliased: only this rank
-        // writes it, no peer reads it before the barrier below (see
-        // `Segment::next_call`), and no other reference to it exists.
+        // SAFETY: valid: our record area of this parity is `area_words` mapped, 8-byte aligned
+        // words; unaliased: only this rank writes it, no peer reads it before the barrier below
+        // (`Segment::next_call`), and no other reference to it exists.
         let area = unsafe { std::slice::from_raw_parts_mut(seg.record(me, b), area_words) };
         wire::encode_into(call, n, bytemuck::cast_slice_mut(&mut area[..w]));
         area[w] = sends as u64;

@@ -62,11 +62,9 @@ pub(crate) fn all_reduce<T: Element>(
         let slot = |q: usize| seg.slot(q, b).cast::<T>();
         let ptrs: Vec<*mut T> = (0..n).map(|q| slot(q).wrapping_add(lo)).collect();
         let ins: Vec<*const T> = ptrs.iter().map(|&p| p.cast_const()).collect();
-        // SAFETY: valid: every pointer is share `lo..hi` of a mapped slot of
-        // `chunk >= m >= hi` elements; unaliased: between the barriers each
-        // rank touches only its own share (shares are disjoint, cache-line
-        // aligned), and the kernel reads a tile of every input before it
-        // writes that tile to the same ranges.
+        // SAFETY: valid: each pointer is share `lo..hi` of a mapped slot of `chunk >= hi` elements;
+        // unaliased: between the barriers a rank touches only its own (disjoint) share, and the
+        // kernel reads each tile of every input before writing that tile.
         unsafe { kernels::reduce(&ins, &ptrs, hi - lo, op) };
         seg.barrier(deadline)?;
         // SAFETY: every share of this rank's slot is final after the second
@@ -101,11 +99,9 @@ pub(crate) fn reduce_scatter<T: Element>(
             if m == 0 {
                 continue;
             }
-            // SAFETY: valid: block `q` of this rank's slot holds `k >= m`
-            // elements (`n` blocks fit: see `block_elems`) and
-            // `send[o + off..o + off + m]` lies within `send` (the agreed
-            // `counts` total its length); unaliased: the slot is this rank's
-            // alone until the barrier, and `send` is the caller's buffer.
+            // SAFETY: valid: block `q` of our slot holds `k >= m` elements (`block_elems`), and
+            // `send[o + off..][..m]` is in `send` (agreed `counts` total its length); unaliased:
+            // the slot is this rank's alone until the barrier, `send` the caller's own buffer.
             unsafe { copy(send[o + off..].as_ptr(), slot(me).add(q * k), m) };
         }
         seg.barrier(deadline)?;
