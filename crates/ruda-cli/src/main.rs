@@ -158,10 +158,17 @@ struct SweArgs {
     /// Samples per training step.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     batch: u32,
-    /// Timed repetitions (the median is reported).
+    #[command(flatten)]
+    timing: Timing,
+}
+
+/// How `ruda bench sht` and `ruda bench swe` time, and their anchor.
+#[derive(clap::Args, Debug)]
+struct Timing {
+    /// Timed iterations (the median is reported).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     iters: u32,
-    /// Untimed warm-up repetitions.
+    /// Untimed warm-up iterations.
     #[arg(long, default_value_t = 2)]
     warmup: u32,
     /// Also time torch-harmonics 0.9.3 with this Python interpreter.
@@ -177,8 +184,8 @@ fn bench_swe(args: SweArgs, out: &mut impl Write) -> ExitCode {
         embed_dim: args.embed_dim as usize,
         layers: args.layers as usize,
         batch: args.batch as usize,
-        iters: args.iters as usize,
-        warmup: args.warmup as usize,
+        iters: args.timing.iters as usize,
+        warmup: args.timing.warmup as usize,
         ..SweBenchConfig::default()
     };
     let mut rows = match swe_bench::run(&cfg) {
@@ -188,7 +195,7 @@ fn bench_swe(args: SweArgs, out: &mut impl Write) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(python) = &args.torch_harmonics
+    if let Some(python) = &args.timing.torch_harmonics
         && let Err(e) = swe_bench::add_torch_harmonics(&cfg, python, &mut rows)
     {
         eprintln!("ruda bench swe: {e}");
@@ -218,15 +225,8 @@ struct ShtArgs {
     /// Fields transformed together.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     channels: u32,
-    /// Timed iterations (the median is reported).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    iters: u32,
-    /// Untimed warm-up iterations.
-    #[arg(long, default_value_t = 2)]
-    warmup: u32,
-    /// Also time torch-harmonics 0.9.3 with this Python interpreter.
-    #[arg(long, value_name = "PYTHON")]
-    torch_harmonics: Option<PathBuf>,
+    #[command(flatten)]
+    timing: Timing,
     /// Also time ducc0 (analysis_2d + synthesis_2d) with this Python
     /// interpreter.
     #[arg(long, value_name = "PYTHON")]
@@ -280,8 +280,8 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
             .collect(),
         grids,
         channels: args.channels as usize,
-        iters: args.iters as usize,
-        warmup: args.warmup as usize,
+        iters: args.timing.iters as usize,
+        warmup: args.timing.warmup as usize,
         vector: args.vector,
     };
     let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.grids.len()) as u64);
@@ -299,7 +299,10 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
         }
     };
     let anchors = [
-        (sht_bench::Anchor::TorchHarmonics, &args.torch_harmonics),
+        (
+            sht_bench::Anchor::TorchHarmonics,
+            &args.timing.torch_harmonics,
+        ),
         (sht_bench::Anchor::Ducc0, &args.ducc0),
     ];
     for (anchor, python) in anchors {

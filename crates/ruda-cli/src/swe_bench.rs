@@ -14,9 +14,8 @@ use burn_core as burn;
 use burn::module::Module;
 use burn_optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_sfno::{SfnoConfig, SfnoError, SphereMse};
-use ruda_sphere::shallow_water::{Planet, SerialDomain, SerialTransforms, ShallowWaterSolver};
-use ruda_sphere::{LatitudeGrid, ShtSpec};
+use ruda_sfno::{SfnoConfig, SfnoError, SphereMse, pde_solver};
+use ruda_sphere::shallow_water::SerialDomain;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -129,23 +128,9 @@ pub fn sfno_config(cfg: &SweBenchConfig) -> SfnoConfig {
 pub fn run(cfg: &SweBenchConfig) -> Result<Vec<SweRow>, SweBenchError> {
     let (nlat, nlon) = cfg.solver;
     let lmax = nlat.div_ceil(3);
-    let spec = ShtSpec::with_truncation(
-        nlat,
-        nlon,
-        LatitudeGrid::Equiangular,
-        Some(lmax),
-        Some(lmax),
-    )?
-    .with_csphase(false);
     // torch-harmonics' example steps 150 s at lmax 86; the same CFL number.
     let dt = 150.0 * 86.0 / lmax as f64;
-    let solver = ShallowWaterSolver::new(
-        SerialTransforms::new(spec),
-        dt,
-        Planet::default(),
-        &Device::flex(),
-        DType::F64,
-    )?;
+    let solver = pde_solver(nlat, nlon, dt, &Device::flex())?;
     let start = solver.random(1, 0.2)?;
     let n = cfg.solver_steps.max(1);
     let solver_ms = time(cfg.warmup, cfg.iters, || {

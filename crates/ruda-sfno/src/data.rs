@@ -55,22 +55,7 @@ impl ShallowWaterData {
         dt_solver: f64,
         device: &Device,
     ) -> Result<Self, SfnoError> {
-        let lmax = nlat.div_ceil(3);
-        let spec = ShtSpec::with_truncation(
-            nlat,
-            nlon,
-            LatitudeGrid::Equiangular,
-            Some(lmax),
-            Some(lmax),
-        )?
-        .with_csphase(false);
-        let solver = ShallowWaterSolver::new(
-            SerialTransforms::new(spec),
-            dt_solver,
-            Planet::default(),
-            device,
-            DType::F64,
-        )?;
+        let solver = pde_solver(nlat, nlon, dt_solver, device)?;
         let nsteps = (dt / dt_solver).round();
         if !nsteps.is_finite() || nsteps < 1.0 {
             return Err(SfnoError::Setting {
@@ -179,6 +164,47 @@ impl ShallowWaterData {
         }
         Ok(out)
     }
+}
+
+/// The solver `PdeDataset` steps: torch-harmonics' `ShallowWaterSolver` on an
+/// `nlat × nlon` equiangular grid truncated at `lmax = mmax = ⌈nlat/3⌉`,
+/// without the Condon–Shortley phase (as torch-harmonics' solver makes its
+/// transforms), Earth's constants, time step `dt_solver` seconds, in f64 on
+/// `device`.
+///
+/// # Errors
+/// The solver's: a grid too small, a time step not finite and positive.
+///
+/// # Example
+/// ```
+/// use burn_tensor::Device;
+/// let s = ruda_sfno::pde_solver(32, 64, 600.0, &Device::flex())?;
+/// assert_eq!(s.calculus().transforms().spec().lmax(), 11);
+/// # use ruda_sphere::shallow_water::SphereTransforms;
+/// # Ok::<(), ruda_sfno::SfnoError>(())
+/// ```
+pub fn pde_solver(
+    nlat: usize,
+    nlon: usize,
+    dt_solver: f64,
+    device: &Device,
+) -> Result<ShallowWaterSolver<SerialTransforms>, SfnoError> {
+    let lmax = nlat.div_ceil(3);
+    let spec = ShtSpec::with_truncation(
+        nlat,
+        nlon,
+        LatitudeGrid::Equiangular,
+        Some(lmax),
+        Some(lmax),
+    )?
+    .with_csphase(false);
+    Ok(ShallowWaterSolver::new(
+        SerialTransforms::new(spec),
+        dt_solver,
+        Planet::default(),
+        device,
+        DType::F64,
+    )?)
 }
 
 /// The patch `[b, c, rows, cols]` of fields `[b, c, h, w]` (flattened) as a

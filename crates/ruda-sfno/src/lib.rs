@@ -42,7 +42,7 @@ impl<T: ruda_sphere::shallow_water::SphereTransforms + core::fmt::Debug + Send +
     for T
 {
 }
-pub use data::{ShallowWaterData, patch};
+pub use data::{ShallowWaterData, patch, pde_solver};
 pub use error::SfnoError;
 pub use loss::SphereMse;
 pub use model::{Sfno, SfnoConfig};

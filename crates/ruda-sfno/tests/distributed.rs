@@ -203,7 +203,8 @@ fn distributed_sfno_equals_serial(adam: bool) {
     }
 }
 
-/// Inputs of the wrong patch or channels are typed errors naming the rank.
+/// An empty batch runs on a process grid; inputs of the wrong patch or
+/// channels are typed errors naming the rank.
 #[test]
 fn wrong_inputs_are_errors() {
     let cfg = config();
@@ -212,6 +213,15 @@ fn wrong_inputs_are_errors() {
         .run(|comm| {
             let grid = ProcessGrid::new(comm, 2, 1)?;
             let model = cfg.init(&grid, 1, &device, DType::F64)?;
+            // An empty batch of this rank's patch goes through, collectives
+            // and all, and its loss over the sphere is zero.
+            let t = model.transforms();
+            let (h, w) = (t.lat_range().len(), t.lon_range().len());
+            let empty = Tensor::<4>::zeros([0, 3, h, w], (&device, DType::F64));
+            let out = model.forward(empty.clone())?;
+            assert_eq!(out.dims(), [0, 3, h, w]);
+            let mse = SphereMse::for_model(&model);
+            assert_eq!(mse.total(mse.local(out, empty)?)?, 0.0);
             // The whole grid on every rank: not this rank's patch.
             let x = Tensor::<4>::zeros([1, 3, 17, 30], (&device, DType::F64));
             Ok::<_, SfnoError>(model.forward(x).err())

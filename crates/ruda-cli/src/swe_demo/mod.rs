@@ -24,11 +24,11 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use burn_tensor::Device;
+use burn_tensor::{DType, Device};
 use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{LocalWorld, WorldError};
-use ruda_sfno::{SfnoConfig, SfnoError, ShallowWaterData};
-use ruda_sphere::shallow_water::{SerialDomain, SphereTransforms};
+use ruda_sfno::{SfnoConfig, SfnoError, ShallowWaterData, SphereMse};
+use ruda_sphere::shallow_water::{SerialDomain, SerialTransforms};
 use ruda_tensor::ProcessGrid;
 use ruda_tensor::ddp::{GradientReduction, step};
 
@@ -410,10 +410,23 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     }
     let worst = worst.max(rel_diff(&assembled, &serial.last));
     let truth = galewsky.last().expect("the rollout's states");
-    let persistence: Vec<f64> = galewsky[1..]
+    // Persistence (the state kept) by the same loss over the sphere, serially.
+    let mse = SphereMse::new(Arc::new(SerialTransforms::new(outer)));
+    let whole = |v: &[f64], b: usize| {
+        ruda_sfno::patch(
+            v,
+            [b, 3, nlat, nlon],
+            0..nlat,
+            0..nlon,
+            &Device::flex(),
+            DType::F64,
+        )
+    };
+    let persistence = galewsky[1..]
         .iter()
-        .map(|g| relative_l2_serial(&data, &galewsky[0], g))
-        .collect();
+        .map(|g| mse.relative_l2(whole(&galewsky[0], 1), whole(g, 1)))
+        .collect::<Result<Vec<f64>, _>>()
+        .map_err(|e| rank_error("persistence", 0, e))?;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let beats = mean(&serial.rollout) < mean(&persistence);
     let verdict = SweVerdict {
@@ -423,7 +436,13 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         persistence,
         beats_persistence: beats,
     };
-    let persistence_loss = mse_serial(&data, &validation);
+    let persistence_loss = mse
+        .local(
+            whole(&validation.inputs, validation.size),
+            whole(&validation.targets, validation.size),
+        )
+        .and_then(|l| mse.total(l))
+        .map_err(|e| rank_error("persistence", 0, e))?;
     writeln!(
         out,
         "trained {} steps in {:.1} s; validation loss {:.4e} on held-out states (persistence: {:.4e})",
@@ -465,39 +484,6 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         mean(&verdict.persistence)
     )?;
     Ok(verdict)
-}
-
-/// The loss of persistence (the state kept) on `batch`, serially: what
-/// the validation loss is to be compared with.
-fn mse_serial(data: &ShallowWaterData, batch: &Batch) -> f64 {
-    let spec = data.solver().calculus().transforms().spec();
-    let (nlat, nlon) = (spec.nlat(), spec.nlon());
-    let q = ruda_sphere::Latitudes::new(nlat, spec.grid()).expect("a valid grid");
-    let scale = 2.0 * std::f64::consts::PI / nlon as f64 / (4.0 * std::f64::consts::PI);
-    let mut sum = 0.0;
-    for (i, (x, y)) in batch.inputs.iter().zip(batch.targets.iter()).enumerate() {
-        let k = (i / nlon) % nlat;
-        sum += q.weights[k] * scale * (x - y).powi(2);
-    }
-    sum / (3 * batch.size).max(1) as f64
-}
-
-/// Relative L2 error of whole fields on the data's grid, serially.
-fn relative_l2_serial(data: &ShallowWaterData, a: &[f64], b: &[f64]) -> f64 {
-    let spec = data.solver().calculus().transforms().spec();
-    let (nlat, nlon) = (spec.nlat(), spec.nlon());
-    let q = ruda_sphere::Latitudes::new(nlat, spec.grid()).expect("a valid grid");
-    let (mut err, mut norm) = (0.0, 0.0);
-    for f in 0..3 {
-        for k in 0..nlat {
-            for j in 0..nlon {
-                let i = (f * nlat + k) * nlon + j;
-                err += q.weights[k] * (a[i] - b[i]).powi(2);
-                norm += q.weights[k] * b[i].powi(2);
-            }
-        }
-    }
-    (err / norm.max(f64::MIN_POSITIVE)).sqrt()
 }
 
 fn grid_error(cfg: &SweDemoConfig, e: impl std::fmt::Display) -> DemoError {

@@ -164,15 +164,6 @@ impl Trainer {
         Ok((errors, last))
     }
 
-    /// The relative L2 error of `a` against `b` (whole fields, this rank's
-    /// patches), summed over the domain.
-    ///
-    /// # Errors
-    /// The sum's errors.
-    pub fn relative_l2(&self, a: &[f64], b: &[f64]) -> Result<f64, SfnoError> {
-        self.mse.relative_l2(self.patch(a, 1), self.patch(b, 1))
-    }
-
     /// This rank's latitudes and longitudes.
     pub fn patch_ranges(&self) -> (Range<usize>, Range<usize>) {
         (self.rows.clone(), self.cols.clone())
