@@ -87,9 +87,12 @@ impl SphereMse {
             TensorData::new(self.weights.clone(), [1, 1, lat, 1]),
             (&pred.device(), pred.dtype()),
         );
+        // `mul_scalar` by the reciprocal, not `div_scalar`: burn-autodiff
+        // 0.22.1's `div_scalar` backward rounds `1 / divisor` to f32, which
+        // would leave f64 gradients f32-accurate.
         Ok(((pred - target).powi_scalar(2) * w)
             .sum()
-            .div_scalar((b * c).max(1) as f64))
+            .mul_scalar(1.0 / (b * c).max(1) as f64))
     }
 
     /// The loss: the sum over the domain's ranks of their local parts

@@ -5,6 +5,7 @@ use burn_core as burn;
 
 use burn::module::{Module, Param};
 use burn_tensor::Tensor;
+use ruda_tensor::reshape;
 
 use crate::init::Init;
 
@@ -35,7 +36,15 @@ impl Pointwise {
         let w = self.weight.val();
         let out = w.dims()[0];
         if b == 0 {
-            return Tensor::zeros([0, out, lat, lon], (&x.device(), x.dtype()));
+            // No samples: `[out, in] × [in, 0]`, an empty product that
+            // keeps the weight on the graph, so an empty batch's loss can
+            // still run backward (its gradients are zero).
+            let y = w.matmul(reshape(x, [c, 0]));
+            let y = match &self.bias {
+                Some(bias) => y + bias.val().reshape([out, 1]),
+                None => y,
+            };
+            return reshape(y, [0, out, lat, lon]);
         }
         let y = w
             .unsqueeze::<3>()

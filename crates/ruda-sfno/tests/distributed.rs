@@ -11,8 +11,8 @@ use burn_tensor::{DType, Device, Tensor};
 use ruda_comm::LocalWorld;
 use ruda_sfno::{SfnoConfig, SfnoError, SphereMse, patch};
 use ruda_sphere::shallow_water::SerialDomain;
-use ruda_tensor::ProcessGrid;
-use ruda_tensor::ddp::{GradientReduction, step};
+use ruda_tensor::ddp::{GradientReduction, hybrid_step, step};
+use ruda_tensor::{HybridGrid, ProcessGrid};
 
 /// Every float parameter's values, in visiting order.
 #[derive(Default)]
@@ -255,4 +255,123 @@ fn wrong_inputs_are_errors() {
         tiny.specs(),
         Err(SfnoError::Setting { what: "modes", .. })
     ));
+}
+
+/// `n` items over `k` parts, the first `n % k` one larger (parts may be
+/// empty).
+fn split(n: usize, k: usize) -> Vec<usize> {
+    (0..k).map(|i| n / k + usize::from(i < n % k)).collect()
+}
+
+/// Data parallelism over replicas of the domain-decomposed SFNO (a
+/// replicas × polar × azimuth grid, `ruda_tensor::ddp::hybrid_step`): each
+/// replica trains on its share of the batch (uneven, or none), and every
+/// rank's model equals the serial one trained on the whole batch.
+#[test]
+fn hybrid_replicas_of_the_distributed_sfno_equal_the_serial_run_on_the_whole_batch() {
+    let cfg = config();
+    let (outer, _) = cfg.specs().unwrap();
+    let (nlat, nlon, batch) = (outer.nlat(), outer.nlon(), 3);
+    let per = 3 * nlat * nlon;
+    let x = random(batch * per, 3);
+    let y = random(batch * per, 4);
+    let device = Device::flex().autodiff();
+    let lr = 1e-2;
+    let serial = {
+        let mut model = cfg.init(&SerialDomain, 7, &device, DType::F64).unwrap();
+        let mse = SphereMse::for_model(&model);
+        let mut optim = optimizer(true);
+        let shape = [batch, 3, nlat, nlon];
+        let t = |v: &[f64]| patch(v, shape, 0..nlat, 0..nlon, &device, DType::F64);
+        let mut trace = Vec::new();
+        for _ in 0..STEPS {
+            let loss = mse.local(model.forward(t(&x)).unwrap(), t(&y)).unwrap();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(lr, model, grads);
+            trace.push(params(&model));
+        }
+        trace
+    };
+    assert_ne!(serial[0], serial[STEPS - 1], "training moved the model");
+    for (r, p, a) in [
+        (2, 1, 1),
+        (2, 2, 1),
+        (2, 1, 2),
+        (3, 2, 1),
+        (4, 1, 2),
+        (2, 2, 2),
+    ] {
+        let traces = LocalWorld::new(r * p * a)
+            .run(|comm| {
+                let grid = HybridGrid::new(comm, r, p, a)?;
+                let mut model = cfg.init(grid.domain(), 7, &device, DType::F64)?;
+                let t0 = model.transforms();
+                let (rows, cols) = (t0.lat_range(), t0.lon_range());
+                let mse = SphereMse::for_model(&model);
+                let mut optim = optimizer(true);
+                let shares = split(batch, r);
+                let me = grid.replica_rank();
+                let first: usize = shares[..me].iter().sum();
+                let b = shares[me];
+                let mine = |v: &[f64]| {
+                    let v = &v[first * per..(first + b) * per];
+                    let shape = [b, 3, nlat, nlon];
+                    patch(v, shape, rows.clone(), cols.clone(), &device, DType::F64)
+                };
+                let mut trace = Vec::new();
+                for _ in 0..STEPS {
+                    let loss = mse.local(model.forward(mine(&x))?, mine(&y))?;
+                    let grads = GradientsParams::from_grads(loss.backward(), &model);
+                    let how = GradientReduction::WeightedMean { samples: b };
+                    model = hybrid_step(&grid, &mut optim, lr, model, grads, how)?;
+                    trace.push(params(&model));
+                }
+                Ok::<_, SfnoError>(trace)
+            })
+            .unwrap();
+        for (rank, d) in traces.iter().enumerate() {
+            assert_eq!(d, &traces[0], "{r}x{p}x{a} rank {rank}: replicas differ");
+            for s in 0..STEPS {
+                for (i, (got, want)) in d[s].iter().zip(&serial[s]).enumerate() {
+                    let e = rel(got, want);
+                    assert!(
+                        e < 1e-11,
+                        "{r}x{p}x{a} rank {rank} step {s}: parameter {i} {e:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The loss's gradient is exact in f64: `2 w (pred − target) / (b c)`
+/// for the quadrature weight `w` of each latitude (a divisor rounded to
+/// f32 on the way, as burn-autodiff 0.22.1's `div_scalar` backward does,
+/// would be off by ~1e-8).
+#[test]
+fn the_loss_gradient_is_exact_in_f64() {
+    let cfg = config();
+    let (outer, _) = cfg.specs().unwrap();
+    let (nlat, nlon, b) = (outer.nlat(), outer.nlon(), 3);
+    let shape = [b, 3, nlat, nlon];
+    let device = Device::flex().autodiff();
+    let pred_v = random(b * 3 * nlat * nlon, 5);
+    let target_v = random(b * 3 * nlat * nlon, 6);
+    let pred = patch(&pred_v, shape, 0..nlat, 0..nlon, &device, DType::F64).require_grad();
+    let target = patch(&target_v, shape, 0..nlat, 0..nlon, &device, DType::F64);
+    let mse = SphereMse::new(std::sync::Arc::new(
+        ruda_sphere::shallow_water::SerialTransforms::new(outer),
+    ));
+    let grads = mse.local(pred.clone(), target).unwrap().backward();
+    let got = values(pred.grad(&grads).unwrap());
+    let q = ruda_sphere::Latitudes::new(nlat, outer.grid()).unwrap();
+    let scale = 2.0 * std::f64::consts::PI / nlon as f64 / (4.0 * std::f64::consts::PI);
+    let mut worst = 0.0f64;
+    for (i, g) in got.iter().enumerate() {
+        let lat = (i / nlon) % nlat;
+        let w = q.weights[lat] * scale;
+        let want = 2.0 * w * (pred_v[i] - target_v[i]) * (1.0 / (b * 3) as f64);
+        worst = worst.max((g - want).abs() / want.abs().max(1e-300));
+    }
+    assert!(worst < 1e-14, "relative error {worst:e}");
 }

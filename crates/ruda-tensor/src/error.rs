@@ -467,6 +467,21 @@ pub enum Error {
         /// Ranks in the world.
         world: usize,
     },
+    /// Sizes of a [`HybridGrid`](crate::HybridGrid) that do not multiply to
+    /// the world size (or a size of zero).
+    #[error(
+        "a {replicas} × {polar} × {azimuth} replicas × polar × azimuth grid does not fit a world of {world} ranks (sizes must be positive and multiply to the world size)"
+    )]
+    HybridGridSize {
+        /// Replicas requested.
+        replicas: usize,
+        /// Polar ranks requested.
+        polar: usize,
+        /// Azimuth ranks requested.
+        azimuth: usize,
+        /// Ranks in the world.
+        world: usize,
+    },
     /// Declared per-rank sizes that differ from what the ranks hold.
     #[error(
         "{op} (reported by rank {rank}): rank {offender} declared per-rank sizes {declared:?} but the ranks hold {actual:?}"

@@ -58,6 +58,7 @@ mod error;
 pub mod grid;
 mod group;
 mod host;
+mod hybrid_grid;
 mod ints;
 pub mod layout;
 mod linear_op;
@@ -93,6 +94,7 @@ pub use error::{
 pub use grid::{Axis, ProcessGrid};
 pub use group::Group;
 pub use host::HostCollective;
+pub use hybrid_grid::HybridGrid;
 #[cfg(feature = "tensor-api")]
 pub use methods::{IntTensorExt, TensorExt};
 pub use ops::TransposeAxes;

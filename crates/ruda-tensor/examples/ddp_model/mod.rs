@@ -161,7 +161,11 @@ pub fn rank_steps<G: Group>(world: &G, shards: &[usize], steps: usize) -> Result
     let mut records = Vec::with_capacity(steps);
     for _ in 0..steps {
         let err = net.forward(xs.clone()) - ys.clone();
-        let loss = (err.clone() * err).sum().div_scalar(batch_size as f64);
+        // Times the reciprocal: burn-autodiff 0.22.1's `div_scalar`
+        // backward rounds `1 / divisor` to f32.
+        let loss = (err.clone() * err)
+            .sum()
+            .mul_scalar(1.0 / batch_size as f64);
         let global = loss.clone().detach().all_reduce(world)?;
         let grads = GradientsParams::from_grads(loss.backward(), &net);
         let grads = all_reduce_gradients(world, &net, grads, GradientReduction::Sum)?;

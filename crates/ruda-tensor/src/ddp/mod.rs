@@ -36,6 +36,11 @@
 //! and checks them, so a run stopped after step k and resumed equals the
 //! uninterrupted run bit for bit.
 //!
+//! **Hybrid parallelism** (replicas × polar × azimuth): on a
+//! [`HybridGrid`](crate::HybridGrid), [`hybrid_step`] sums the gradients
+//! of a domain-decomposed model over each replica's domain, then averages
+//! them over the replicas.
+//!
 //! **Gradient accumulation** (PyTorch's `no_sync`): run several
 //! micro-batches' backward passes without communicating, sum their
 //! gradients locally (`burn_optim::GradientsAccumulator`), and reduce once:
@@ -80,6 +85,7 @@ mod buckets;
 mod buffers;
 mod checkpoint;
 mod gradients;
+mod hybrid;
 mod replicas;
 mod running;
 mod sampler;
@@ -95,6 +101,7 @@ pub use buckets::Buckets;
 pub use buffers::{BufferSync, sync_buffers};
 pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
+pub use hybrid::hybrid_step;
 pub use replicas::check_replicas;
 pub use sampler::{DistributedSampler, Tail};
 pub use sharded::{Sharded, ZeroStage};

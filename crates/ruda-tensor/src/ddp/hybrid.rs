@@ -1,0 +1,82 @@
+//! [`hybrid_step`]: one optimizer step of a domain-decomposed model
+//! trained data-parallel (replicas × polar × azimuth).
+
+use burn_core::module::Module;
+use burn_optim::{GradientsParams, LearningRate, ModuleOptimizer};
+
+use super::gradients::{GradientReduction, all_reduce_gradients};
+use super::step::step;
+use crate::error::Error;
+use crate::group::Group;
+use crate::hybrid_grid::HybridGrid;
+
+/// One training step on a [`HybridGrid`] after `backward()`, for a model
+/// whose parameters are all replicated over the domain (every rank of a
+/// replica holds all of them, as ruda-sfno's SFNO does) and whose loss on
+/// each rank is that rank's part of its replica's loss (the sum over the
+/// domain is the replica's loss, as with a loss integrated over each
+/// rank's patch):
+///
+/// 1. gradients summed over the replica's domain
+///    ([`all_reduce_gradients`] over `grid.domain().world()` with
+///    [`GradientReduction::Sum`]): every rank of a replica then holds the
+///    gradient of the replica's loss;
+/// 2. [`step`] over the replicas group with `reduction` (typically
+///    [`GradientReduction::WeightedMean`] with the replica's samples):
+///    the gradient of the global batch's loss, the optimizer step, and
+///    buffers made equal across replicas.
+///
+/// Every rank then makes the same update, so the replicas stay equal and
+/// the run equals the serial model on the global batch to round-off (the
+/// sums run in another order). Parameters sharded over the domain (each
+/// rank its own slice) are not supported by this step: the module's
+/// structure must agree over the domain, and the first reduction reports
+/// [`Error::ModuleMismatch`] on every rank when it does not.
+///
+/// # Errors
+/// Those of [`all_reduce_gradients`] and [`step`], on every rank of the
+/// group that fails (the module is consumed: after an error, load a
+/// checkpoint to go on).
+///
+/// # Example
+/// ```
+/// use burn_core::module::Module;
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_optim::{GradientsParams, ModuleOptimizer, SgdConfig};
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Group, HybridGrid};
+/// use ruda_tensor::ddp::{GradientReduction, broadcast_module, hybrid_step};
+///
+/// let weights = LocalWorld::new(4).run(|comm| {
+///     let grid = HybridGrid::new(comm, 2, 1, 2)?; // 2 replicas of a 1 × 2 domain
+///     let device = Device::flex().autodiff();
+///     let model: Linear = LinearConfig::new(2, 1).init(&device);
+///     let model = broadcast_module(grid.world(), model, 0)?;
+///     let mut optim: ModuleOptimizer = SgdConfig::new().init();
+///     // Each rank's part of its replica's loss: here its own input row.
+///     let x = Tensor::<2>::ones([1, 2], &device).mul_scalar(grid.world().rank() as f64);
+///     let loss = model.forward(x).sum();
+///     let grads = GradientsParams::from_grads(loss.backward(), &model);
+///     let how = GradientReduction::WeightedMean { samples: 1 };
+///     let model = hybrid_step(&grid, &mut optim, 0.1, model, grads, how)?;
+///     Ok::<_, ruda_tensor::Error>(model.weight.val().into_data().to_vec::<f32>().unwrap())
+/// }).unwrap();
+/// assert!(weights.iter().all(|w| w == &weights[0])); // one model everywhere
+/// ```
+pub fn hybrid_step<M: Module, G: Group>(
+    grid: &HybridGrid<G>,
+    optim: &mut ModuleOptimizer,
+    lr: LearningRate,
+    module: M,
+    grads: GradientsParams,
+    reduction: GradientReduction,
+) -> Result<M, Error> {
+    let grads = all_reduce_gradients(
+        grid.domain().world(),
+        &module,
+        grads,
+        GradientReduction::Sum,
+    )?;
+    step(grid.replicas(), optim, lr, module, grads, reduction)
+}
