@@ -165,6 +165,14 @@ pub enum DemoError {
         /// Processes started.
         ranks: usize,
     },
+    /// A checkpoint that cannot be written, read or resumed from.
+    #[error("checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Writing the report failed.
     #[error("writing the report: {0}")]
     Io(#[from] std::io::Error),

@@ -64,6 +64,19 @@ enum Command {
         /// Where the sfno job writes its pictures (created if missing).
         #[arg(long, default_value = "ruda-demo")]
         out: PathBuf,
+        /// Data-parallel replicas of the grid (sfno only; 1): each trains
+        /// on its share of every batch, e.g. `--replicas 2 --grid 1x2`
+        /// runs 4 ranks.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+        replicas: Option<u32>,
+        /// Write a checkpoint to `<out>/checkpoint` every this many steps
+        /// and after the last (sfno only).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        checkpoint_every: Option<u32>,
+        /// Go on from the checkpoint in `<out>/checkpoint` up to `--steps`,
+        /// on this or another grid (sfno only).
+        #[arg(long)]
+        resume: bool,
     },
     /// Measure collective bandwidth over a sweep of sizes, each row with its
     /// memory roofline measured in the same run, p50/p99 and a back-to-back
@@ -530,10 +543,20 @@ fn main() -> ExitCode {
             channels,
             transport,
             out: out_dir,
+            replicas,
+            checkpoint_every,
+            resume,
         } => {
             if channels.is_some() || transport.is_some() {
                 eprintln!("ruda demo: --channels and --transport are options of `--job synthetic`");
                 return ExitCode::from(USAGE);
+            }
+            // The demo trains in f64, and burn-optim restores a
+            // checkpoint's Adam state in the default device's float dtype:
+            // make it f64 before the first tensor.
+            if let Err(e) = burn_tensor::Device::default().configure(burn_tensor::FloatDType::F64) {
+                eprintln!("ruda demo: cannot make f64 the default float type: {e:?}");
+                return ExitCode::FAILURE;
             }
             #[cfg(feature = "mpi")]
             if under_mpirun() {
@@ -550,6 +573,9 @@ fn main() -> ExitCode {
                 nlat: nlat.map_or(d.nlat, |n| n as usize),
                 nlon: nlon.map_or(d.nlon, |n| n as usize),
                 out_dir,
+                replicas: replicas.map_or(d.replicas, |n| n as usize),
+                checkpoint_every: checkpoint_every.map_or(0, |n| n as usize),
+                resume,
                 ..d
             };
             match ruda_cli::swe_demo::run(&cfg, &mut out) {
@@ -574,7 +600,16 @@ fn main() -> ExitCode {
             channels,
             transport,
             out: _,
+            replicas,
+            checkpoint_every,
+            resume,
         } => {
+            if replicas.is_some() || checkpoint_every.is_some() || resume {
+                eprintln!(
+                    "ruda demo: --replicas, --checkpoint-every and --resume are options of `--job sfno`"
+                );
+                return ExitCode::from(USAGE);
+            }
             let d = DemoConfig::default();
             let cfg = DemoConfig {
                 polar,

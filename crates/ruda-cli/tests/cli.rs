@@ -118,6 +118,145 @@ fn sfno_demo_trains_compares_rolls_out_and_draws() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--job synthetic"));
 }
 
+/// The sfno demo's checkpoints: a run stopped after 2 steps and resumed
+/// to 4 equals the uninterrupted 4-step run bit for bit (every loss of
+/// both runs, in full precision, and the rollout), also when it resumes on
+/// data-parallel replicas of another grid (the serial run bit for bit, the
+/// distributed one within the tolerance); a checkpoint of another
+/// training, or none, is refused with a message naming it.
+#[test]
+fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
+    let root = std::env::temp_dir().join(format!("ruda-sfno-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = |name: &str| root.join(name).to_str().unwrap().to_owned();
+    let demo = |out: &str, extra: &[&str]| {
+        let mut args = vec!["demo", "--nlat", "17", "--nlon", "32", "--out", out];
+        args.extend_from_slice(extra);
+        let o = ruda(&args);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.code(), text, err)
+    };
+    let progress = |out: &str| {
+        std::fs::read_to_string(std::path::Path::new(out).join("checkpoint/progress.txt")).unwrap()
+    };
+    let rollout = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(str::to_owned)
+            .collect()
+    };
+    let whole = dir("whole");
+    let (_, straight, _) = demo(
+        &whole,
+        &["--grid", "2x1", "--steps", "4", "--checkpoint-every", "4"],
+    );
+    assert!(straight.contains("checkpoint after step 3"), "{straight}");
+    let parts = dir("parts");
+    let (_, first, _) = demo(
+        &parts,
+        &["--grid", "2x1", "--steps", "2", "--checkpoint-every", "2"],
+    );
+    assert!(
+        first.contains("checkpoint after step 1") && !first.contains("step    2"),
+        "{first}"
+    );
+    // A copy of the 2-step checkpoint, resumed below on another grid.
+    let other = dir("other");
+    std::fs::create_dir_all(std::path::Path::new(&other).join("checkpoint/serial")).unwrap();
+    std::fs::create_dir_all(std::path::Path::new(&other).join("checkpoint/distributed")).unwrap();
+    for f in [
+        "progress.txt",
+        "serial/checkpoint.ruda",
+        "distributed/checkpoint.ruda",
+    ] {
+        let from = std::path::Path::new(&parts).join("checkpoint").join(f);
+        std::fs::copy(
+            from,
+            std::path::Path::new(&other).join("checkpoint").join(f),
+        )
+        .unwrap();
+    }
+    let (code, resumed, err) = demo(
+        &parts,
+        &[
+            "--grid",
+            "2x1",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+            "--resume",
+        ],
+    );
+    assert!(resumed.contains("resuming after step 2"), "{resumed}{err}");
+    assert!(
+        !resumed.contains("step    1") && resumed.contains("step    3"),
+        "{resumed}"
+    );
+    assert!(code == Some(0) || code == Some(1), "{resumed}{err}");
+    assert_eq!(
+        progress(&parts),
+        progress(&whole),
+        "resumed vs uninterrupted"
+    );
+    assert!(!rollout(&straight).is_empty());
+    assert_eq!(rollout(&resumed), rollout(&straight));
+
+    // On two replicas of a 1 × 2 grid: the serial losses bit for bit.
+    let (_, regrid, err) = demo(
+        &other,
+        &[
+            "--grid",
+            "1x2",
+            "--replicas",
+            "2",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "4",
+            "--resume",
+        ],
+    );
+    assert!(regrid.contains("2 data-parallel replicas"), "{regrid}{err}");
+    assert!(
+        regrid.contains("verdict: distributed EQUALS serial"),
+        "{regrid}"
+    );
+    let serial_losses = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("loss "))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        serial_losses(&progress(&other)),
+        serial_losses(&progress(&whole))
+    );
+    assert_eq!(serial_losses(&progress(&whole)).len(), 4);
+
+    // Another training, or no checkpoint at all.
+    let o = ruda(&[
+        "demo", "--nlat", "18", "--nlon", "32", "--out", &parts, "--steps", "6", "--resume",
+    ]);
+    let (code, err) = (o.status.code(), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("another training") && err.contains("nlat=17"),
+        "{err}"
+    );
+    let (code, _, err) = demo(&dir("none"), &["--steps", "6", "--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("progress.txt"), "{err}");
+    let (code, _, err) = demo(&parts, &["--steps", "4", "--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("already holds 4 steps"), "{err}");
+    // Options of the sfno job are refused with the synthetic one.
+    let out = ruda(&["demo", "--job", "synthetic", "--replicas", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn demo_command_prints_steps_timings_and_a_verdict() {
     let out = ruda(&[

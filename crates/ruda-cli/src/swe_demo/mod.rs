@@ -16,11 +16,12 @@
 //! [`Sfno`]: ruda_sfno::Sfno
 
 mod pictures;
+pub mod progress;
 pub mod trainer;
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -29,8 +30,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ruda_comm::{LocalWorld, WorldError};
 use ruda_sfno::{SfnoConfig, SfnoError, ShallowWaterData, SphereMse};
 use ruda_sphere::shallow_water::{SerialDomain, SerialTransforms};
-use ruda_tensor::ProcessGrid;
-use ruda_tensor::ddp::{GradientReduction, step};
+use ruda_tensor::ddp::{GradientReduction, hybrid_step};
+use ruda_tensor::{Group, HostCollective, HybridGrid};
 
 use crate::demo::DemoError;
 use trainer::{Batch, StepReport, Trainer};
@@ -39,6 +40,9 @@ use trainer::{Batch, StepReport, Trainer};
 /// pictures go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SweDemoConfig {
+    /// Data-parallel replicas of the polar × azimuth grid, each training
+    /// on its share of every batch.
+    pub replicas: usize,
     /// Polar ranks.
     pub polar: usize,
     /// Azimuth ranks.
@@ -63,14 +67,21 @@ pub struct SweDemoConfig {
     pub rollout: usize,
     /// Where the pictures are written (created if missing).
     pub out_dir: PathBuf,
+    /// Write a checkpoint to `out_dir/checkpoint` every this many steps
+    /// and after the last (0: never).
+    pub checkpoint_every: usize,
+    /// Go on from the checkpoint in `out_dir/checkpoint` (on any grid of
+    /// ranks) instead of starting afresh.
+    pub resume: bool,
 }
 
 impl Default for SweDemoConfig {
-    /// A 32 × 64 grid, 2 × 2 ranks, 200 steps, 16 channels, 4 blocks,
-    /// batches of 4, one-hour steps, a 12-hour rollout: about 21 s on two
-    /// cores.
+    /// A 32 × 64 grid, 2 × 2 ranks (one replica), 200 steps, 16 channels,
+    /// 4 blocks, batches of 4, one-hour steps, a 12-hour rollout, no
+    /// checkpoints: about 21 s on two cores.
     fn default() -> Self {
         SweDemoConfig {
+            replicas: 1,
             polar: 2,
             azimuth: 2,
             steps: 200,
@@ -83,11 +94,18 @@ impl Default for SweDemoConfig {
             hours: 1.0,
             rollout: 12,
             out_dir: PathBuf::from("ruda-demo"),
+            checkpoint_every: 0,
+            resume: false,
         }
     }
 }
 
 impl SweDemoConfig {
+    /// The checkpoint folder: `out_dir/checkpoint`.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.out_dir.join("checkpoint")
+    }
+
     /// The model's configuration.
     pub fn model(&self) -> SfnoConfig {
         SfnoConfig {
@@ -145,25 +163,37 @@ fn rank_error(grid: &str, rank: usize, e: impl std::fmt::Display) -> DemoError {
 /// A step's report, or why the run stopped.
 type Report = Result<StepReport, String>;
 
-/// Train `trainer` on the batches from `rx`, reporting each step to `tx`
+/// How a run writes its checkpoint into a folder.
+type Save<'a> = dyn FnMut(&Trainer, &Path) -> Result<(), SfnoError> + 'a;
+
+/// Train `trainer` on the batches from `rx`, writing a checkpoint after
+/// the steps that ask for one, and handing each step's report to `tx`
 /// (when given; an error is reported too, so that the main thread stops
-/// sending rather than wait), then validate and roll out.
+/// sending rather than wait; `tx` says whether anyone still listens),
+/// then validate and roll out.
+#[allow(clippy::too_many_arguments)]
 fn train_loop(
     trainer: &mut Trainer,
     rx: &Receiver<Batch>,
-    tx: Option<&Sender<Report>>,
+    tx: Option<&dyn Fn(Report) -> bool>,
     reduce: &mut trainer::Reduce<'_>,
+    save: &mut Save<'_>,
     validation: &Batch,
     galewsky: &[Vec<f64>],
 ) -> Result<Finish, SfnoError> {
     while let Ok(batch) = rx.recv() {
-        let report = trainer.step(&batch, reduce);
+        let mut report = trainer.step(&batch, reduce);
+        if let (Ok(_), Some(dir)) = (&report, &batch.save)
+            && let Err(e) = save(trainer, dir)
+        {
+            report = Err(e);
+        }
         if let Some(tx) = tx {
-            let sent = tx.send(match &report {
+            let listened = tx(match &report {
                 Ok(r) => Ok(r.clone()),
                 Err(e) => Err(e.to_string()),
             });
-            if sent.is_err() {
+            if !listened {
                 break;
             }
         }
@@ -205,24 +235,70 @@ fn make_batch(data: &ShallowWaterData, seeds: std::ops::Range<u64>) -> Result<Ba
         size,
         inputs: Arc::new(inputs),
         targets: Arc::new(targets),
+        save: None,
     })
 }
 
+/// Each replica's samples of a batch of `batch`: consecutive ranges, the
+/// first `batch % replicas` one sample larger (a replica may have none).
+fn shares(batch: usize, replicas: usize) -> Vec<std::ops::Range<usize>> {
+    let mut start = 0;
+    (0..replicas)
+        .map(|r| {
+            let n = batch / replicas + usize::from(r < batch % replicas);
+            start += n;
+            start - n..start
+        })
+        .collect()
+}
+
 /// Run the job on threads, writing its report to `out` and its pictures
-/// to `cfg.out_dir`; returns the verdict.
+/// to `cfg.out_dir` (and, when asked, checkpoints to
+/// [`SweDemoConfig::checkpoint_dir`]); returns the verdict.
+///
+/// A checkpoint holds the serial and the distributed model with their
+/// Adam state (`ruda_tensor::ddp::save_checkpoint`) and the comparison so
+/// far ([`progress::Progress`]); a resumed run goes on from it, on the
+/// same or another grid of ranks, as the uninterrupted run would.
+/// burn-optim restores Adam's state in the default device's float dtype:
+/// checkpoints need `Device::default().configure(FloatDType::F64)` before
+/// the first tensor (the `ruda` binary does it).
 ///
 /// # Errors
-/// [`DemoError::Grid`] when the grid does not fit the model;
+/// [`DemoError::Grid`] when the grid does not fit the model or a size is
+/// zero; [`DemoError::Checkpoint`] when a checkpoint cannot be read,
+/// belongs to another training, or cannot be written;
 /// [`DemoError::Rank`] when a rank (or the serial run, reported as rank 0
 /// of `1x1`) fails; [`DemoError::Io`] when writing fails.
 pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, DemoError> {
     let model_cfg = cfg.model();
     let (outer, inner) = model_cfg.specs().map_err(|e| grid_error(cfg, e))?;
-    let grid_name = format!("{}x{}", cfg.polar, cfg.azimuth);
-    for spec in [outer, inner] {
-        ruda_sphere::SphereLayout::new(spec, (0, cfg.polar), (0, cfg.azimuth))
-            .map_err(|e| grid_error(cfg, e))?;
+    if cfg.replicas == 0 || cfg.batch == 0 {
+        return Err(grid_error(
+            cfg,
+            "at least one replica and one sample per batch",
+        ));
     }
+    let (r, p, a) = (cfg.replicas, cfg.polar, cfg.azimuth);
+    let grid_name = if r == 1 {
+        format!("{p}x{a}")
+    } else {
+        format!("{r}x{p}x{a}")
+    };
+    for spec in [outer, inner] {
+        ruda_sphere::SphereLayout::new(spec, (0, p), (0, a)).map_err(|e| grid_error(cfg, e))?;
+    }
+    let ranks = r
+        .checked_mul(p)
+        .and_then(|x| x.checked_mul(a))
+        .ok_or_else(|| grid_error(cfg, "too many ranks"))?;
+    let ckpt = cfg.checkpoint_dir();
+    let resumed = if cfg.resume {
+        Some(progress::Progress::read(&ckpt, cfg)?)
+    } else {
+        None
+    };
+    let start = resumed.as_ref().map_or(0, |g| g.done);
     let dt = cfg.hours * 3600.0;
     // The grid too small for the solver is a usage error, as for the model.
     let data = ShallowWaterData::new(cfg.nlat, cfg.nlon, dt, SOLVER_DT, &Device::flex())
@@ -248,10 +324,29 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         cfg.batch,
         cfg.steps
     )?;
-    writeln!(
-        out,
-        "distributed on a {grid_name} polar × azimuth grid of threads (every parameter replicated, gradients summed over the grid); serial alongside"
-    )?;
+    let shares = shares(cfg.batch, r);
+    if r == 1 {
+        writeln!(
+            out,
+            "distributed on a {grid_name} polar × azimuth grid of threads (every parameter replicated, gradients summed over the grid); serial alongside"
+        )?;
+    } else {
+        let split: Vec<String> = shares.iter().map(|s| s.len().to_string()).collect();
+        writeln!(
+            out,
+            "distributed on {r} data-parallel replicas of a {p}x{a} polar × azimuth grid ({ranks} threads; samples per replica {}): every parameter replicated, gradients summed over each replica's grid, then averaged over the replicas by their share of the batch; serial alongside on the whole batch",
+            split.join(" + ")
+        )?;
+    }
+    if let Some(g) = &resumed {
+        writeln!(
+            out,
+            "resuming after step {} from {} (largest difference so far {:.1e})",
+            g.done,
+            ckpt.display(),
+            g.worst
+        )?;
+    }
     let galewsky = Arc::new(
         data.galewsky(cfg.rollout)
             .map_err(|e| rank_error("data", 0, e))?,
@@ -259,11 +354,13 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     let validation = make_batch(&data, 1 << 40..(1 << 40) + cfg.batch as u64)
         .map_err(|e| rank_error("data", 0, e))?;
     std::fs::create_dir_all(&cfg.out_dir)?;
+    if cfg.checkpoint_every > 0 {
+        std::fs::create_dir_all(&ckpt)?;
+    }
 
-    let ranks = cfg.polar * cfg.azimuth;
     let (serial_tx, serial_rx) = channel::<Batch>();
     let (serial_rep_tx, serial_rep_rx) = channel::<Report>();
-    let (dist_rep_tx, dist_rep_rx) = channel::<Report>();
+    let (dist_rep_tx, dist_rep_rx) = channel::<(usize, Report)>();
     let mut rank_txs = Vec::new();
     let mut rank_rxs = Vec::new();
     for _ in 0..ranks {
@@ -272,96 +369,173 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         rank_rxs.push(Mutex::new(Some(rx)));
     }
     let started = Instant::now();
-    let bar = ProgressBar::new(cfg.steps as u64);
+    let bar = ProgressBar::new((cfg.steps - start) as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} training [{bar:30}] {pos}/{len} steps {elapsed}")
             .expect("valid template"),
     );
     let (worst, losses, finishes) = std::thread::scope(|s| {
         let (g, v) = (galewsky.clone(), validation.clone());
+        let ckpt = &ckpt;
+        let serial_rx = Mutex::new(Some(serial_rx));
         let serial = s.spawn(move || {
-            let mut t = Trainer::new(&model_cfg, &SerialDomain, MODEL_SEED, cfg.lr)?;
-            let mut reduce = |o: &mut burn_optim::ModuleOptimizer, lr, m, g| Ok(o.step(lr, m, g));
-            train_loop(
-                &mut t,
-                &serial_rx,
-                Some(&serial_rep_tx),
-                &mut reduce,
-                &v,
-                &g,
-            )
+            LocalWorld::new(1).run(|comm| {
+                let world = HostCollective::new(comm);
+                let serial_rx = serial_rx
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .expect("the serial run takes its receiver once");
+                let mut t = Trainer::new(&model_cfg, &SerialDomain, MODEL_SEED, cfg.lr)?;
+                if cfg.resume {
+                    t.load(&world, &ckpt.join("serial"))?;
+                }
+                let mut reduce =
+                    |o: &mut burn_optim::ModuleOptimizer, lr, m, g| Ok(o.step(lr, m, g));
+                let mut save = |t: &Trainer, dir: &Path| t.save(&world, &dir.join("serial"));
+                let tx = |r: Report| serial_rep_tx.send(r).is_ok();
+                train_loop(
+                    &mut t,
+                    &serial_rx,
+                    Some(&tx),
+                    &mut reduce,
+                    &mut save,
+                    &v,
+                    &g,
+                )
+            })
         });
         let model_cfg = cfg.model();
         let (g, v) = (galewsky.clone(), validation.clone());
-        let rank_rxs = &rank_rxs;
+        let (rank_rxs, shares, dist_rep_tx) = (&rank_rxs, &shares, &dist_rep_tx);
         let dist = s.spawn(move || {
             LocalWorld::new(ranks).run(|comm| {
-                let grid = ProcessGrid::new(comm, cfg.polar, cfg.azimuth)?;
-                let rank = grid.polar_rank() * cfg.azimuth + grid.azimuth_rank();
-                let rx = rank_rxs[rank]
+                let grid = HybridGrid::new(comm, r, p, a)?;
+                let rx = rank_rxs[grid.world().rank()]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .take()
                     .expect("each rank takes its own receiver once");
-                let mut t = Trainer::new(&model_cfg, &grid, MODEL_SEED, cfg.lr)?;
+                let mut t = Trainer::new(&model_cfg, grid.domain(), MODEL_SEED, cfg.lr)?;
+                if cfg.resume {
+                    t.load(grid.world(), &ckpt.join("distributed"))?;
+                }
+                let replica = grid.replica_rank();
+                let samples = shares[replica].len();
                 let mut reduce = |o: &mut burn_optim::ModuleOptimizer, lr, m, g| {
-                    Ok(step(grid.world(), o, lr, m, g, GradientReduction::Sum)?)
+                    let how = GradientReduction::WeightedMean { samples };
+                    Ok(hybrid_step(&grid, o, lr, m, g, how)?)
                 };
-                let tx = (rank == 0).then_some(&dist_rep_tx);
-                let finish = train_loop(&mut t, &rx, tx, &mut reduce, &v, &g)?;
+                let mut save =
+                    |t: &Trainer, dir: &Path| t.save(grid.world(), &dir.join("distributed"));
+                // Each replica's first rank reports its replica's loss.
+                let report = |rep: Report| dist_rep_tx.send((replica, rep)).is_ok();
+                let tx = (grid.domain().world().rank() == 0)
+                    .then_some(&report as &dyn Fn(Report) -> bool);
+                let finish = train_loop(&mut t, &rx, tx, &mut reduce, &mut save, &v, &g)?;
                 Ok::<_, SfnoError>((finish, t.patch_ranges()))
             })
         });
-        let mut worst = 0.0f64;
-        let mut losses = Vec::new();
+        let mut worst = resumed.as_ref().map_or(0.0, |g| g.worst);
+        let mut losses = resumed.as_ref().map_or_else(Vec::new, |g| g.losses.clone());
         let mut failed = None;
-        for i in 0..cfg.steps {
+        let per_replica = cfg.polar * cfg.azimuth;
+        for i in start..cfg.steps {
             let seeds = (1 + (i * cfg.batch) as u64)..(1 + ((i + 1) * cfg.batch) as u64);
-            let batch = match make_batch(&data, seeds) {
+            let mut batch = match make_batch(&data, seeds) {
                 Ok(b) => b,
                 Err(e) => {
                     failed = Some(rank_error("data", 0, e));
                     break;
                 }
             };
-            // Every receiver gets the batch (no early stop: a rank left
+            let due = cfg.checkpoint_every > 0
+                && ((i + 1) % cfg.checkpoint_every == 0 || i + 1 == cfg.steps);
+            batch.save = due.then(|| ckpt.clone());
+            let parts: Vec<Batch> = shares
+                .iter()
+                .map(|range| Batch {
+                    save: batch.save.clone(),
+                    ..batch.samples(range.clone())
+                })
+                .collect();
+            // Every receiver gets its batch (no early stop: a rank left
             // without it would wait for ever); a run that has ended makes
             // its send fail, and then nothing more is sent or awaited.
-            let mut sent = serial_tx.send(batch.clone()).is_ok();
-            for tx in &rank_txs {
-                sent &= tx.send(batch.clone()).is_ok();
+            let mut sent = serial_tx.send(batch).is_ok();
+            for (rank, tx) in rank_txs.iter().enumerate() {
+                sent &= tx.send(parts[rank / per_replica].clone()).is_ok();
             }
             if !sent {
                 failed = Some(rank_error(&grid_name, 0, "a run ended early"));
                 break;
             }
-            let (sr, dr) = match (serial_rep_rx.recv(), dist_rep_rx.recv()) {
-                (Ok(Ok(sr)), Ok(Ok(dr))) => (sr, dr),
-                (Ok(Err(e)), _) => {
+            let sr = match serial_rep_rx.recv() {
+                Ok(Ok(sr)) => sr,
+                Ok(Err(e)) => {
                     failed = Some(rank_error("1x1 (serial)", 0, e));
                     break;
                 }
-                (_, Ok(Err(e))) => {
-                    failed = Some(rank_error(&grid_name, 0, e));
-                    break;
-                }
-                _ => {
-                    failed = Some(rank_error(&grid_name, 0, "a run ended early"));
+                Err(_) => {
+                    failed = Some(rank_error("1x1 (serial)", 0, "the run ended early"));
                     break;
                 }
             };
-            let loss_diff = (dr.loss - sr.loss).abs() / sr.loss.abs().max(f64::MIN_POSITIVE);
-            let param_diff = rel_diff(&dr.params, &sr.params);
+            let mut replicas: Vec<Option<StepReport>> = vec![None; r];
+            for _ in 0..r {
+                match dist_rep_rx.recv() {
+                    Ok((k, Ok(dr))) => replicas[k] = Some(dr),
+                    Ok((k, Err(e))) => {
+                        failed = Some(rank_error(&grid_name, k * per_replica, e));
+                        break;
+                    }
+                    Err(_) => {
+                        failed = Some(rank_error(&grid_name, 0, "a run ended early"));
+                        break;
+                    }
+                }
+            }
+            if failed.is_some() {
+                break;
+            }
+            let replicas: Vec<StepReport> = replicas.into_iter().flatten().collect();
+            // The global batch's loss: each replica's mean, weighted by its
+            // samples.
+            let loss = replicas
+                .iter()
+                .zip(shares)
+                .map(|(dr, range)| dr.loss * range.len() as f64)
+                .sum::<f64>()
+                / cfg.batch as f64;
+            let loss_diff = (loss - sr.loss).abs() / sr.loss.abs().max(f64::MIN_POSITIVE);
+            let param_diff = replicas
+                .iter()
+                .fold(0.0f64, |m, dr| m.max(rel_diff(&dr.params, &sr.params)));
             worst = worst.max(loss_diff).max(param_diff);
             if let Err(e) = writeln!(
                 out,
-                "step {i:>4}  loss {:.6e} (serial {:.6e})  Δloss {loss_diff:.1e}  Δparams {param_diff:.1e}",
-                dr.loss, sr.loss
+                "step {i:>4}  loss {loss:.6e} (serial {:.6e})  Δloss {loss_diff:.1e}  Δparams {param_diff:.1e}",
+                sr.loss
             ) {
                 failed = Some(e.into());
                 break;
             }
-            losses.push((dr.loss, sr.loss));
+            losses.push((loss, sr.loss));
+            if due {
+                let record = progress::Progress {
+                    done: i + 1,
+                    worst,
+                    losses: losses.clone(),
+                };
+                if let Err(e) = record.write(ckpt, cfg) {
+                    failed = Some(e);
+                    break;
+                }
+                if let Err(e) = writeln!(out, "checkpoint after step {i}: {}", ckpt.display()) {
+                    failed = Some(e.into());
+                    break;
+                }
+            }
             bar.inc(1);
         }
         drop(serial_tx);
@@ -380,7 +554,11 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     })?;
     bar.finish_and_clear();
     let (serial, dist) = finishes;
-    let serial = serial.map_err(|e| rank_error("1x1 (serial)", 0, e))?;
+    let serial = match serial {
+        Ok(mut f) => f.remove(0),
+        Err(WorldError::Rank { error, .. }) => return Err(rank_error("1x1 (serial)", 0, error)),
+        Err(WorldError::Empty) => return Err(rank_error("1x1 (serial)", 0, "no ranks")),
+    };
     let dist = match dist {
         Ok(d) => d,
         Err(WorldError::Rank { rank, error }) => return Err(rank_error(&grid_name, rank, error)),
@@ -394,21 +572,24 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     if losses.len() != cfg.steps {
         return Err(rank_error(&grid_name, 0, "the run stopped early"));
     }
-    // The distributed last prediction, assembled from the ranks' patches,
+    // Each replica's last prediction, assembled from its ranks' patches,
     // equals the serial one.
     let (nlat, nlon) = (cfg.nlat, cfg.nlon);
-    let mut assembled = vec![0.0; 3 * nlat * nlon];
-    for (finish, (rows, cols)) in &dist {
-        let (h, w) = (rows.len(), cols.len());
-        for f in 0..3 {
-            for (i, r) in rows.clone().enumerate() {
-                for (j, c) in cols.clone().enumerate() {
-                    assembled[(f * nlat + r) * nlon + c] = finish.last[(f * h + i) * w + j];
+    let mut worst = worst;
+    for replica in dist.chunks(p * a) {
+        let mut assembled = vec![0.0; 3 * nlat * nlon];
+        for (finish, (rows, cols)) in replica {
+            let (h, w) = (rows.len(), cols.len());
+            for f in 0..3 {
+                for (i, r) in rows.clone().enumerate() {
+                    for (j, c) in cols.clone().enumerate() {
+                        assembled[(f * nlat + r) * nlon + c] = finish.last[(f * h + i) * w + j];
+                    }
                 }
             }
         }
+        worst = worst.max(rel_diff(&assembled, &serial.last));
     }
-    let worst = worst.max(rel_diff(&assembled, &serial.last));
     let truth = galewsky.last().expect("the rollout's states");
     // Persistence (the state kept) by the same loss over the sphere, serially.
     let mse = SphereMse::new(Arc::new(SerialTransforms::new(outer)));
@@ -446,7 +627,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     writeln!(
         out,
         "trained {} steps in {:.1} s; validation loss {:.4e} on held-out states (persistence: {:.4e})",
-        cfg.steps,
+        cfg.steps - start,
         started.elapsed().as_secs_f64(),
         serial.validation,
         persistence_loss

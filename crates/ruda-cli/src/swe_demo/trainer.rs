@@ -2,6 +2,7 @@
 //! batches it is given, validation, and the autoregressive rollout.
 
 use std::ops::Range;
+use std::path::Path;
 
 use burn_core as burn;
 
@@ -10,6 +11,8 @@ use burn_optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn_tensor::{DType, Device, Tensor};
 use ruda_sfno::{Sfno, SfnoConfig, SfnoError, SphereMse, patch};
 use ruda_sphere::shallow_water::SphereDomain;
+use ruda_tensor::Group;
+use ruda_tensor::ddp::{load_checkpoint, save_checkpoint};
 
 /// A batch of pairs, whole fields `[b, 3, nlat, nlon]` flattened.
 #[derive(Clone, Debug)]
@@ -20,6 +23,27 @@ pub struct Batch {
     pub inputs: std::sync::Arc<Vec<f64>>,
     /// The states `dt` later.
     pub targets: std::sync::Arc<Vec<f64>>,
+    /// Write a checkpoint to this folder after the step.
+    pub save: Option<std::path::PathBuf>,
+}
+
+impl Batch {
+    /// Samples `range` of this batch (a replica's share), without the
+    /// checkpoint request.
+    ///
+    /// # Panics
+    /// When `range` reaches past the batch.
+    pub fn samples(&self, range: Range<usize>) -> Batch {
+        assert!(range.end <= self.size, "samples {range:?} of {}", self.size);
+        let per = self.inputs.len() / self.size.max(1);
+        let cut = |v: &[f64]| std::sync::Arc::new(v[range.start * per..range.end * per].to_vec());
+        Batch {
+            size: range.len(),
+            inputs: cut(&self.inputs),
+            targets: cut(&self.targets),
+            save: None,
+        }
+    }
 }
 
 /// What one step reports: the loss before the update and every parameter
@@ -162,6 +186,32 @@ impl Trainer {
             .try_to_vec::<f64>()
             .expect("the demo trains in f64");
         Ok((errors, last))
+    }
+
+    /// Write the model and the optimizer state to `dir` from rank 0 of
+    /// `group` (collective: every rank of `group` holds the same
+    /// replicated parameters).
+    ///
+    /// # Errors
+    /// [`ruda_tensor::ddp::save_checkpoint`]'s.
+    pub fn save<G: Group>(&self, group: &G, dir: &Path) -> Result<(), SfnoError> {
+        Ok(save_checkpoint(group, 0, dir, self.model(), &self.optim)?)
+    }
+
+    /// Replace the model and the optimizer state with the checkpoint in
+    /// `dir` (collective over `group`, which may be another grid than the
+    /// one that wrote it: the parameters are replicated).
+    ///
+    /// # Errors
+    /// [`ruda_tensor::ddp::load_checkpoint`]'s; the trainer is left
+    /// without a model on error.
+    pub fn load<G: Group>(&mut self, group: &G, dir: &Path) -> Result<(), SfnoError> {
+        let model = self.model.take().expect("a model between steps");
+        let optim = std::mem::replace(&mut self.optim, AdamConfig::new().init());
+        let (model, optim) = load_checkpoint(group, dir, model, optim)?;
+        self.model = Some(model);
+        self.optim = optim;
+        Ok(())
     }
 
     /// This rank's latitudes and longitudes.
