@@ -252,6 +252,190 @@ fn shares(batch: usize, replicas: usize) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 
+/// What both launches share before training: the checked settings, the
+/// data, the resumed record, and the report's first lines.
+struct Setup {
+    outer: ruda_sphere::ShtSpec,
+    grid_name: String,
+    ranks: usize,
+    ckpt: PathBuf,
+    resumed: Option<progress::Progress>,
+    start: usize,
+    data: ShallowWaterData,
+    shares: Vec<std::ops::Range<usize>>,
+    galewsky: Arc<Vec<Vec<f64>>>,
+    validation: Batch,
+}
+
+impl Setup {
+    /// Check `cfg`, read the checkpoint record when resuming, make the
+    /// Galewsky states and the validation batch, and (on the lead) write
+    /// the header naming how the ranks run (`threads`, `MPI processes`).
+    fn new(
+        cfg: &SweDemoConfig,
+        how: &str,
+        lead: bool,
+        out: &mut impl Write,
+    ) -> Result<Setup, DemoError> {
+        let model_cfg = cfg.model();
+        let (outer, inner) = model_cfg.specs().map_err(|e| grid_error(cfg, e))?;
+        if cfg.replicas == 0 || cfg.batch == 0 {
+            return Err(grid_error(
+                cfg,
+                "at least one replica and one sample per batch",
+            ));
+        }
+        let (r, p, a) = (cfg.replicas, cfg.polar, cfg.azimuth);
+        let grid_name = if r == 1 {
+            format!("{p}x{a}")
+        } else {
+            format!("{r}x{p}x{a}")
+        };
+        for spec in [outer, inner] {
+            ruda_sphere::SphereLayout::new(spec, (0, p), (0, a)).map_err(|e| grid_error(cfg, e))?;
+        }
+        let ranks = r
+            .checked_mul(p)
+            .and_then(|x| x.checked_mul(a))
+            .ok_or_else(|| grid_error(cfg, "too many ranks"))?;
+        let ckpt = cfg.checkpoint_dir();
+        let resumed = if cfg.resume {
+            Some(progress::Progress::read(&ckpt, cfg)?)
+        } else {
+            None
+        };
+        let start = resumed.as_ref().map_or(0, |g| g.done);
+        let dt = cfg.hours * 3600.0;
+        // The grid too small for the solver is a usage error, as for the model.
+        let data = ShallowWaterData::new(cfg.nlat, cfg.nlon, dt, SOLVER_DT, &Device::flex())
+            .map_err(|e| grid_error(cfg, e))?
+            .with_jets(true);
+        let shares = shares(cfg.batch, r);
+        if lead {
+            writeln!(
+                out,
+                "ruda demo: a spherical Fourier neural operator learns the shallow-water equations ({} h steps; data from ruda-sphere's solver, {} solver steps of {SOLVER_DT} s per pair)",
+                cfg.hours,
+                data.nsteps()
+            )?;
+            writeln!(
+                out,
+                "model: {} channels, {} blocks, {} × {} equiangular grid (internal {} × {} Legendre–Gauss, {} modes); Adam lr {}, batches of {}, {} steps",
+                cfg.embed_dim,
+                cfg.layers,
+                cfg.nlat,
+                cfg.nlon,
+                inner.nlat(),
+                inner.nlon(),
+                inner.lmax(),
+                cfg.lr,
+                cfg.batch,
+                cfg.steps
+            )?;
+            if r == 1 {
+                writeln!(
+                    out,
+                    "distributed on a {grid_name} polar × azimuth grid of {how} (every parameter replicated, gradients summed over the grid); serial alongside"
+                )?;
+            } else {
+                let split: Vec<String> = shares.iter().map(|s| s.len().to_string()).collect();
+                writeln!(
+                    out,
+                    "distributed on {r} data-parallel replicas of a {p}x{a} polar × azimuth grid ({ranks} {how}; samples per replica {}): every parameter replicated, gradients summed over each replica's grid, then averaged over the replicas by their share of the batch; serial alongside on the whole batch",
+                    split.join(" + ")
+                )?;
+            }
+            if let Some(g) = &resumed {
+                writeln!(
+                    out,
+                    "resuming after step {} from {} (largest difference so far {:.1e})",
+                    g.done,
+                    ckpt.display(),
+                    g.worst
+                )?;
+            }
+        }
+        let galewsky = Arc::new(
+            data.galewsky(cfg.rollout)
+                .map_err(|e| rank_error("data", 0, e))?,
+        );
+        let validation = make_batch(&data, 1 << 40..(1 << 40) + cfg.batch as u64)
+            .map_err(|e| rank_error("data", 0, e))?;
+        if lead {
+            std::fs::create_dir_all(&cfg.out_dir)?;
+            if cfg.checkpoint_every > 0 {
+                std::fs::create_dir_all(&ckpt)?;
+            }
+        }
+        Ok(Setup {
+            outer,
+            grid_name,
+            ranks,
+            ckpt,
+            resumed,
+            start,
+            data,
+            shares,
+            galewsky,
+            validation,
+        })
+    }
+
+    /// Step `i`'s global batch (every rank makes the same), asking for a
+    /// checkpoint when one is due.
+    fn batch(&self, cfg: &SweDemoConfig, i: usize) -> Result<Batch, SfnoError> {
+        let seeds = (1 + (i * cfg.batch) as u64)..(1 + ((i + 1) * cfg.batch) as u64);
+        let mut batch = make_batch(&self.data, seeds)?;
+        let due =
+            cfg.checkpoint_every > 0 && ((i + 1) % cfg.checkpoint_every == 0 || i + 1 == cfg.steps);
+        batch.save = due.then(|| self.ckpt.clone());
+        Ok(batch)
+    }
+
+    /// Replica `k`'s share of `batch`, with its checkpoint request.
+    fn share(&self, batch: &Batch, k: usize) -> Batch {
+        Batch {
+            save: batch.save.clone(),
+            ..batch.samples(self.shares[k].clone())
+        }
+    }
+}
+
+/// The lead's record of one step: print the comparison, keep the losses,
+/// and write the checkpoint record when the step saved one (after every
+/// rank and the serial run have written theirs).
+#[allow(clippy::too_many_arguments)]
+fn record_step(
+    cfg: &SweDemoConfig,
+    setup: &Setup,
+    i: usize,
+    (loss, serial): (f64, &StepReport),
+    param_diff: f64,
+    saved: bool,
+    worst: &mut f64,
+    losses: &mut Vec<(f64, f64)>,
+    out: &mut impl Write,
+) -> Result<(), DemoError> {
+    let loss_diff = (loss - serial.loss).abs() / serial.loss.abs().max(f64::MIN_POSITIVE);
+    *worst = worst.max(loss_diff).max(param_diff);
+    writeln!(
+        out,
+        "step {i:>4}  loss {loss:.6e} (serial {:.6e})  Δloss {loss_diff:.1e}  Δparams {param_diff:.1e}",
+        serial.loss
+    )?;
+    losses.push((loss, serial.loss));
+    if saved {
+        let record = progress::Progress {
+            done: i + 1,
+            worst: *worst,
+            losses: losses.clone(),
+        };
+        record.write(&setup.ckpt, cfg)?;
+        writeln!(out, "checkpoint after step {i}: {}", setup.ckpt.display())?;
+    }
+    Ok(())
+}
+
 /// Run the job on threads, writing its report to `out` and its pictures
 /// to `cfg.out_dir` (and, when asked, checkpoints to
 /// [`SweDemoConfig::checkpoint_dir`]); returns the verdict.
@@ -271,93 +455,12 @@ fn shares(batch: usize, replicas: usize) -> Vec<std::ops::Range<usize>> {
 /// [`DemoError::Rank`] when a rank (or the serial run, reported as rank 0
 /// of `1x1`) fails; [`DemoError::Io`] when writing fails.
 pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, DemoError> {
+    let setup = Setup::new(cfg, "threads", true, out)?;
     let model_cfg = cfg.model();
-    let (outer, inner) = model_cfg.specs().map_err(|e| grid_error(cfg, e))?;
-    if cfg.replicas == 0 || cfg.batch == 0 {
-        return Err(grid_error(
-            cfg,
-            "at least one replica and one sample per batch",
-        ));
-    }
     let (r, p, a) = (cfg.replicas, cfg.polar, cfg.azimuth);
-    let grid_name = if r == 1 {
-        format!("{p}x{a}")
-    } else {
-        format!("{r}x{p}x{a}")
-    };
-    for spec in [outer, inner] {
-        ruda_sphere::SphereLayout::new(spec, (0, p), (0, a)).map_err(|e| grid_error(cfg, e))?;
-    }
-    let ranks = r
-        .checked_mul(p)
-        .and_then(|x| x.checked_mul(a))
-        .ok_or_else(|| grid_error(cfg, "too many ranks"))?;
-    let ckpt = cfg.checkpoint_dir();
-    let resumed = if cfg.resume {
-        Some(progress::Progress::read(&ckpt, cfg)?)
-    } else {
-        None
-    };
-    let start = resumed.as_ref().map_or(0, |g| g.done);
-    let dt = cfg.hours * 3600.0;
-    // The grid too small for the solver is a usage error, as for the model.
-    let data = ShallowWaterData::new(cfg.nlat, cfg.nlon, dt, SOLVER_DT, &Device::flex())
-        .map_err(|e| grid_error(cfg, e))?
-        .with_jets(true);
-    writeln!(
-        out,
-        "ruda demo: a spherical Fourier neural operator learns the shallow-water equations ({} h steps; data from ruda-sphere's solver, {} solver steps of {SOLVER_DT} s per pair)",
-        cfg.hours,
-        data.nsteps()
-    )?;
-    writeln!(
-        out,
-        "model: {} channels, {} blocks, {} × {} equiangular grid (internal {} × {} Legendre–Gauss, {} modes); Adam lr {}, batches of {}, {} steps",
-        cfg.embed_dim,
-        cfg.layers,
-        cfg.nlat,
-        cfg.nlon,
-        inner.nlat(),
-        inner.nlon(),
-        inner.lmax(),
-        cfg.lr,
-        cfg.batch,
-        cfg.steps
-    )?;
-    let shares = shares(cfg.batch, r);
-    if r == 1 {
-        writeln!(
-            out,
-            "distributed on a {grid_name} polar × azimuth grid of threads (every parameter replicated, gradients summed over the grid); serial alongside"
-        )?;
-    } else {
-        let split: Vec<String> = shares.iter().map(|s| s.len().to_string()).collect();
-        writeln!(
-            out,
-            "distributed on {r} data-parallel replicas of a {p}x{a} polar × azimuth grid ({ranks} threads; samples per replica {}): every parameter replicated, gradients summed over each replica's grid, then averaged over the replicas by their share of the batch; serial alongside on the whole batch",
-            split.join(" + ")
-        )?;
-    }
-    if let Some(g) = &resumed {
-        writeln!(
-            out,
-            "resuming after step {} from {} (largest difference so far {:.1e})",
-            g.done,
-            ckpt.display(),
-            g.worst
-        )?;
-    }
-    let galewsky = Arc::new(
-        data.galewsky(cfg.rollout)
-            .map_err(|e| rank_error("data", 0, e))?,
-    );
-    let validation = make_batch(&data, 1 << 40..(1 << 40) + cfg.batch as u64)
-        .map_err(|e| rank_error("data", 0, e))?;
-    std::fs::create_dir_all(&cfg.out_dir)?;
-    if cfg.checkpoint_every > 0 {
-        std::fs::create_dir_all(&ckpt)?;
-    }
-
+    let (ranks, start, resumed) = (setup.ranks, setup.start, &setup.resumed);
+    let (grid_name, ckpt, shares) = (&setup.grid_name, &setup.ckpt, &setup.shares);
+    let (galewsky, validation) = (&setup.galewsky, &setup.validation);
     let (serial_tx, serial_rx) = channel::<Batch>();
     let (serial_rep_tx, serial_rep_rx) = channel::<Report>();
     let (dist_rep_tx, dist_rep_rx) = channel::<(usize, Report)>();
@@ -441,24 +544,15 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         let mut failed = None;
         let per_replica = cfg.polar * cfg.azimuth;
         for i in start..cfg.steps {
-            let seeds = (1 + (i * cfg.batch) as u64)..(1 + ((i + 1) * cfg.batch) as u64);
-            let mut batch = match make_batch(&data, seeds) {
+            let batch = match setup.batch(cfg, i) {
                 Ok(b) => b,
                 Err(e) => {
                     failed = Some(rank_error("data", 0, e));
                     break;
                 }
             };
-            let due = cfg.checkpoint_every > 0
-                && ((i + 1) % cfg.checkpoint_every == 0 || i + 1 == cfg.steps);
-            batch.save = due.then(|| ckpt.clone());
-            let parts: Vec<Batch> = shares
-                .iter()
-                .map(|range| Batch {
-                    save: batch.save.clone(),
-                    ..batch.samples(range.clone())
-                })
-                .collect();
+            let saved = batch.save.is_some();
+            let parts: Vec<Batch> = (0..r).map(|k| setup.share(&batch, k)).collect();
             // Every receiver gets its batch (no early stop: a rank left
             // without it would wait for ever); a run that has ended makes
             // its send fail, and then nothing more is sent or awaited.
@@ -503,38 +597,28 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
             // samples.
             let loss = replicas
                 .iter()
-                .zip(shares)
+                .zip(shares.iter())
                 .map(|(dr, range)| dr.loss * range.len() as f64)
                 .sum::<f64>()
                 / cfg.batch as f64;
-            let loss_diff = (loss - sr.loss).abs() / sr.loss.abs().max(f64::MIN_POSITIVE);
             let param_diff = replicas
                 .iter()
                 .fold(0.0f64, |m, dr| m.max(rel_diff(&dr.params, &sr.params)));
-            worst = worst.max(loss_diff).max(param_diff);
-            if let Err(e) = writeln!(
+            let step = (loss, &sr);
+            let recorded = record_step(
+                cfg,
+                &setup,
+                i,
+                step,
+                param_diff,
+                saved,
+                &mut worst,
+                &mut losses,
                 out,
-                "step {i:>4}  loss {loss:.6e} (serial {:.6e})  Δloss {loss_diff:.1e}  Δparams {param_diff:.1e}",
-                sr.loss
-            ) {
-                failed = Some(e.into());
+            );
+            if let Err(e) = recorded {
+                failed = Some(e);
                 break;
-            }
-            losses.push((loss, sr.loss));
-            if due {
-                let record = progress::Progress {
-                    done: i + 1,
-                    worst,
-                    losses: losses.clone(),
-                };
-                if let Err(e) = record.write(ckpt, cfg) {
-                    failed = Some(e);
-                    break;
-                }
-                if let Err(e) = writeln!(out, "checkpoint after step {i}: {}", ckpt.display()) {
-                    failed = Some(e.into());
-                    break;
-                }
             }
             bar.inc(1);
         }
@@ -590,9 +674,27 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         }
         worst = worst.max(rel_diff(&assembled, &serial.last));
     }
+    conclude(cfg, &setup, worst, &losses, &serial, started, out)
+}
+
+/// The end of a run, on the lead: the serial model against persistence,
+/// the report, the pictures and the verdict (`worst`: the largest
+/// difference between the runs, every check included).
+fn conclude(
+    cfg: &SweDemoConfig,
+    setup: &Setup,
+    worst: f64,
+    losses: &[(f64, f64)],
+    serial: &Finish,
+    started: Instant,
+    out: &mut impl Write,
+) -> Result<SweVerdict, DemoError> {
+    let (nlat, nlon) = (cfg.nlat, cfg.nlon);
+    let (galewsky, validation, data) = (&setup.galewsky, &setup.validation, &setup.data);
+    let start = setup.start;
     let truth = galewsky.last().expect("the rollout's states");
     // Persistence (the state kept) by the same loss over the sphere, serially.
-    let mse = SphereMse::new(Arc::new(SerialTransforms::new(outer)));
+    let mse = SphereMse::new(Arc::new(SerialTransforms::new(setup.outer)));
     let whole = |v: &[f64], b: usize| {
         ruda_sfno::patch(
             v,
@@ -645,7 +747,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
             (k + 1) as f64 * cfg.hours
         )?;
     }
-    let written = pictures::draw(cfg, &losses, &verdict, truth, &serial.last, &data)
+    let written = pictures::draw(cfg, losses, &verdict, truth, &serial.last, &data)
         .map_err(|e| rank_error("pictures", 0, e))?;
     for path in written {
         writeln!(out, "wrote {}", path.display())?;
