@@ -27,13 +27,13 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// The main job: a spherical Fourier neural operator learns the
-    /// shallow-water equations on a polar × azimuth grid of in-process
-    /// ranks, alongside the same model trained serially; every step's loss
-    /// and parameters are compared, the model is rolled out on the Galewsky
-    /// jet against persistence, and pictures are written (exit status 1
-    /// unless the runs agree and the model beats persistence). `--job
-    /// synthetic`: the smaller demo of a linear spectral model (also under
-    /// mpirun).
+    /// shallow-water equations on a polar × azimuth grid of ranks (threads,
+    /// or processes under mpirun), alongside the same model trained
+    /// serially; every step's loss and parameters are compared, the model
+    /// is rolled out on the Galewsky jet against persistence, and pictures
+    /// are written (exit status 1 unless the runs agree and the model
+    /// beats persistence). `--job synthetic`: the smaller demo of a linear
+    /// spectral model.
     Demo {
         /// `sfno` (the shallow-water job) or `synthetic`.
         #[arg(long, value_enum, default_value_t = DemoJob::Sfno)]
@@ -471,6 +471,30 @@ fn run_demo(
     demo::run_on(cfg, transport, out)
 }
 
+/// The shallow-water job on threads, or on MPI processes when started by
+/// `mpirun`.
+fn run_swe_demo(
+    cfg: &ruda_cli::swe_demo::SweDemoConfig,
+    out: &mut impl Write,
+) -> Result<ruda_cli::swe_demo::SweVerdict, demo::DemoError> {
+    #[cfg(feature = "mpi")]
+    if under_mpirun() {
+        let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
+            grid: "mpi".into(),
+            rank: 0,
+            message: e.to_string(),
+        };
+        // A panicking rank takes the job down rather than leave peers waiting.
+        let mpi = ruda_comm::MpiWorld::builder()
+            .abort_on_panic(true)
+            .init()
+            .map_err(fail)?;
+        let world = mpi.world().map_err(fail)?;
+        return ruda_cli::swe_demo::run_mpi(cfg, world, out);
+    }
+    ruda_cli::swe_demo::run(cfg, out)
+}
+
 /// Why `ruda bench` measured nothing.
 #[derive(Debug, thiserror::Error)]
 enum BenchFailure {
@@ -558,13 +582,6 @@ fn main() -> ExitCode {
                 eprintln!("ruda demo: cannot make f64 the default float type: {e:?}");
                 return ExitCode::FAILURE;
             }
-            #[cfg(feature = "mpi")]
-            if under_mpirun() {
-                eprintln!(
-                    "ruda demo: the sfno job runs its ranks as threads; under mpirun use `--job synthetic`"
-                );
-                return ExitCode::from(USAGE);
-            }
             let d = ruda_cli::swe_demo::SweDemoConfig::default();
             let cfg = ruda_cli::swe_demo::SweDemoConfig {
                 polar,
@@ -578,7 +595,7 @@ fn main() -> ExitCode {
                 resume,
                 ..d
             };
-            match ruda_cli::swe_demo::run(&cfg, &mut out) {
+            match run_swe_demo(&cfg, &mut out) {
                 Ok(v) if v.agree && v.beats_persistence => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
                 Err(e @ demo::DemoError::Grid { .. }) => {

@@ -106,6 +106,119 @@ fn demo_runs_one_rank_per_process() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs 4 MPI processes"));
 }
 
+/// The main job under mpirun: one rank per process on a 2 × 2 grid and
+/// on 2 replicas of a 1 × 2 grid, distributed equal to serial, only rank 0
+/// reporting, every process exiting with the verdict's status; the serial
+/// run's losses (full precision, from the checkpoint record) equal the
+/// threaded launch's to the bit, and a run resumed under mpirun on
+/// another grid goes on from the threaded run's checkpoint; a grid that
+/// does not match the processes is refused on every rank.
+#[test]
+fn sfno_demo_runs_one_rank_per_process() {
+    let root = std::env::temp_dir().join(format!("ruda-sfno-mpi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = |name: &str| root.join(name).to_str().unwrap().to_owned();
+    let small = |out: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["demo", "--nlat", "17", "--nlon", "32", "--out", out]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let serial_losses = |out: &str| -> Vec<String> {
+        let p = std::path::Path::new(out).join("checkpoint/progress.txt");
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("loss "))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    let threads = dir("threads");
+    let args = small(
+        &threads,
+        &["--grid", "2x1", "--steps", "3", "--checkpoint-every", "3"],
+    );
+    let local = std::process::Command::new(env!("CARGO_BIN_EXE_ruda"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let local_text = String::from_utf8_lossy(&local.stdout).into_owned();
+    assert!(local_text.contains("EQUALS"), "{local_text}");
+    assert_eq!(serial_losses(&threads).len(), 3);
+    for (n, extra, what) in [
+        (
+            4,
+            vec!["--grid", "2x2"],
+            "2x2 polar × azimuth grid of MPI processes",
+        ),
+        (
+            4,
+            vec!["--grid", "1x2", "--replicas", "2"],
+            "2 data-parallel replicas of a 1x2 polar × azimuth grid (4 MPI processes",
+        ),
+    ] {
+        let out_dir = dir(&format!("mpi{}", extra.len()));
+        let mut extra = extra.clone();
+        extra.extend(["--steps", "3", "--checkpoint-every", "3"]);
+        let args = small(&out_dir, &extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let Some(out) = mpirun(n, &args) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains(what), "{text}{err}");
+        assert!(
+            text.contains("verdict: distributed EQUALS serial"),
+            "{text}{err}"
+        );
+        assert_eq!(
+            text.matches("verdict").count(),
+            1,
+            "only rank 0 reports: {text}"
+        );
+        assert_eq!(text.matches("step    2  loss").count(), 1, "{text}");
+        let beaten = text.contains("the model BEATS persistence");
+        assert_eq!(out.status.success(), beaten, "{text}{err}");
+        assert_eq!(
+            serial_losses(&out_dir),
+            serial_losses(&threads),
+            "{extra:?}"
+        );
+    }
+    // The threaded run's checkpoint, resumed by 4 processes on 2 × 2.
+    let args = small(&threads, &["--grid", "2x2", "--steps", "5", "--resume"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let Some(out) = mpirun(4, &args) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("resuming after step 3"), "{text}");
+    assert!(
+        text.contains("step    4  loss") && !text.contains("step    2  loss"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict: distributed EQUALS serial"),
+        "{text}"
+    );
+    // A grid that does not match the processes is refused on every rank.
+    let Some(out) = mpirun(3, &["demo", "--grid", "2x2", "--steps", "1"]) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.matches("need as many MPI processes; mpirun started 3")
+            .count(),
+        3,
+        "{err}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn bench_over_mpi_writes_one_json_report() {
     let Some(out) = mpirun(

@@ -13,8 +13,13 @@
 //! summed over the grid (`ruda_tensor::ddp::step` with
 //! `GradientReduction::Sum`).
 //!
+//! Under `mpirun` (feature `mpi`), `run_mpi` runs the same job with one
+//! rank per process.
+//!
 //! [`Sfno`]: ruda_sfno::Sfno
 
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pictures;
 pub mod progress;
 pub mod trainer;
@@ -34,6 +39,8 @@ use ruda_tensor::ddp::{GradientReduction, hybrid_step};
 use ruda_tensor::{Group, HostCollective, HybridGrid};
 
 use crate::demo::DemoError;
+#[cfg(feature = "mpi")]
+pub use mpi::run_mpi;
 use trainer::{Batch, StepReport, Trainer};
 
 /// What the shallow-water job trains, on how many ranks, and where its
@@ -386,8 +393,8 @@ impl Setup {
     fn batch(&self, cfg: &SweDemoConfig, i: usize) -> Result<Batch, SfnoError> {
         let seeds = (1 + (i * cfg.batch) as u64)..(1 + ((i + 1) * cfg.batch) as u64);
         let mut batch = make_batch(&self.data, seeds)?;
-        let due =
-            cfg.checkpoint_every > 0 && ((i + 1) % cfg.checkpoint_every == 0 || i + 1 == cfg.steps);
+        let due = cfg.checkpoint_every > 0
+            && ((i + 1).is_multiple_of(cfg.checkpoint_every) || i + 1 == cfg.steps);
         batch.save = due.then(|| self.ckpt.clone());
         Ok(batch)
     }
@@ -561,7 +568,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                 sent &= tx.send(parts[rank / per_replica].clone()).is_ok();
             }
             if !sent {
-                failed = Some(rank_error(&grid_name, 0, "a run ended early"));
+                failed = Some(rank_error(grid_name, 0, "a run ended early"));
                 break;
             }
             let sr = match serial_rep_rx.recv() {
@@ -580,11 +587,11 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                 match dist_rep_rx.recv() {
                     Ok((k, Ok(dr))) => replicas[k] = Some(dr),
                     Ok((k, Err(e))) => {
-                        failed = Some(rank_error(&grid_name, k * per_replica, e));
+                        failed = Some(rank_error(grid_name, k * per_replica, e));
                         break;
                     }
                     Err(_) => {
-                        failed = Some(rank_error(&grid_name, 0, "a run ended early"));
+                        failed = Some(rank_error(grid_name, 0, "a run ended early"));
                         break;
                     }
                 }
@@ -633,7 +640,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
             return Err(e);
         }
         let serial = serial.map_err(|_| rank_error("1x1 (serial)", 0, "panicked"))?;
-        let dist = dist.map_err(|_| rank_error(&grid_name, 0, "the world panicked"))?;
+        let dist = dist.map_err(|_| rank_error(grid_name, 0, "the world panicked"))?;
         Ok((worst, losses, (serial, dist)))
     })?;
     bar.finish_and_clear();
@@ -645,8 +652,8 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     };
     let dist = match dist {
         Ok(d) => d,
-        Err(WorldError::Rank { rank, error }) => return Err(rank_error(&grid_name, rank, error)),
-        Err(WorldError::Empty) => return Err(rank_error(&grid_name, 0, "no ranks")),
+        Err(WorldError::Rank { rank, error }) => return Err(rank_error(grid_name, rank, error)),
+        Err(WorldError::Empty) => return Err(rank_error(grid_name, 0, "no ranks")),
     };
     let eval_worst = dist.iter().fold(0.0f64, |m, (f, _)| {
         m.max(rel_diff(&f.rollout, &serial.rollout))
@@ -654,7 +661,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     });
     let worst = worst.max(eval_worst);
     if losses.len() != cfg.steps {
-        return Err(rank_error(&grid_name, 0, "the run stopped early"));
+        return Err(rank_error(grid_name, 0, "the run stopped early"));
     }
     // Each replica's last prediction, assembled from its ranks' patches,
     // equals the serial one.
@@ -747,7 +754,7 @@ fn conclude(
             (k + 1) as f64 * cfg.hours
         )?;
     }
-    let written = pictures::draw(cfg, losses, &verdict, truth, &serial.last, &data)
+    let written = pictures::draw(cfg, losses, &verdict, truth, &serial.last, data)
         .map_err(|e| rank_error("pictures", 0, e))?;
     for path in written {
         writeln!(out, "wrote {}", path.display())?;
