@@ -77,6 +77,10 @@ enum Command {
         /// on this or another grid (sfno only).
         #[arg(long)]
         resume: bool,
+        /// Keep the generated training pairs in this folder and read them
+        /// back in later runs (sfno only).
+        #[arg(long)]
+        sample_cache: Option<PathBuf>,
     },
     /// Measure collective bandwidth over a sweep of sizes, each row with its
     /// memory roofline measured in the same run, p50/p99 and a back-to-back
@@ -570,6 +574,7 @@ fn main() -> ExitCode {
             replicas,
             checkpoint_every,
             resume,
+            sample_cache,
         } => {
             if channels.is_some() || transport.is_some() {
                 eprintln!("ruda demo: --channels and --transport are options of `--job synthetic`");
@@ -593,6 +598,7 @@ fn main() -> ExitCode {
                 replicas: replicas.map_or(d.replicas, |n| n as usize),
                 checkpoint_every: checkpoint_every.map_or(0, |n| n as usize),
                 resume,
+                sample_cache,
                 ..d
             };
             match run_swe_demo(&cfg, &mut out) {
@@ -620,10 +626,12 @@ fn main() -> ExitCode {
             replicas,
             checkpoint_every,
             resume,
+            sample_cache,
         } => {
-            if replicas.is_some() || checkpoint_every.is_some() || resume {
+            if replicas.is_some() || checkpoint_every.is_some() || resume || sample_cache.is_some()
+            {
                 eprintln!(
-                    "ruda demo: --replicas, --checkpoint-every and --resume are options of `--job sfno`"
+                    "ruda demo: --replicas, --checkpoint-every, --resume and --sample-cache are options of `--job sfno`"
                 );
                 return ExitCode::from(USAGE);
             }

@@ -146,16 +146,43 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
             .map(str::to_owned)
             .collect()
     };
+    // The uninterrupted run keeps its samples; the stopped and resumed one
+    // reads them back (so they are the made ones, to the bit).
+    let cache = dir("samples");
     let whole = dir("whole");
     let (_, straight, _) = demo(
         &whole,
-        &["--grid", "2x1", "--steps", "4", "--checkpoint-every", "4"],
+        &[
+            "--grid",
+            "2x1",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "4",
+            "--sample-cache",
+            &cache,
+        ],
     );
     assert!(straight.contains("checkpoint after step 3"), "{straight}");
+    let cached: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert_eq!(cached.len(), 1, "one settings folder");
+    let files = std::fs::read_dir(cached[0].as_ref().unwrap().path())
+        .unwrap()
+        .count();
+    assert_eq!(files, 4 * 4 + 4, "4 steps of 4 samples and 4 held out");
     let parts = dir("parts");
     let (_, first, _) = demo(
         &parts,
-        &["--grid", "2x1", "--steps", "2", "--checkpoint-every", "2"],
+        &[
+            "--grid",
+            "2x1",
+            "--steps",
+            "2",
+            "--checkpoint-every",
+            "2",
+            "--sample-cache",
+            &cache,
+        ],
     );
     assert!(
         first.contains("checkpoint after step 1") && !first.contains("step    2"),

@@ -4,10 +4,13 @@
 use core::ops::Range;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use ruda_sphere::shallow_water::{Jet, Planet, SerialTransforms, ShallowWaterSolver};
+use ruda_sphere::shallow_water::{
+    Jet, Planet, SerialTransforms, ShallowWaterSolver, SphereTransforms,
+};
 use ruda_sphere::{LatitudeGrid, ShtSpec};
 
 use crate::SfnoError;
+use crate::cache::SampleCache;
 
 /// Pairs (state, state after `dt`) of the shallow-water equations on an
 /// `nlat × nlon` equiangular grid, made on the fly as torch-harmonics'
@@ -38,6 +41,7 @@ pub struct ShallowWaterData {
     jets: bool,
     mean: [f64; 3],
     std: [f64; 3],
+    cache: Option<SampleCache>,
 }
 
 impl ShallowWaterData {
@@ -70,6 +74,7 @@ impl ShallowWaterData {
             jets: false,
             mean: [0.0; 3],
             std: [1.0; 3],
+            cache: None,
         };
         let first = data.grid(data.solver.random(0, 0.2)?)?;
         let n = nlat * nlon;
@@ -100,7 +105,69 @@ impl ShallowWaterData {
     /// # Ok::<(), ruda_sfno::SfnoError>(())
     /// ```
     pub fn with_jets(self, jets: bool) -> Self {
-        ShallowWaterData { jets, ..self }
+        // The data mix is part of the cache's key: re-key it.
+        let root = self.cache.as_ref().map(|c| c.root().to_path_buf());
+        let data = ShallowWaterData {
+            jets,
+            cache: None,
+            ..self
+        };
+        match root {
+            Some(root) => data.with_cache(root),
+            None => data,
+        }
+    }
+
+    /// The same pairs, kept under `root` once made and read back from
+    /// there afterwards (by this run, a later one, or another process):
+    /// see [`SampleCache`] for the layout. A sample read back is the one
+    /// made, to the bit; settings that change a sample (grid, time steps,
+    /// [`with_jets`](Self::with_jets), normalisation) use another
+    /// subfolder.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::Device;
+    /// use ruda_sfno::ShallowWaterData;
+    /// let root = std::env::temp_dir().join(format!("ruda-cache-doc-{}", std::process::id()));
+    /// let data = ShallowWaterData::new(16, 32, 3600.0, 900.0, &Device::flex())?.with_cache(&root);
+    /// let made = data.sample(5)?; // made, and written
+    /// assert!(data.cache().unwrap().path(5).exists());
+    /// assert_eq!(data.sample(5)?, made); // read back
+    /// std::fs::remove_dir_all(&root).unwrap();
+    /// # Ok::<(), ruda_sfno::SfnoError>(())
+    /// ```
+    pub fn with_cache(self, root: impl AsRef<std::path::Path>) -> Self {
+        let settings = self.settings();
+        ShallowWaterData {
+            cache: Some(SampleCache::new(root.as_ref(), &settings)),
+            ..self
+        }
+    }
+
+    /// The cache, when [`with_cache`](Self::with_cache) gave one.
+    pub fn cache(&self) -> Option<&SampleCache> {
+        self.cache.as_ref()
+    }
+
+    /// Everything a sample depends on, as text (the cache's key).
+    fn settings(&self) -> String {
+        let spec = self.solver.calculus().transforms().spec();
+        format!(
+            "shallow-water v1 nlat={} nlon={} lmax={} mmax={} grid={:?} csphase={} dt_solver={:?} nsteps={} jets={} mean={:?} std={:?} planet={:?}",
+            spec.nlat(),
+            spec.nlon(),
+            spec.lmax(),
+            spec.mmax(),
+            spec.grid(),
+            spec.csphase(),
+            self.solver.dt(),
+            self.nsteps,
+            self.jets,
+            self.mean,
+            self.std,
+            self.solver.planet()
+        )
     }
 
     /// The solver.
@@ -141,6 +208,21 @@ impl ShallowWaterData {
     /// # Errors
     /// The solver's errors.
     pub fn sample(&self, seed: u64) -> Result<(Vec<f64>, Vec<f64>), SfnoError> {
+        let Some(cache) = &self.cache else {
+            return self.make(seed);
+        };
+        let spec = self.solver.calculus().transforms().spec();
+        let len = 3 * spec.nlat() * spec.nlon();
+        if let Some(pair) = cache.read(seed, len)? {
+            return Ok(pair);
+        }
+        let (x, y) = self.make(seed)?;
+        cache.write(seed, &x, &y)?;
+        Ok((x, y))
+    }
+
+    /// Sample `seed`, made by the solver.
+    fn make(&self, seed: u64) -> Result<(Vec<f64>, Vec<f64>), SfnoError> {
         let start = if self.jets && seed % 2 == 1 {
             self.solver.jet(&Jet::random(seed, self.solver.planet()))?
         } else {

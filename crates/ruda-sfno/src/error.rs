@@ -27,6 +27,14 @@ pub enum SfnoError {
         /// The shape given.
         got: Vec<usize>,
     },
+    /// A cached sample that cannot be read or written.
+    #[error("sample cache {}: {reason}", path.display())]
+    Cache {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A transform or the solver failed.
     #[error(transparent)]
     Sphere(Box<ruda_sphere::SphereError>),

@@ -14,12 +14,14 @@
 //! | [`SfnoBlock`], [`SpectralConv`], [`Pointwise`] | its layers |
 //! | [`SphereMse`] | the loss: squared error integrated over the sphere |
 //! | [`ShallowWaterData`] | (state, state after Δt) pairs, normalised |
+//! | [`SampleCache`] | those pairs kept on disk between runs |
 
 #![warn(missing_docs)]
 
 extern crate alloc;
 
 mod block;
+mod cache;
 mod data;
 mod error;
 mod init;
@@ -29,6 +31,7 @@ mod pointwise;
 mod spectral_conv;
 
 pub use block::SfnoBlock;
+pub use cache::SampleCache;
 
 /// The transforms a model holds, whatever its domain: any
 /// [`SphereTransforms`](ruda_sphere::shallow_water::SphereTransforms) that

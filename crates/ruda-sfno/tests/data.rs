@@ -95,3 +95,103 @@ fn empty_and_single_batches() {
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err < 1e-13, "{err}");
 }
+
+mod cache {
+    //! Samples kept on disk: read back to the bit, keyed by the settings,
+    //! corrupt files refused, concurrent writers safe.
+
+    use burn_tensor::Device;
+    use ruda_sfno::{SfnoError, ShallowWaterData};
+
+    fn root(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("ruda-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn data() -> ShallowWaterData {
+        ShallowWaterData::new(16, 32, 1800.0, 900.0, &Device::flex()).unwrap()
+    }
+
+    #[test]
+    fn a_cached_sample_is_the_made_one_and_is_read_back_from_disk() {
+        let dir = root("read");
+        let plain = data();
+        let cached = data().with_cache(&dir);
+        let made = plain.sample(4).unwrap();
+        assert_eq!(cached.sample(4).unwrap(), made);
+        let path = cached.cache().unwrap().path(4);
+        assert!(path.exists());
+        assert_eq!(cached.sample(4).unwrap(), made);
+        // The file is what a later call reads: change a value in it.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[16..24].copy_from_slice(&1234.5f64.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let (x, y) = cached.sample(4).unwrap();
+        assert_eq!(x[0], 1234.5);
+        assert_eq!((&x[1..], &y), (&made.0[1..], &made.1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn other_settings_use_other_files() {
+        let dir = root("keys");
+        let a = data().with_cache(&dir);
+        let jets = data().with_cache(&dir).with_jets(true);
+        let finer = ShallowWaterData::new(16, 32, 3600.0, 900.0, &Device::flex())
+            .unwrap()
+            .with_cache(&dir);
+        let dirs = [a.cache(), jets.cache(), finer.cache()].map(|c| c.unwrap().dir().to_owned());
+        assert_ne!(dirs[0], dirs[1]);
+        assert_ne!(dirs[0], dirs[2]);
+        assert_ne!(dirs[1], dirs[2]);
+        // Seed 3 is a jet in one and a random state in the other.
+        assert_ne!(a.sample(3).unwrap(), jets.sample(3).unwrap());
+        assert_eq!(
+            jets.sample(3).unwrap(),
+            data().with_jets(true).sample(3).unwrap()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_naming_it() {
+        let dir = root("corrupt");
+        let d = data().with_cache(&dir);
+        d.sample(2).unwrap();
+        let path = d.cache().unwrap().path(2);
+        let bytes = std::fs::read(&path).unwrap();
+        for bad in [bytes[..bytes.len() - 8].to_vec(), b"not a sample".to_vec()] {
+            std::fs::write(&path, &bad).unwrap();
+            match d.sample(2) {
+                Err(e @ SfnoError::Cache { .. }) => {
+                    assert!(e.to_string().contains("seed-2.bin"), "{e}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_sample_agree() {
+        let dir = root("race");
+        let d = data().with_cache(&dir);
+        let made = data().sample(7).unwrap();
+        let got: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4).map(|_| s.spawn(|| d.sample(7).unwrap())).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got.iter().all(|g| g == &made));
+        let left: Vec<_> = std::fs::read_dir(d.cache().unwrap().dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(
+            left,
+            vec!["seed-7.bin".to_string()],
+            "no temporary file left"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

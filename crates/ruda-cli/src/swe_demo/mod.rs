@@ -80,6 +80,9 @@ pub struct SweDemoConfig {
     /// Go on from the checkpoint in `out_dir/checkpoint` (on any grid of
     /// ranks) instead of starting afresh.
     pub resume: bool,
+    /// Keep the training pairs under this folder and read them back from
+    /// there in later runs (`ruda_sfno::SampleCache`).
+    pub sample_cache: Option<PathBuf>,
 }
 
 impl Default for SweDemoConfig {
@@ -103,6 +106,7 @@ impl Default for SweDemoConfig {
             out_dir: PathBuf::from("ruda-demo"),
             checkpoint_every: 0,
             resume: false,
+            sample_cache: None,
         }
     }
 }
@@ -317,6 +321,10 @@ impl Setup {
         let data = ShallowWaterData::new(cfg.nlat, cfg.nlon, dt, SOLVER_DT, &Device::flex())
             .map_err(|e| grid_error(cfg, e))?
             .with_jets(true);
+        let data = match &cfg.sample_cache {
+            Some(dir) => data.with_cache(dir),
+            None => data,
+        };
         let shares = shares(cfg.batch, r);
         if lead {
             writeln!(
