@@ -284,6 +284,55 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A failure in the middle of the distributed run — its checkpoint cannot
+/// be written, a file standing where its folder goes — ends the demo at
+/// that step with an error naming the run, the rank and the path (exit
+/// status 1, no verdict), rather than a hang or a verdict over a partial
+/// run.
+#[test]
+fn sfno_demo_stops_with_a_named_error_when_the_distributed_run_fails() {
+    let dir = std::env::temp_dir().join(format!("ruda-sfno-fail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("checkpoint")).unwrap();
+    std::fs::write(dir.join("checkpoint/distributed"), b"in the way").unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ruda"))
+        .args([
+            "demo",
+            "--grid",
+            "2x1",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+        ])
+        .args([
+            "--nlat",
+            "17",
+            "--nlon",
+            "32",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .env("RUDA_TIMEOUT_SECS", "30")
+        .output()
+        .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    assert!(err.contains("the 2x1 run failed on rank"), "{err}");
+    assert!(err.contains("checkpoint/distributed"), "{err}");
+    assert!(
+        text.contains("step    0") && !text.contains("step    1"),
+        "{text}"
+    );
+    assert!(!text.contains("verdict"), "{text}");
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn demo_command_prints_steps_timings_and_a_verdict() {
     let out = ruda(&[

@@ -219,6 +219,52 @@ fn sfno_demo_runs_one_rank_per_process() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// Under mpirun, a failure of the distributed run on every rank (its
+/// checkpoint cannot be written) stops every process at that step with
+/// the error naming the path; no process waits for the others.
+#[test]
+fn sfno_demo_under_mpirun_stops_together_on_a_failure() {
+    let dir = std::env::temp_dir().join(format!("ruda-sfno-mpi-fail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("checkpoint")).unwrap();
+    std::fs::write(dir.join("checkpoint/distributed"), b"in the way").unwrap();
+    let d = dir.to_str().unwrap();
+    let args = [
+        "demo",
+        "--grid",
+        "2x1",
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--nlat",
+        "17",
+        "--nlon",
+        "32",
+        "--out",
+        d,
+    ];
+    let Some(out) = mpirun(2, &args) else {
+        return;
+    };
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{text}{err}");
+    assert!(err.contains("checkpoint/distributed"), "{err}");
+    assert_eq!(
+        err.matches("ruda demo: the 2x1 run failed on rank").count(),
+        2,
+        "{err}"
+    );
+    assert!(
+        text.contains("step    0") && !text.contains("step    1"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bench_over_mpi_writes_one_json_report() {
     let Some(out) = mpirun(
