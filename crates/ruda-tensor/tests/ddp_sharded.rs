@@ -238,3 +238,57 @@ fn ranks_that_shard_differently_are_an_error_on_every_rank() {
         }
     }
 }
+
+/// A module with a zero-size parameter (an empty bias) beside a real one:
+/// plain DDP and both ZeRO stages step it without a panic (Burn refuses a
+/// zero-length narrow, which unpacking a bucket or a shard would ask for)
+/// and agree with each other bit for bit.
+#[test]
+fn a_zero_size_parameter_steps_in_every_mode() {
+    #[derive(Module, Debug)]
+    struct WithEmpty {
+        empty: Param<Tensor<1>>,
+        weight: Param<Tensor<1>>,
+    }
+    let results = LocalWorld::new(2)
+        .run(|comm| {
+            let world = HostCollective::new(comm);
+            let device = Device::flex().autodiff();
+            let on = (&device, DType::F64);
+            let mut out = Vec::new();
+            for mode in 0..3 {
+                let mut m = WithEmpty {
+                    empty: Param::from_tensor(Tensor::zeros([0], on).require_grad()),
+                    weight: Param::from_tensor(
+                        Tensor::from_data(TensorData::new(vec![0.5, -1.0, 2.0], [3]), on)
+                            .require_grad(),
+                    ),
+                };
+                let mut optim = AdamConfig::new().init();
+                for _ in 0..2 {
+                    let scale = 1.0 + world.rank() as f64;
+                    let loss = (m.weight.val() * m.weight.val()).sum().mul_scalar(scale)
+                        + m.empty.val().sum();
+                    let grads = GradientsParams::from_grads(loss.backward(), &m);
+                    let how = GradientReduction::Mean;
+                    m = match mode {
+                        0 => step(&world, &mut optim, 0.1, m, grads, how)?,
+                        1 => Sharded::new(ZeroStage::One)
+                            .step(&world, &mut optim, 0.1, m, grads, how)?,
+                        _ => Sharded::new(ZeroStage::Two)
+                            .step(&world, &mut optim, 0.1, m, grads, how)?,
+                    };
+                }
+                assert_eq!(m.empty.val().dims(), [0]);
+                out.push(m.weight.val().into_data().try_to_vec::<f64>().unwrap());
+            }
+            Ok::<_, Error>(out)
+        })
+        .unwrap();
+    for r in &results {
+        assert_eq!(r[0], r[1], "ZeRO 1 vs plain");
+        assert_eq!(r[0], r[2], "ZeRO 2 vs plain");
+        assert_ne!(r[0], vec![0.5, -1.0, 2.0], "the steps moved the weight");
+    }
+    assert_eq!(results[0], results[1], "replicas equal");
+}

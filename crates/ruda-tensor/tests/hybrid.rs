@@ -12,7 +12,7 @@ use burn_nn::{Linear, LinearConfig};
 use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_comm::{LocalWorld, RankError, WorldError};
-use ruda_tensor::ddp::{GradientReduction, hybrid_step};
+use ruda_tensor::ddp::{GradientReduction, hybrid_step, hybrid_step_with};
 use ruda_tensor::{Error, Group, HybridGrid};
 
 /// Every `(replicas, polar, azimuth)` with `replicas · polar · azimuth = n`.
@@ -225,4 +225,138 @@ fn a_grid_error_is_reported_by_the_world_run() {
             ..
         })
     ));
+}
+
+mod sharded {
+    //! A model with a parameter sharded over the domain (a per-column
+    //! bias, each rank its columns) beside a replicated one:
+    //! `hybrid_step_with` sums only the replicated one over the domain,
+    //! and the run equals the serial model on the whole batch and all
+    //! columns (the shards put together).
+
+    use super::*;
+
+    /// A shared linear map of each column's features, plus a bias per
+    /// column (this rank's columns).
+    #[derive(Module, Debug)]
+    struct Patchy {
+        shared: Linear,
+        local: Param<Tensor<1>>,
+    }
+
+    const COLS: usize = 5;
+
+    /// Inputs `[rows, cols, IN]` and targets `[rows, cols]` of samples
+    /// `rows` and columns `cols`.
+    fn data(rows: Range<usize>, cols: Range<usize>, device: &Device) -> (Tensor<3>, Tensor<2>) {
+        let (r, c) = (rows.len(), cols.len());
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        for i in rows {
+            for j in cols.clone() {
+                for k in 0..IN {
+                    x.push(((i * 31 + j * 7 + k * 3) % 11) as f64 / 11.0 - 0.45);
+                }
+                y.push(((i * 5 + j * 3) as f64 * 0.37).sin());
+            }
+        }
+        (
+            Tensor::from_data(TensorData::new(x, [r, c, IN]), (device, DType::F64)),
+            Tensor::from_data(TensorData::new(y, [r, c]), (device, DType::F64)),
+        )
+    }
+
+    use core::ops::Range;
+
+    /// `split` as ranges.
+    fn ranges(n: usize, k: usize) -> Vec<Range<usize>> {
+        let mut start = 0;
+        split(n, k)
+            .into_iter()
+            .map(|len| {
+                start += len;
+                start - len..start
+            })
+            .collect()
+    }
+
+    /// After each Adam step: the shared parameters and this rank's bias.
+    fn train<G: Group>(grid: &HybridGrid<G>, batch: usize) -> Vec<(Vec<f64>, Vec<f64>)> {
+        let device = Device::flex().autodiff();
+        let samples = ranges(batch, grid.num_replicas())[grid.replica_rank()].clone();
+        let domain = grid.domain().world();
+        let cols = ranges(COLS, domain.size())[domain.rank()].clone();
+        let bias: Vec<f64> = cols.clone().map(|j| 0.1 * j as f64 - 0.2).collect();
+        let mut model = Patchy {
+            shared: LinearConfig::new(IN, 1).init(&device).map(&mut Fixed(0)),
+            local: Param::from_tensor(
+                Tensor::from_data(TensorData::new(bias, [cols.len()]), (&device, DType::F64))
+                    .require_grad(),
+            ),
+        };
+        let (x, y) = data(samples.clone(), cols.clone(), &device);
+        let (r, c) = (samples.len(), cols.len());
+        let mut optim = AdamConfig::new().init();
+        let mut out = Vec::new();
+        for _ in 0..STEPS {
+            let pred = ruda_tensor::reshape(
+                model
+                    .shared
+                    .forward(ruda_tensor::reshape(x.clone(), [r * c, IN])),
+                [r, c],
+            ) + ruda_tensor::reshape(model.local.val(), [1, c]);
+            let err = pred - y.clone();
+            // This rank's columns of its replica's mean over samples.
+            let loss = (err.clone() * err).sum().mul_scalar(1.0 / r.max(1) as f64);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let how = GradientReduction::WeightedMean { samples: r };
+            model =
+                hybrid_step_with(grid, &mut optim, 0.05, model, grads, how, |m| &m.shared).unwrap();
+            let mut f = Flatten::default();
+            model.shared.visit(&mut f);
+            let local = model.local.val().into_data().try_to_vec::<f64>().unwrap();
+            out.push((f.0, local));
+        }
+        out
+    }
+
+    #[test]
+    fn sharded_parameters_are_left_alone_and_the_run_equals_the_serial_one() {
+        for batch in [7, 2] {
+            let serial = LocalWorld::new(1)
+                .run(|c| Ok::<_, Error>(train(&HybridGrid::new(c, 1, 1, 1)?, batch)))
+                .unwrap()
+                .remove(0);
+            assert_ne!(serial[0], serial[STEPS - 1], "training moved the model");
+            for n in 2..=8 {
+                for (r, p, a) in factorisations(n) {
+                    let runs = LocalWorld::new(n)
+                        .run(|c| Ok::<_, Error>(train(&HybridGrid::new(c, r, p, a)?, batch)))
+                        .unwrap();
+                    let pa = p * a;
+                    for s in 0..STEPS {
+                        for (rank, run) in runs.iter().enumerate() {
+                            // Replicated: the same on every rank; sharded:
+                            // the same across replicas.
+                            assert_eq!(run[s].0, runs[0][s].0, "{r}x{p}x{a} rank {rank}");
+                            assert_eq!(run[s].1, runs[rank % pa][s].1, "{r}x{p}x{a} rank {rank}");
+                        }
+                        let close = |g: &[f64], w: &[f64], what: &str| {
+                            assert_eq!(g.len(), w.len());
+                            for (g, w) in g.iter().zip(w) {
+                                assert!(
+                                    (g - w).abs() <= 1e-13 * (1.0 + w.abs()),
+                                    "batch {batch}, {r}x{p}x{a} step {s} {what}: {g} vs {w}"
+                                );
+                            }
+                        };
+                        close(&runs[0][s].0, &serial[s].0, "shared");
+                        let whole: Vec<f64> =
+                            runs[..pa].iter().flat_map(|run| run[s].1.clone()).collect();
+                        close(&whole, &serial[s].1, "bias");
+                    }
+                }
+            }
+        }
+    }
 }

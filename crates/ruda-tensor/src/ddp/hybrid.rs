@@ -28,8 +28,8 @@ use crate::hybrid_grid::HybridGrid;
 ///
 /// Every rank then makes the same update, so the replicas stay equal and
 /// the run equals the serial model on the global batch to round-off (the
-/// sums run in another order). Parameters sharded over the domain (each
-/// rank its own slice) are not supported by this step: the module's
+/// sums run in another order). For parameters sharded over the domain
+/// (each rank its own slice) use [`hybrid_step_with`]: here the module's
 /// structure must agree over the domain, and the first reduction reports
 /// [`Error::ModuleMismatch`] on every rank when it does not.
 ///
@@ -72,9 +72,68 @@ pub fn hybrid_step<M: Module, G: Group>(
     grads: GradientsParams,
     reduction: GradientReduction,
 ) -> Result<M, Error> {
+    hybrid_step_with(grid, optim, lr, module, grads, reduction, |m| m)
+}
+
+/// [`hybrid_step`] for a model with parameters sharded over the domain
+/// (each rank holding its own slice, e.g. a per-latitude bias of its
+/// patch): only the sub-module `replicated(&module)` returns has its
+/// gradients summed over the domain; every other parameter's gradient is
+/// already its slice's whole gradient and is left alone there. Then every
+/// parameter is averaged over the replicas group (which joins the ranks
+/// holding the same slice in every replica, so shapes agree) and stepped.
+///
+/// # Errors
+/// As [`hybrid_step`]; [`Error::ModuleMismatch`] on every rank of the
+/// domain when the replicated sub-module differs between its ranks.
+///
+/// # Example
+/// ```
+/// use burn_core as burn;
+/// use burn::module::{Module, Param};
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_optim::{GradientsParams, ModuleOptimizer, SgdConfig};
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::{Group, HybridGrid};
+/// use ruda_tensor::ddp::{GradientReduction, hybrid_step_with};
+///
+/// #[derive(Module, Debug)]
+/// struct Net {
+///     shared: Linear,              // replicated over the domain
+///     local: Param<Tensor<1>>,     // this rank's slice of a per-column bias
+/// }
+///
+/// LocalWorld::new(4).run(|comm| {
+///     let grid = HybridGrid::new(comm, 2, 1, 2)?;
+///     let device = Device::flex().autodiff();
+///     let cols = 1 + grid.domain().azimuth_rank(); // uneven slices: 1 and 2 columns
+///     let net = Net {
+///         shared: LinearConfig::new(1, 1).init(&device),
+///         local: Param::from_tensor(Tensor::zeros([cols], &device)),
+///     };
+///     let net = ruda_tensor::ddp::broadcast_module(grid.replicas(), net, 0)?;
+///     let net = Net { shared: ruda_tensor::ddp::broadcast_module(grid.world(), net.shared, 0)?, ..net };
+///     let x = Tensor::<2>::ones([cols, 1], &device);
+///     let y = net.shared.forward(x).reshape([cols]) + net.local.val();
+///     let grads = GradientsParams::from_grads(y.sum().backward(), &net);
+///     let mut optim: ModuleOptimizer = SgdConfig::new().init();
+///     let how = GradientReduction::WeightedMean { samples: 1 };
+///     hybrid_step_with(&grid, &mut optim, 0.1, net, grads, how, |n| &n.shared).map(|_| ())
+/// }).unwrap();
+/// ```
+pub fn hybrid_step_with<M: Module, R: Module, G: Group>(
+    grid: &HybridGrid<G>,
+    optim: &mut ModuleOptimizer,
+    lr: LearningRate,
+    module: M,
+    grads: GradientsParams,
+    reduction: GradientReduction,
+    replicated: impl FnOnce(&M) -> &R,
+) -> Result<M, Error> {
     let grads = all_reduce_gradients(
         grid.domain().world(),
-        &module,
+        replicated(&module),
         grads,
         GradientReduction::Sum,
     )?;

@@ -39,7 +39,8 @@
 //! **Hybrid parallelism** (replicas × polar × azimuth): on a
 //! [`HybridGrid`](crate::HybridGrid), [`hybrid_step`] sums the gradients
 //! of a domain-decomposed model over each replica's domain, then averages
-//! them over the replicas.
+//! them over the replicas; [`hybrid_step_with`] leaves parameters sharded
+//! over the domain out of the domain's sum.
 //!
 //! **Gradient accumulation** (PyTorch's `no_sync`): run several
 //! micro-batches' backward passes without communicating, sum their
@@ -101,7 +102,7 @@ pub use buckets::Buckets;
 pub use buffers::{BufferSync, sync_buffers};
 pub use checkpoint::{CHECKPOINT_FILE, load_checkpoint, save_checkpoint};
 pub use gradients::{GradientReduction, all_reduce_gradients, all_reduce_gradients_with};
-pub use hybrid::hybrid_step;
+pub use hybrid::{hybrid_step, hybrid_step_with};
 pub use replicas::check_replicas;
 pub use sampler::{DistributedSampler, Tail};
 pub use sharded::{Sharded, ZeroStage};

@@ -361,7 +361,7 @@ fn reduce_scatter_chunk<G: Group>(
     let mut start = 0usize;
     for s in slots.iter().filter(|s| s.owner == me) {
         let e = entries[s.index].take().expect("each slot taken once");
-        let g = mine.clone().narrow(0, start, s.numel);
+        let g = super::structure::narrow_or_empty(&mine, start, s.numel);
         start += s.numel;
         restore(e, g, grads);
     }
@@ -425,7 +425,10 @@ fn gather_chunk<M: Module, G: Group>(group: &G, module: M, slots: &[Slot]) -> Re
         .collect();
     let mut values = BTreeMap::new();
     for s in slots {
-        values.insert(s.id, all.clone().narrow(0, offset[s.owner], s.numel));
+        values.insert(
+            s.id,
+            super::structure::narrow_or_empty(&all, offset[s.owner], s.numel),
+        );
         offset[s.owner] += s.numel;
     }
     Ok(module.map(&mut Assign(values)))

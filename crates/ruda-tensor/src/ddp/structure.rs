@@ -279,18 +279,18 @@ pub(super) fn per_bucket(
         let mut bytes = 0usize;
         let mut small = small.into_iter().peekable();
         while let Some(e) = small.next() {
-            bytes += e.numel * size;
+            bytes = bytes.saturating_add(e.numel.saturating_mul(size));
             bucket.push(e);
-            let full = small
-                .peek()
-                .is_none_or(|next| bytes.saturating_add(next.numel * size) > buckets.bucket_bytes);
+            let full = small.peek().is_none_or(|next| {
+                bytes.saturating_add(next.numel.saturating_mul(size)) > buckets.bucket_bytes
+            });
             if full {
                 let flats: Vec<Tensor<1>> = bucket.iter_mut().map(take_data).collect();
                 let out = collective(Tensor::cat(flats, 0))?;
                 let mut start = 0;
                 for e in bucket.drain(..) {
                     let len = e.numel;
-                    done(e, out.clone().narrow(0, start, len));
+                    done(e, narrow_or_empty(&out, start, len));
                     start += len;
                 }
                 bytes = 0;
@@ -298,6 +298,17 @@ pub(super) fn per_bucket(
         }
     }
     Ok(())
+}
+
+/// Values `start .. start + len` of `t`: Burn refuses a narrow of length 0,
+/// which a zero-size parameter (an empty shard) asks for; it gets an empty
+/// tensor of `t`'s dtype.
+pub(super) fn narrow_or_empty(t: &Tensor<1>, start: usize, len: usize) -> Tensor<1> {
+    if len == 0 {
+        Tensor::zeros([0], (&t.device(), t.dtype()))
+    } else {
+        t.clone().narrow(0, start, len)
+    }
 }
 
 /// The entry's data, or zeros of its size where this rank has none.
