@@ -165,6 +165,22 @@ pub enum DemoError {
         /// Processes started.
         ranks: usize,
     },
+    /// Under MPI, the replicas × polar × azimuth ranks are not the number
+    /// of processes.
+    #[error(
+        "{replicas} replica(s) of a {polar}x{azimuth} grid need {} MPI processes, mpirun started {ranks}",
+        replicas.saturating_mul(*polar).saturating_mul(*azimuth)
+    )]
+    Processes {
+        /// Replicas.
+        replicas: usize,
+        /// Polar ranks.
+        polar: usize,
+        /// Azimuth ranks.
+        azimuth: usize,
+        /// Processes started.
+        ranks: usize,
+    },
     /// A checkpoint that cannot be written, read or resumed from.
     #[error("checkpoint {}: {reason}", path.display())]
     Checkpoint {

@@ -604,7 +604,7 @@ fn main() -> ExitCode {
             match run_swe_demo(&cfg, &mut out) {
                 Ok(v) if v.agree && v.beats_persistence => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
-                Err(e @ demo::DemoError::Grid { .. }) => {
+                Err(e @ (demo::DemoError::Grid { .. } | demo::DemoError::Processes { .. })) => {
                     eprintln!("ruda demo: {e}");
                     ExitCode::from(USAGE)
                 }

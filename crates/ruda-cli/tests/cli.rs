@@ -166,10 +166,19 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
     assert!(straight.contains("checkpoint after step 3"), "{straight}");
     let cached: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
     assert_eq!(cached.len(), 1, "one settings folder");
-    let files = std::fs::read_dir(cached[0].as_ref().unwrap().path())
+    let names: Vec<String> = std::fs::read_dir(cached[0].as_ref().unwrap().path())
         .unwrap()
-        .count();
-    assert_eq!(files, 4 * 4 + 4, "4 steps of 4 samples and 4 held out");
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let samples = names
+        .iter()
+        .filter(|n| n.starts_with("seed-") && n.ends_with(".bin"));
+    assert_eq!(
+        samples.count(),
+        4 * 4 + 4,
+        "4 steps of 4 samples and 4 held out"
+    );
+    assert_eq!(names.len(), 4 * 4 + 4 + 1, "and the settings: {names:?}");
     let parts = dir("parts");
     let (_, first, _) = demo(
         &parts,
@@ -188,22 +197,41 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
         first.contains("checkpoint after step 1") && !first.contains("step    2"),
         "{first}"
     );
-    // A copy of the 2-step checkpoint, resumed below on another grid.
+    // A copy of the 2-step checkpoint, resumed below on another grid; and
+    // one without its distributed model.
+    let copy = |to: &str, files: &[&str]| {
+        for f in files {
+            let from = std::path::Path::new(&parts).join("checkpoint").join(f);
+            let to = std::path::Path::new(to).join("checkpoint").join(f);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(from, to).unwrap();
+        }
+    };
     let other = dir("other");
-    std::fs::create_dir_all(std::path::Path::new(&other).join("checkpoint/serial")).unwrap();
-    std::fs::create_dir_all(std::path::Path::new(&other).join("checkpoint/distributed")).unwrap();
-    for f in [
+    let all = [
         "progress.txt",
-        "serial/checkpoint.ruda",
-        "distributed/checkpoint.ruda",
-    ] {
-        let from = std::path::Path::new(&parts).join("checkpoint").join(f);
-        std::fs::copy(
-            from,
-            std::path::Path::new(&other).join("checkpoint").join(f),
-        )
-        .unwrap();
-    }
+        "step-2/serial/checkpoint.ruda",
+        "step-2/distributed/checkpoint.ruda",
+    ];
+    copy(&other, &all);
+    let broken = dir("broken");
+    copy(&broken, &all[..2]);
+    let started = std::time::Instant::now();
+    let (code, _, err) = demo(
+        &broken,
+        &[
+            "--grid",
+            "2x1",
+            "--steps",
+            "4",
+            "--resume",
+            "--sample-cache",
+            &cache,
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("step-2/distributed"), "{err}");
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
     let (code, resumed, err) = demo(
         &parts,
         &[
@@ -214,6 +242,8 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
             "--checkpoint-every",
             "2",
             "--resume",
+            "--sample-cache",
+            &cache,
         ],
     );
     assert!(resumed.contains("resuming after step 2"), "{resumed}{err}");
@@ -293,8 +323,8 @@ fn sfno_demo_resumes_from_a_checkpoint_as_if_never_stopped() {
 fn sfno_demo_stops_with_a_named_error_when_the_distributed_run_fails() {
     let dir = std::env::temp_dir().join(format!("ruda-sfno-fail-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("checkpoint")).unwrap();
-    std::fs::write(dir.join("checkpoint/distributed"), b"in the way").unwrap();
+    std::fs::create_dir_all(dir.join("checkpoint/step-2")).unwrap();
+    std::fs::write(dir.join("checkpoint/step-2/distributed"), b"in the way").unwrap();
     let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_ruda"))
         .args([
@@ -323,7 +353,7 @@ fn sfno_demo_stops_with_a_named_error_when_the_distributed_run_fails() {
     );
     assert_eq!(out.status.code(), Some(1), "{text}{err}");
     assert!(err.contains("the 2x1 run failed on rank"), "{err}");
-    assert!(err.contains("checkpoint/distributed"), "{err}");
+    assert!(err.contains("checkpoint/step-2/distributed"), "{err}");
     assert!(
         text.contains("step    0") && !text.contains("step    1"),
         "{text}"

@@ -1,6 +1,7 @@
 """Reference values for ruda-sfno's SFNO from torch-harmonics.
 
-Generated with torch-harmonics 0.9.3 on CPU torch 2.14.1, float64:
+Generated with torch-harmonics 0.9.3 and torch 2.14.1 (the PyPI wheel,
+run on the CPU), float64:
 
     pip install torch==2.14.1 torch-harmonics==0.9.3 numpy
     python crates/ruda-sfno/reference/sfno_reference.py \

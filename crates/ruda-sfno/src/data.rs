@@ -12,6 +12,14 @@ use ruda_sphere::{LatitudeGrid, ShtSpec};
 use crate::SfnoError;
 use crate::cache::SampleCache;
 
+/// The Mach number of the random initial states (torch-harmonics' 0.2).
+const MACH: f64 = 0.2;
+
+/// The version of the data this code makes: raise it whenever a change
+/// (here or in ruda-sphere's solver) changes a sample, so that caches of
+/// the old samples are not read back.
+const DATA_VERSION: u32 = 1;
+
 /// Pairs (state, state after `dt`) of the shallow-water equations on an
 /// `nlat × nlon` equiangular grid, made on the fly as torch-harmonics'
 /// `PdeDataset` makes them: a random initial state
@@ -20,9 +28,9 @@ use crate::cache::SampleCache;
 /// both on the grid as `[3, nlat, nlon]` (geopotential, vorticity,
 /// divergence), normalised per field by the mean and variance of the
 /// first sample's input (seed 0). The same seed gives the same sample
-/// anywhere, so every rank can make what it needs, and a sample is
-/// recomputed rather than stored (or kept by the caller: it is a
-/// `Vec<f64>`).
+/// anywhere, so every rank can make what it needs; a sample is recomputed
+/// each time it is asked for, or kept on disk with
+/// [`with_cache`](Self::with_cache).
 ///
 /// # Example
 /// ```
@@ -76,7 +84,7 @@ impl ShallowWaterData {
             std: [1.0; 3],
             cache: None,
         };
-        let first = data.grid(data.solver.random(0, 0.2)?)?;
+        let first = data.grid(data.solver.random(0, MACH)?)?;
         let n = nlat * nlon;
         for f in 0..3 {
             let v = &first[f * n..(f + 1) * n];
@@ -154,7 +162,8 @@ impl ShallowWaterData {
     fn settings(&self) -> String {
         let spec = self.solver.calculus().transforms().spec();
         format!(
-            "shallow-water v1 nlat={} nlon={} lmax={} mmax={} grid={:?} csphase={} dt_solver={:?} nsteps={} jets={} mean={:?} std={:?} planet={:?}",
+            "shallow-water data v{DATA_VERSION} (ruda-sfno {}) nlat={} nlon={} lmax={} mmax={} grid={:?} csphase={} dt_solver={:?} nsteps={} random=mach {MACH:?} jets={} mean={:?} std={:?} planet={:?}",
+            env!("CARGO_PKG_VERSION"),
             spec.nlat(),
             spec.nlon(),
             spec.lmax(),
@@ -206,7 +215,9 @@ impl ShallowWaterData {
     /// `[3, nlat, nlon]` flattened.
     ///
     /// # Errors
-    /// The solver's errors.
+    /// The solver's errors; with a cache, [`SfnoError::Cache`] when a
+    /// cached file cannot be read or is not a sample of this grid, or the
+    /// sample cannot be written.
     pub fn sample(&self, seed: u64) -> Result<(Vec<f64>, Vec<f64>), SfnoError> {
         let Some(cache) = &self.cache else {
             return self.make(seed);
@@ -226,7 +237,7 @@ impl ShallowWaterData {
         let start = if self.jets && seed % 2 == 1 {
             self.solver.jet(&Jet::random(seed, self.solver.planet()))?
         } else {
-            self.solver.random(seed, 0.2)?
+            self.solver.random(seed, MACH)?
         };
         let end = self.solver.step(start.clone(), self.nsteps)?;
         Ok((self.grid(start)?, self.grid(end)?))

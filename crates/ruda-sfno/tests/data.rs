@@ -174,6 +174,22 @@ mod cache {
     }
 
     #[test]
+    fn a_folder_of_other_settings_is_refused() {
+        let dir = root("settings");
+        let d = data().with_cache(&dir);
+        d.sample(1).unwrap();
+        let file = d.cache().unwrap().dir().join("settings.txt");
+        std::fs::write(&file, "something else").unwrap();
+        match d.sample(2) {
+            Err(e @ SfnoError::Cache { .. }) => {
+                assert!(e.to_string().contains("other settings"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn concurrent_writers_of_one_sample_agree() {
         let dir = root("race");
         let d = data().with_cache(&dir);
@@ -183,13 +199,14 @@ mod cache {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert!(got.iter().all(|g| g == &made));
-        let left: Vec<_> = std::fs::read_dir(d.cache().unwrap().dir())
+        let mut left: Vec<_> = std::fs::read_dir(d.cache().unwrap().dir())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
+        left.sort();
         assert_eq!(
             left,
-            vec!["seed-7.bin".to_string()],
+            ["seed-7.bin", "settings.txt"],
             "no temporary file left"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -470,7 +470,7 @@ pub enum Error {
     /// Sizes of a [`HybridGrid`](crate::HybridGrid) that do not multiply to
     /// the world size (or a size of zero).
     #[error(
-        "a {replicas} × {polar} × {azimuth} replicas × polar × azimuth grid does not fit a world of {world} ranks (sizes must be positive and multiply to the world size)"
+        "a {replicas} × {polar} × {azimuth} replicas × polar × azimuth grid does not fit a world of {world} ranks (sizes must be positive and multiply to the world size, which must be below 2^31)"
     )]
     HybridGridSize {
         /// Replicas requested.

@@ -219,9 +219,11 @@ fn train_loop(
     })
 }
 
-/// The largest |a − b| over the largest |b|.
+/// The largest |a − b| over the largest |b|; infinite when the lengths
+/// differ or a value is NaN.
 fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
-    if a.len() != b.len() {
+    // A NaN anywhere is no agreement (`f64::max` would drop it).
+    if a.len() != b.len() || a.iter().chain(b).any(|v| v.is_nan()) {
         return f64::INFINITY;
     }
     let scale = b
@@ -310,6 +312,23 @@ impl Setup {
             .and_then(|x| x.checked_mul(a))
             .ok_or_else(|| grid_error(cfg, "too many ranks"))?;
         let ckpt = cfg.checkpoint_dir();
+        // Seeds: 1 + step · batch + sample, below the held-out ones at 2^40.
+        let seeds = cfg.steps.checked_mul(cfg.batch).filter(|&n| n < 1 << 40);
+        if seeds.is_none() {
+            return Err(grid_error(cfg, "steps × batch must stay below 2^40"));
+        }
+        if cfg.checkpoint_every > 0 || cfg.resume {
+            // burn-optim restores Adam's state in the default float dtype.
+            let default = DType::from(Device::default().settings().float_dtype);
+            if default != DType::F64 {
+                return Err(DemoError::Checkpoint {
+                    path: ckpt,
+                    reason: format!(
+                        "the default float dtype is {default:?}: checkpoints of the f64 models need `Device::default().configure(FloatDType::F64)` before the first tensor"
+                    ),
+                });
+            }
+        }
         let resumed = if cfg.resume {
             Some(progress::Progress::read(&ckpt, cfg)?)
         } else {
@@ -403,8 +422,15 @@ impl Setup {
         let mut batch = make_batch(&self.data, seeds)?;
         let due = cfg.checkpoint_every > 0
             && ((i + 1).is_multiple_of(cfg.checkpoint_every) || i + 1 == cfg.steps);
-        batch.save = due.then(|| self.ckpt.clone());
+        // Each checkpoint in a folder of its own; the record names it once
+        // both runs have written theirs.
+        batch.save = due.then(|| progress::generation(&self.ckpt, i + 1));
         Ok(batch)
+    }
+
+    /// The checkpoint a resumed run starts from: `checkpoint/step-<done>`.
+    fn resume_dir(&self) -> PathBuf {
+        progress::generation(&self.ckpt, self.start)
     }
 
     /// Replica `k`'s share of `batch`, with its checkpoint request.
@@ -446,7 +472,8 @@ fn record_step(
             losses: losses.clone(),
         };
         record.write(&setup.ckpt, cfg)?;
-        writeln!(out, "checkpoint after step {i}: {}", setup.ckpt.display())?;
+        let folder = progress::generation(&setup.ckpt, i + 1);
+        writeln!(out, "checkpoint after step {i}: {}", folder.display())?;
     }
     Ok(())
 }
@@ -474,7 +501,9 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     let model_cfg = cfg.model();
     let (r, p, a) = (cfg.replicas, cfg.polar, cfg.azimuth);
     let (ranks, start, resumed) = (setup.ranks, setup.start, &setup.resumed);
-    let (grid_name, ckpt, shares) = (&setup.grid_name, &setup.ckpt, &setup.shares);
+    let resume_dir = setup.resume_dir();
+    let resume_dir = &resume_dir;
+    let (grid_name, shares) = (&setup.grid_name, &setup.shares);
     let (galewsky, validation) = (&setup.galewsky, &setup.validation);
     let (serial_tx, serial_rx) = channel::<Batch>();
     let (serial_rep_tx, serial_rep_rx) = channel::<Report>();
@@ -494,7 +523,6 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     );
     let (worst, losses, finishes) = std::thread::scope(|s| {
         let (g, v) = (galewsky.clone(), validation.clone());
-        let ckpt = &ckpt;
         let serial_rx = Mutex::new(Some(serial_rx));
         let serial = s.spawn(move || {
             LocalWorld::new(1).run(|comm| {
@@ -506,7 +534,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                     .expect("the serial run takes its receiver once");
                 let mut t = Trainer::new(&model_cfg, &SerialDomain, MODEL_SEED, cfg.lr)?;
                 if cfg.resume {
-                    t.load(&world, &ckpt.join("serial"))?;
+                    t.load(&world, &resume_dir.join("serial"))?;
                 }
                 let mut reduce =
                     |o: &mut burn_optim::ModuleOptimizer, lr, m, g| Ok(o.step(lr, m, g));
@@ -525,7 +553,9 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         });
         let model_cfg = cfg.model();
         let (g, v) = (galewsky.clone(), validation.clone());
-        let (rank_rxs, shares, dist_rep_tx) = (&rank_rxs, &shares, &dist_rep_tx);
+        // `dist_rep_tx` moves into the distributed run: when that run ends,
+        // early or not, the main thread's receiver sees it.
+        let (rank_rxs, shares) = (&rank_rxs, &shares);
         let dist = s.spawn(move || {
             LocalWorld::new(ranks).run(|comm| {
                 let grid = HybridGrid::new(comm, r, p, a)?;
@@ -536,7 +566,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                     .expect("each rank takes its own receiver once");
                 let mut t = Trainer::new(&model_cfg, grid.domain(), MODEL_SEED, cfg.lr)?;
                 if cfg.resume {
-                    t.load(grid.world(), &ckpt.join("distributed"))?;
+                    t.load(grid.world(), &resume_dir.join("distributed"))?;
                 }
                 let replica = grid.replica_rank();
                 let samples = shares[replica].len();
@@ -557,6 +587,9 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         let mut worst = resumed.as_ref().map_or(0.0, |g| g.worst);
         let mut losses = resumed.as_ref().map_or_else(Vec::new, |g| g.losses.clone());
         let mut failed = None;
+        // Whether `failed` only says that a run ended: its own error, from
+        // its join below, is then the one to report.
+        let mut ended_early = false;
         let per_replica = cfg.polar * cfg.azimuth;
         for i in start..cfg.steps {
             let batch = match setup.batch(cfg, i) {
@@ -577,6 +610,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
             }
             if !sent {
                 failed = Some(rank_error(grid_name, 0, "a run ended early"));
+                ended_early = true;
                 break;
             }
             let sr = match serial_rep_rx.recv() {
@@ -587,6 +621,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                 }
                 Err(_) => {
                     failed = Some(rank_error("1x1 (serial)", 0, "the run ended early"));
+                    ended_early = true;
                     break;
                 }
             };
@@ -600,6 +635,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
                     }
                     Err(_) => {
                         failed = Some(rank_error(grid_name, 0, "a run ended early"));
+                        ended_early = true;
                         break;
                     }
                 }
@@ -645,6 +681,14 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
         let serial = serial.join();
         let dist = dist.join();
         if let Some(e) = failed {
+            if ended_early {
+                if let Ok(Err(WorldError::Rank { error, .. })) = &serial {
+                    return Err(rank_error("1x1 (serial)", 0, error));
+                }
+                if let Ok(Err(WorldError::Rank { rank, error })) = &dist {
+                    return Err(rank_error(grid_name, *rank, error));
+                }
+            }
             return Err(e);
         }
         let serial = serial.map_err(|_| rank_error("1x1 (serial)", 0, "panicked"))?;
@@ -665,7 +709,7 @@ pub fn run(cfg: &SweDemoConfig, out: &mut impl Write) -> Result<SweVerdict, Demo
     };
     let eval_worst = dist.iter().fold(0.0f64, |m, (f, _)| {
         m.max(rel_diff(&f.rollout, &serial.rollout))
-            .max((f.validation - serial.validation).abs() / serial.validation)
+            .max(rel_diff(&[f.validation], &[serial.validation]))
     });
     let worst = worst.max(eval_worst);
     if losses.len() != cfg.steps {

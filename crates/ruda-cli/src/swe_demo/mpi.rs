@@ -20,8 +20,8 @@ use ruda_tensor::{Group, HostCollective, HybridGrid};
 
 use super::trainer::{Batch, Trainer};
 use super::{
-    Finish, MODEL_SEED, Report, Setup, SweDemoConfig, SweVerdict, TOLERANCE, conclude, grid_error,
-    rank_error, record_step, rel_diff, train_loop,
+    Finish, MODEL_SEED, Report, Setup, SweDemoConfig, SweVerdict, TOLERANCE, conclude, rank_error,
+    record_step, rel_diff, train_loop,
 };
 use crate::demo::DemoError;
 
@@ -31,8 +31,9 @@ use crate::demo::DemoError;
 /// than 0 without the rollout errors: `model` and `persistence` empty).
 ///
 /// # Errors
-/// [`DemoError::Grid`] when `replicas × polar × azimuth` is not the number
-/// of processes or the grid does not fit the model; the errors of
+/// [`DemoError::Processes`] when `replicas × polar × azimuth` is not the
+/// number of processes; [`DemoError::Grid`] when the grid does not fit the
+/// model; the errors of
 /// [`super::run`]; every rank returns an error when any rank fails.
 pub fn run_mpi(
     cfg: &SweDemoConfig,
@@ -46,17 +47,27 @@ pub fn run_mpi(
         .checked_mul(cfg.polar)
         .and_then(|x| x.checked_mul(cfg.azimuth));
     if needed != Some(n) {
-        return Err(grid_error(
-            cfg,
-            format!(
-                "{} replicas × {} × {} ranks need as many MPI processes; mpirun started {n}",
-                cfg.replicas, cfg.polar, cfg.azimuth
-            ),
-        ));
+        return Err(DemoError::Processes {
+            replicas: cfg.replicas,
+            polar: cfg.polar,
+            azimuth: cfg.azimuth,
+            ranks: n,
+        });
     }
-    let setup = Setup::new(cfg, "MPI processes", lead, out)?;
+    // Rank 0 alone writes the header and makes the folders: every rank
+    // learns whether any setup failed before the first other collective.
+    let setup = Setup::new(cfg, "MPI processes", lead, out);
+    let mut failures = [f64::from(u8::from(setup.is_err()))];
+    let agreed = world.all_reduce(&mut failures, ReduceOp::Sum);
+    let setup = setup?;
     let name = setup.grid_name.clone();
     let fail = |e: &dyn std::fmt::Display| rank_error(&name, me, e);
+    agreed.map_err(|e| fail(&e))?;
+    if failures[0] > 0.0 {
+        return Err(fail(
+            &"another rank could not set up the run (its own error names why)",
+        ));
+    }
     // A communicator of its own for the per-step agreement.
     let check = world
         .split(Some(0), 0)
@@ -72,7 +83,7 @@ pub fn run_mpi(
         Trainer::new(&model_cfg, grid.domain(), MODEL_SEED, cfg.lr).map_err(|e| fail(&e))?;
     if cfg.resume {
         trainer
-            .load(grid.world(), &setup.ckpt.join("distributed"))
+            .load(grid.world(), &setup.resume_dir().join("distributed"))
             .map_err(|e| fail(&e))?;
     }
     let bar = if lead {
@@ -105,7 +116,7 @@ pub fn run_mpi(
                         .expect("the serial run takes its receiver once");
                     let mut t = Trainer::new(&cfg.model(), &SerialDomain, MODEL_SEED, cfg.lr)?;
                     if cfg.resume {
-                        t.load(&world, &setup.ckpt.join("serial"))?;
+                        t.load(&world, &setup.resume_dir().join("serial"))?;
                     }
                     let mut reduce =
                         |o: &mut burn_optim::ModuleOptimizer, lr, m, g| Ok(o.step(lr, m, g));
@@ -129,26 +140,29 @@ pub fn run_mpi(
         let mut failed: Option<DemoError> = None;
         for i in setup.start..cfg.steps {
             // This rank's step, and on rank 0 the serial one.
+            // Whether the serial run was handed a batch (and so owes a report).
+            let mut handed = false;
             let step = setup.batch(cfg, i).and_then(|batch| {
-                if lead {
-                    // A failed send means the serial run ended: its report,
-                    // awaited below, says why.
-                    let _ = serial_tx.send(batch.clone());
-                }
+                // A failed send means the serial run ended: the next report
+                // (or its absence) says why.
+                handed = lead && serial_tx.send(batch.clone()).is_ok();
                 let report = trainer.step(&setup.share(&batch, replica), &mut reduce)?;
                 if let Some(dir) = &batch.save {
                     trainer.save(grid.world(), &dir.join("distributed"))?;
                 }
                 Ok((report, batch.save.is_some()))
             });
-            let serial = if lead {
+            let serial = if !lead {
+                None
+            } else if handed || step.is_ok() {
                 Some(match serial_rep_rx.recv() {
                     Ok(Ok(r)) => Ok(r),
                     Ok(Err(e)) => Err(e),
                     Err(_) => Err("the serial run ended early".to_owned()),
                 })
             } else {
-                None
+                // No batch was made: nothing to wait for.
+                Some(Err("no batch for this step".to_owned()))
             };
             // Every rank learns whether any failed, and the global loss.
             let mine_failed = step.is_err() || matches!(serial, Some(Err(_)));
@@ -220,22 +234,31 @@ pub fn run_mpi(
         drop(serial_tx);
         let serial = serial.map(|h| h.join());
         if let Some(e) = failed {
+            // Every rank stopped at this step (the failure was spread).
             return Err(e);
         }
-        let serial: Option<Finish> = match serial {
-            None => None,
-            Some(Err(_)) => return Err(rank_error("1x1 (serial)", 0, "panicked")),
-            Some(Ok(Ok(mut f))) => Some(f.remove(0)),
+        let serial: Result<Option<Finish>, DemoError> = match serial {
+            None => Ok(None),
+            Some(Err(_)) => Err(rank_error("1x1 (serial)", 0, "panicked")),
+            Some(Ok(Ok(mut f))) => Ok(Some(f.remove(0))),
             Some(Ok(Err(WorldError::Rank { error, .. }))) => {
-                return Err(rank_error("1x1 (serial)", 0, error));
+                Err(rank_error("1x1 (serial)", 0, error))
             }
-            Some(Ok(Err(WorldError::Empty))) => {
-                return Err(rank_error("1x1 (serial)", 0, "no ranks"));
-            }
+            Some(Ok(Err(WorldError::Empty))) => Err(rank_error("1x1 (serial)", 0, "no ranks")),
         };
         Ok((worst, losses, serial))
     })?;
     bar.finish_and_clear();
+    // Rank 0's serial run may have failed after its last step: every rank
+    // learns it before the collectives below.
+    let mut failures = [f64::from(u8::from(serial.is_err()))];
+    check
+        .all_reduce(&mut failures, ReduceOp::Sum)
+        .map_err(|e| fail(&e))?;
+    let serial = serial?;
+    if failures[0] > 0.0 {
+        return Err(fail(&"rank 0's serial run failed (its error names why)"));
+    }
 
     // Validation and rollout on every rank (collective), compared with the
     // serial run's, which rank 0 sends to all.
@@ -264,7 +287,7 @@ pub fn run_mpi(
         }
     }
     let mut eval = [rel_diff(&rollout, s_rollout)
-        .max((validation - s_validation).abs() / s_validation.abs().max(f64::MIN_POSITIVE))
+        .max(rel_diff(&[validation], &[s_validation]))
         .max(rel_diff(&last, &s_patch))];
     check
         .all_reduce(&mut eval, ReduceOp::Max)

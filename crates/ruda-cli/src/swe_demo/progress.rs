@@ -26,6 +26,15 @@ pub struct Progress {
     pub losses: Vec<(f64, f64)>,
 }
 
+/// The folder of the checkpoint after `done` steps: `dir/step-<done>`,
+/// holding `serial/` and `distributed/`. Each checkpoint has its own
+/// folder, and the record names the newest complete one: a run stopped
+/// while writing a checkpoint resumes from the previous one, never from a
+/// mix of two.
+pub fn generation(dir: &Path, done: usize) -> PathBuf {
+    dir.join(format!("step-{done}"))
+}
+
 /// The settings a resumed run must share with the one that wrote the
 /// checkpoint (the grids of ranks may differ: parameters are replicated).
 fn training(cfg: &SweDemoConfig) -> String {
@@ -43,12 +52,29 @@ fn error(path: &Path, reason: impl Into<String>) -> DemoError {
 }
 
 impl Progress {
-    /// Write the record for `cfg` into `dir` (atomically: a temporary file
-    /// renamed over the old one, so a run stopped mid-write leaves the
-    /// previous record).
+    /// Write the record for `cfg` into `dir` (atomically: a temporary file,
+    /// flushed to disk, renamed over the old one, so a run stopped
+    /// mid-write leaves the previous record), after the checkpoint it names
+    /// ([`generation`]`(dir, done)`) has been written; then remove the
+    /// older checkpoints' folders (best effort: one left behind is only
+    /// disk space).
     ///
     /// # Errors
     /// [`DemoError::Checkpoint`] when the file cannot be written.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_cli::swe_demo::SweDemoConfig;
+    /// use ruda_cli::swe_demo::progress::Progress;
+    /// let dir = std::env::temp_dir().join(format!("ruda-progress-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let cfg = SweDemoConfig::default();
+    /// let p = Progress { done: 1, worst: 0.0, losses: vec![(2.0, 2.0)] };
+    /// p.write(&dir, &cfg)?;
+    /// assert_eq!(Progress::read(&dir, &cfg)?, p);
+    /// std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), ruda_cli::demo::DemoError>(())
+    /// ```
     pub fn write(&self, dir: &Path, cfg: &SweDemoConfig) -> Result<(), DemoError> {
         let mut text = format!(
             "{MAGIC}\n{}\ndone {}\nworst {:?}\n",
@@ -60,10 +86,29 @@ impl Progress {
             writeln!(text, "loss {i} {d:?} {s:?}").expect("writing to a String");
         }
         let path = dir.join(PROGRESS_FILE);
-        let tmp: PathBuf = dir.join(format!("{PROGRESS_FILE}.tmp"));
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| error(&path, e.to_string()))
+        let tmp: PathBuf = dir.join(format!("{PROGRESS_FILE}.{}.tmp", std::process::id()));
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| {
+                use std::io::Write as _;
+                f.write_all(text.as_bytes())?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(error(&path, e.to_string()));
+        }
+        // Older checkpoints are no longer named by any record.
+        let current = format!("step-{}", self.done);
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("step-") && name != current {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Read the record in `dir`, written for the same training as `cfg`.
@@ -108,7 +153,7 @@ impl Progress {
         let worst: f64 = value(lines.next(), "worst")?
             .parse()
             .map_err(|_| bad("worst"))?;
-        let mut losses = Vec::with_capacity(done);
+        let mut losses = Vec::new();
         for (i, line) in lines.enumerate() {
             let fields: Vec<&str> = line.split(' ').collect();
             match fields.as_slice() {

@@ -26,6 +26,12 @@ use crate::hybrid_grid::HybridGrid;
 ///    the gradient of the global batch's loss, the optimizer step, and
 ///    buffers made equal across replicas.
 ///
+/// `reduction` (and its sample count) must be the same on every rank of a
+/// replica: it is agreed over the replicas group only, and ranks of one
+/// domain passing different counts would step their copies of the
+/// replicated parameters differently (`check_replicas` over
+/// `grid.world()` finds that).
+///
 /// Every rank then makes the same update, so the replicas stay equal and
 /// the run equals the serial model on the global batch to round-off (the
 /// sums run in another order). For parameters sharded over the domain
