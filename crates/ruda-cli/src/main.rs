@@ -451,6 +451,24 @@ fn under_mpirun() -> bool {
         .any(|v| std::env::var_os(v).is_some())
 }
 
+/// MPI started for a demo under `mpirun`: the guard (MPI stays up while it
+/// lives) and the world communicator. A panicking rank takes the job down
+/// rather than leave its peers waiting.
+#[cfg(feature = "mpi")]
+fn start_mpi() -> Result<(ruda_comm::MpiWorld, ruda_comm::MpiCommunicator), demo::DemoError> {
+    let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
+        grid: "mpi".into(),
+        rank: 0,
+        message: e.to_string(),
+    };
+    let mpi = ruda_comm::MpiWorld::builder()
+        .abort_on_panic(true)
+        .init()
+        .map_err(fail)?;
+    let world = mpi.world().map_err(fail)?;
+    Ok((mpi, world))
+}
+
 /// The demo on threads, or on MPI processes when started by `mpirun`.
 fn run_demo(
     cfg: &DemoConfig,
@@ -459,17 +477,8 @@ fn run_demo(
 ) -> Result<demo::Verdict, demo::DemoError> {
     #[cfg(feature = "mpi")]
     if under_mpirun() {
-        let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
-            grid: "mpi".into(),
-            rank: 0,
-            message: e.to_string(),
-        };
-        // A panicking rank takes the job down rather than leave peers waiting.
-        let mpi = ruda_comm::MpiWorld::builder()
-            .abort_on_panic(true)
-            .init()
-            .map_err(fail)?;
-        let world = mpi.world().map_err(fail)?;
+        // `_mpi` keeps MPI up until the run returns.
+        let (_mpi, world) = start_mpi()?;
         return demo::run_mpi(cfg, world, out);
     }
     demo::run_on(cfg, transport, out)
@@ -483,17 +492,7 @@ fn run_swe_demo(
 ) -> Result<ruda_cli::swe_demo::SweVerdict, demo::DemoError> {
     #[cfg(feature = "mpi")]
     if under_mpirun() {
-        let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
-            grid: "mpi".into(),
-            rank: 0,
-            message: e.to_string(),
-        };
-        // A panicking rank takes the job down rather than leave peers waiting.
-        let mpi = ruda_comm::MpiWorld::builder()
-            .abort_on_panic(true)
-            .init()
-            .map_err(fail)?;
-        let world = mpi.world().map_err(fail)?;
+        let (_mpi, world) = start_mpi()?;
         return ruda_cli::swe_demo::run_mpi(cfg, world, out);
     }
     ruda_cli::swe_demo::run(cfg, out)
