@@ -121,11 +121,15 @@ pub enum TensorOp {
     DdpSampler,
     /// [`crate::TensorExt::reduce`]: the sum over the group at one root.
     Reduce,
+    /// [`crate::Exchange`]: posted sends and receives carried out together.
+    Exchange,
+    /// [`crate::pipeline::one_f_one_b`]: a pipeline schedule.
+    Pipeline,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 46] = [
+    pub const ALL: [TensorOp; 48] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -172,6 +176,8 @@ impl TensorOp {
         TensorOp::DdpLoadSharded,
         TensorOp::DdpSampler,
         TensorOp::Reduce,
+        TensorOp::Exchange,
+        TensorOp::Pipeline,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -235,6 +241,8 @@ impl TensorOp {
             TensorOp::DdpLoadSharded => "ddp::load_sharded_checkpoint",
             TensorOp::DdpSampler => "ddp::DistributedSampler::new",
             TensorOp::Reduce => "reduce",
+            TensorOp::Exchange => "Exchange::wait",
+            TensorOp::Pipeline => "pipeline::one_f_one_b",
         }
     }
 }
@@ -421,6 +429,26 @@ pub enum Error {
         root: usize,
         /// Rank 0's root (the same as `root` when it is simply out of range).
         expected: usize,
+        /// The group size.
+        size: usize,
+    },
+    /// A point-to-point peer outside the group or equal to this rank
+    /// (a message to oneself could never be matched).
+    #[error(
+        "{op} (reported by rank {rank}): peer {peer} {}",
+        if .peer >= .size {
+            alloc::format!("is outside a group of {size}")
+        } else {
+            "is this rank".into()
+        }
+    )]
+    InvalidPeer {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The peer it named.
+        peer: usize,
         /// The group size.
         size: usize,
     },
@@ -796,6 +824,13 @@ pub enum PairProblem {
         /// The one whose gradient the sender sends.
         got: u64,
     },
+    /// In an [`crate::Exchange`], the two ranks' posted operations on
+    /// this pair cannot progress: both only send to each other, or both
+    /// only receive (each would wait for the other forever).
+    Stuck {
+        /// Whether both only send (else both only receive).
+        both_send: bool,
+    },
 }
 
 impl fmt::Display for PairProblem {
@@ -827,6 +862,12 @@ impl fmt::Display for PairProblem {
             PairProblem::Order { expected, got } => write!(
                 f,
                 "the backward passes reached this pair's messages in different orders (the receiver expects the gradient of message #{expected}, the sender sends that of #{got}): Burn runs backward steps by depth in the graph, so send and receive tensors at matching depths, or one message per pair and step"
+            ),
+            PairProblem::Stuck { both_send } => write!(
+                f,
+                "both ranks only {} each other in their posted operations, so neither can progress: post the matching {} before waiting",
+                if *both_send { "send to" } else { "receive from" },
+                if *both_send { "irecv" } else { "isend" }
             ),
         }
     }

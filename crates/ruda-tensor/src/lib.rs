@@ -55,6 +55,8 @@ pub mod collective;
 pub mod ddp;
 pub mod device;
 mod error;
+#[cfg(feature = "tensor-api")]
+mod exchange;
 pub mod grid;
 mod group;
 mod host;
@@ -67,6 +69,8 @@ mod methods;
 pub mod ops;
 #[cfg(feature = "tensor-api")]
 mod p2p;
+#[cfg(feature = "tensor-api")]
+pub mod pipeline;
 pub mod prelude;
 pub mod primitives;
 #[cfg(feature = "tensor-api")]
@@ -91,6 +95,8 @@ pub use error::{
     CallId, CountProblem, Error, LookupProblem, ModuleProblem, PairProblem, PrimitiveError,
     ShapeProblem, TensorCollectiveError, TensorOp,
 };
+#[cfg(feature = "tensor-api")]
+pub use exchange::{Exchange, Incoming};
 pub use grid::{Axis, ProcessGrid};
 pub use group::Group;
 pub use host::HostCollective;

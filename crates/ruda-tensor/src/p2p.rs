@@ -34,29 +34,29 @@ use crate::ops::apply;
 use crate::route::routed;
 
 /// The first word of every handshake message ("RUDA-P2P").
-const MAGIC: i64 = 0x5255_4441_5032_5031;
+pub(crate) const MAGIC: i64 = 0x5255_4441_5032_5031;
 /// The most dimensions a header carries.
-const MAX_DIMS: usize = 16;
+pub(crate) const MAX_DIMS: usize = 16;
 /// Header words: marker, call, phase, dtype, tracked, rank, tag, dimensions.
 const HEADER: usize = 7 + MAX_DIMS;
 
 /// A process-wide counter naming forward messages ([`PairPlan::tag`]).
-static TAGS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+pub(crate) static TAGS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 /// Reply words: marker, problem code, two values.
-const REPLY: usize = 4;
+pub(crate) const REPLY: usize = 4;
 
 /// What the two ranks of a pair learn: the tensor's shape and dtype, and
 /// whether the sender's tensor is tracked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct PairPlan {
-    shape: Vec<usize>,
-    dtype: DType,
-    tracked: bool,
+pub(crate) struct PairPlan {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
+    pub(crate) tracked: bool,
     /// The forward message's name, which its gradient carries back.
-    tag: u64,
+    pub(crate) tag: u64,
 }
 
-fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
+pub(crate) fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
     match p {
         None => [MAGIC, 0, 0, 0],
         Some(PairProblem::NotASend { code }) => [MAGIC, 1, code, 0],
@@ -65,10 +65,11 @@ fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
         Some(PairProblem::Untracked) => [MAGIC, 4, 0, 0],
         Some(PairProblem::Unsupported) => [MAGIC, 5, 0, 0],
         Some(PairProblem::Order { expected, got }) => [MAGIC, 6, expected as i64, got as i64],
+        Some(PairProblem::Stuck { both_send }) => [MAGIC, 7, i64::from(both_send), 0],
     }
 }
 
-fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
+pub(crate) fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
     Some(match (w[0], w[1]) {
         (MAGIC, 0) => return None,
         (MAGIC, 2) => PairProblem::Phase {
@@ -84,12 +85,15 @@ fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
             expected: w[2] as u64,
             got: w[3] as u64,
         },
+        (MAGIC, 7) => PairProblem::Stuck {
+            both_send: w[2] != 0,
+        },
         (MAGIC, 1) => PairProblem::NotASend { code: w[2] },
         (code, _) => PairProblem::NotASend { code },
     })
 }
 
-fn pair_error(
+pub(crate) fn pair_error(
     role: Role,
     rank: usize,
     sender: usize,
@@ -302,7 +306,7 @@ impl LinearOp for RecvFrom {
 }
 
 /// A shape with its leading axis 0 (at least one axis).
-fn receipt_shape(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn receipt_shape(shape: &[usize]) -> Vec<usize> {
     let mut s = if shape.is_empty() {
         vec![0]
     } else {

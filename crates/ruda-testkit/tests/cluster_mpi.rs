@@ -66,7 +66,7 @@ fn the_suites_pass_across_two_hosts() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(
-        t.contains("tensor layer on mpi, 4 ranks: 13 passed, 0 failed"),
+        t.contains("tensor layer on mpi, 4 ranks: 14 passed, 0 failed"),
         "{t}"
     );
 }

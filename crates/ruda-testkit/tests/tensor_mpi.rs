@@ -46,7 +46,7 @@ fn tensor_layer_on_one_to_four_mpi_ranks() {
         assert!(out.status.success(), "{n} ranks:\n{text}");
         assert!(
             text.contains(&format!(
-                "tensor layer on mpi, {n} ranks: 13 passed, 0 failed"
+                "tensor layer on mpi, {n} ranks: 14 passed, 0 failed"
             )),
             "{text}"
         );

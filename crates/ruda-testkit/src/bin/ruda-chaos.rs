@@ -23,7 +23,7 @@ use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_bench::mix;
 use ruda_comm::{CommError, Communicator, LocalWorld, PeerFailureCause, RankError, ReduceOp};
 use ruda_tensor::ops::{LinearOp, Role, apply};
-use ruda_tensor::{Error, Group, ProcessGrid, TensorExt, TensorOp, recv, try_backward};
+use ruda_tensor::{Error, Exchange, Group, ProcessGrid, TensorExt, TensorOp, recv, try_backward};
 
 /// A small deterministic generator.
 struct Rng(u64);
@@ -64,6 +64,9 @@ enum Step {
     /// `reduce` to the group's last rank (zeros elsewhere; the backward
     /// pass broadcasts the root's gradient).
     Rooted(Axis),
+    /// A ring shift over the world through an `Exchange`: every rank posts
+    /// its send to the next and its receive from the previous, then waits.
+    Ring,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,6 +289,12 @@ fn generate(seed: u64) -> Program {
         steps.insert(at, Step::Rooted(a));
         fault = fault.shifted(at);
     }
+    // Then issue 27's exchange ring, in one program of four (drawn last).
+    if g.below(4) == 0 {
+        let at = g.below(steps.len());
+        steps.insert(at, Step::Ring);
+        fault = fault.shifted(at);
+    }
     Program {
         seed,
         polar,
@@ -504,6 +513,23 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                     // The odd rank out has nothing to relay, but takes part
                     // in the loss like every rank.
                     Some(leaf(vec![0.0], [1, 1]).sum())
+                }
+            }
+            Step::Ring => {
+                let w = grid.world();
+                let (wr, n) = (w.rank(), w.size());
+                if n == 1 {
+                    Some(leaf(vec![0.0], [1, 1]).sum())
+                } else {
+                    // Untracked: the ring moves values only (its gradients
+                    // are tested in tests/exchange.rs).
+                    let x = tensor(ramp(2 * inner(3), me), [2, inner(3)], &dev);
+                    let ex = Exchange::new(w);
+                    ex.isend(x, (wr + 1) % n)?;
+                    let y = ex.irecv::<2>((wr + n - 1) % n, &dev)?.wait()?;
+                    // Plus a tracked zero, so that a loss of this step
+                    // alone still has a backward pass.
+                    Some((y.clone() * y).sum() + leaf(vec![0.0], [1, 1]).sum())
                 }
             }
             Step::Tripwire => {

@@ -257,8 +257,49 @@ fn issue_18_ops(
             let _ = (y.clone() * y).sum().backward();
         }
     }
+    // Issue 27 (5): a ring shift through an Exchange (every rank posts its
+    // send and its receive before waiting), and the gradient of y·y back
+    // the other way; on one rank the only peer would be itself: refused.
+    let ex = ruda_tensor::Exchange::new(coll);
+    let x =
+        Tensor::<1>::from_data(TensorData::new(vec![me as f64, 1.0], [2]), f64_on).require_grad();
+    if n == 1 {
+        if !matches!(
+            ex.isend(x, 0),
+            Err(ruda_tensor::Error::InvalidPeer { peer: 0, .. })
+        ) {
+            return Err("an isend to oneself was not refused".into());
+        }
+    } else {
+        let err = |e: ruda_tensor::Error| e.to_string();
+        let receipt = ex.isend(x.clone(), (me + 1) % n).map_err(err)?;
+        let y = ex
+            .irecv::<1>((me + n - 1) % n, &dev)
+            .and_then(|i| i.wait())
+            .map_err(err)?;
+        let yv = y
+            .clone()
+            .into_data()
+            .to_vec::<f64>()
+            .map_err(|e| format!("{e:?}"))?;
+        if yv != [((me + n - 1) % n) as f64, 1.0] {
+            return Err(format!("exchange ring received {yv:?}"));
+        }
+        ruda_tensor::try_backward(|| (y.clone() * y).sum().backward()).map_err(err)?;
+        let grads = ruda_tensor::try_backward(|| receipt.sum().backward()).map_err(err)?;
+        ex.wait().map_err(err)?;
+        let gv = x
+            .grad(&grads)
+            .expect("a gradient back")
+            .into_data()
+            .to_vec::<f64>()
+            .map_err(|e| format!("{e:?}"))?;
+        if gv != [2.0 * me as f64, 2.0] {
+            return Err(format!("exchange ring gradient {gv:?}"));
+        }
+    }
     coll.barrier().map_err(|e| e.to_string())?;
-    Ok(4)
+    Ok(5)
 }
 
 fn main() {
