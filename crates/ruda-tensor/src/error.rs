@@ -125,11 +125,17 @@ pub enum TensorOp {
     Exchange,
     /// [`crate::pipeline::one_f_one_b`]: a pipeline schedule.
     Pipeline,
+    /// [`crate::TensorExt::gather_to_root`]: every rank's tensor,
+    /// concatenated at one root.
+    GatherToRoot,
+    /// [`crate::TensorExt::scatter_from_root`]: the root's tensor split
+    /// over the ranks.
+    ScatterFromRoot,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 48] = [
+    pub const ALL: [TensorOp; 50] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -178,6 +184,8 @@ impl TensorOp {
         TensorOp::Reduce,
         TensorOp::Exchange,
         TensorOp::Pipeline,
+        TensorOp::GatherToRoot,
+        TensorOp::ScatterFromRoot,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -243,6 +251,8 @@ impl TensorOp {
             TensorOp::Reduce => "reduce",
             TensorOp::Exchange => "Exchange::wait",
             TensorOp::Pipeline => "pipeline::one_f_one_b",
+            TensorOp::GatherToRoot => "gather_to_root",
+            TensorOp::ScatterFromRoot => "scatter_from_root",
         }
     }
 }

@@ -186,6 +186,56 @@ pub trait TensorExt: Sized {
     /// ```
     fn reduce<G: Group>(self, group: &G, root: usize) -> Result<Self, Error>;
 
+    /// Every rank's tensor concatenated along `dim` at `root` (sizes along
+    /// `dim` may differ); the other ranks get an empty tensor (`dim` of
+    /// size 0). The adjoint scatters the root's gradient back.
+    ///
+    /// # Errors
+    /// As [`p::gather_to_root`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective, TensorExt};
+    ///
+    /// let out = LocalWorld::new(3).run(|comm| {
+    ///     let world = HostCollective::new(comm);
+    ///     let rows = world.rank() + 1; // 1, 2 and 3 rows
+    ///     let x = Tensor::<2>::ones([rows, 2], &Device::flex()).mul_scalar(world.rank() as f64);
+    ///     let y = x.gather_to_root(&world, 0, 0)?;
+    ///     Ok::<_, ruda_tensor::Error>(y.dims())
+    /// }).unwrap();
+    /// assert_eq!(out, vec![[6, 2], [0, 2], [0, 2]]);
+    /// ```
+    fn gather_to_root<G: Group>(self, group: &G, root: usize, dim: isize) -> Result<Self, Error>;
+
+    /// `root`'s tensor split along `dim` in balanced chunks, chunk `r` to
+    /// rank `r`; the other ranks' inputs give only the other axes (pass an
+    /// empty tensor, tracked exactly when the root's is). The adjoint
+    /// gathers the gradients to the root.
+    ///
+    /// # Errors
+    /// As [`p::scatter_from_root`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective, TensorExt};
+    ///
+    /// let out = LocalWorld::new(2).run(|comm| {
+    ///     let world = HostCollective::new(comm);
+    ///     let rows = if world.rank() == 1 { 5 } else { 0 }; // rank 1 is the root
+    ///     let x = Tensor::<2>::ones([rows, 3], &Device::flex());
+    ///     let y = x.scatter_from_root(&world, 1, 0)?;
+    ///     Ok::<_, ruda_tensor::Error>(y.dims())
+    /// }).unwrap();
+    /// assert_eq!(out, vec![[3, 3], [2, 3]]);
+    /// ```
+    fn scatter_from_root<G: Group>(self, group: &G, root: usize, dim: isize)
+    -> Result<Self, Error>;
+
     /// Send `counts[p]` slices along `dim` to rank `p`; receive every
     /// rank's slices for this rank in source order.
     ///
@@ -317,6 +367,26 @@ impl<const D: usize> TensorExt for Tensor<D> {
         routed!(self, D, burn_tensor::Float, |B, t| p::reduce::<B>(
             group, t, root
         ))
+    }
+
+    fn gather_to_root<G: Group>(self, group: &G, root: usize, dim: isize) -> Result<Self, Error> {
+        routed!(self, D, burn_tensor::Float, |B, t| p::gather_to_root::<B>(
+            group, t, root, dim
+        ))
+    }
+
+    fn scatter_from_root<G: Group>(
+        self,
+        group: &G,
+        root: usize,
+        dim: isize,
+    ) -> Result<Self, Error> {
+        routed!(
+            self,
+            D,
+            burn_tensor::Float,
+            |B, t| p::scatter_from_root::<B>(group, t, root, dim)
+        )
     }
 
     fn all_to_all<G: Group>(self, group: &G, dim: isize, counts: &[usize]) -> Result<Self, Error> {

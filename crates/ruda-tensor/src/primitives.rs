@@ -14,6 +14,9 @@
 //! | [`reduce_from_scatter_to`] / [`reduce_scatter`] | reduce-scatter(sum) along dim | all-gather along dim | varying → varying |
 //! | [`all_reduce`] | all-reduce(sum) | all-reduce(sum) | varying → varying |
 //! | [`broadcast`] | the root's value | sum to the root, zeros elsewhere | varying → varying |
+//! | [`reduce`] | sum to the root, zeros elsewhere | the root's value | varying → varying |
+//! | [`gather_to_root`] | every rank's tensor concatenated at the root | the root's gradient scattered back | varying → varying |
+//! | [`scatter_from_root`] | the root's tensor split over the ranks | every gradient gathered to the root | varying → varying |
 //! | [`all_to_all`] | rows to chosen ranks | the reverse exchange | varying → varying |
 //! | [`transpose`] | all-to-all: split along `dims.1` → along `dims.0` | the inverse all-to-all | varying → varying |
 //! | [`halo_exchange`] | borrow `r` rows from each neighbour (zeros at the ends) | send halo gradients home and add | varying → varying |
@@ -39,8 +42,9 @@ use crate::error::{Error, TensorOp};
 use crate::grid::{Axis, ProcessGrid};
 use crate::group::Group;
 use crate::ops::{
-    AllReduce, AllToAllV, Broadcast, CopyTo, Gather, HaloExchange, HaloReduce, KeepChunk,
-    ReduceFrom, ReduceScatter, SumToRoot, Transpose, TransposeAxes, apply, front,
+    AllReduce, AllToAllV, Broadcast, CopyTo, Gather, GatherToRoot, HaloExchange, HaloReduce,
+    KeepChunk, ReduceFrom, ReduceScatter, ScatterFromRoot, SumToRoot, Transpose, TransposeAxes,
+    apply, front,
 };
 
 /// Sum over the group; every rank gets the result. The adjoint is itself.
@@ -126,6 +130,44 @@ pub fn reduce<B: DistBackend>(
     root: usize,
 ) -> Result<FloatTensor<B>, Error> {
     apply::<B, _, _>(g, SumToRoot::new(root), x)
+}
+
+/// Every rank's tensor concatenated along `dim` in rank order at `root`
+/// (sizes along `dim` may differ, every other axis must agree); every other
+/// rank gets zeros of its input's shape with `dim` of size 0. Only the
+/// root receives (point to point from each rank). The adjoint scatters the
+/// root's gradient back, each rank its slice.
+///
+/// # Errors
+/// [`Error::InvalidRoot`] for a root outside the group or roots that
+/// differ; [`Error::Desync`] and the agreement's errors for other axes,
+/// dtypes or tracking that differ; the communicator's.
+pub fn gather_to_root<B: DistBackend>(
+    g: &impl Group,
+    x: FloatTensor<B>,
+    root: usize,
+    dim: isize,
+) -> Result<FloatTensor<B>, Error> {
+    apply::<B, _, _>(g, GatherToRoot::new(root, dim), x)
+}
+
+/// `root`'s tensor split along `dim` in balanced chunks (the first
+/// `len % ranks` ranks one row longer), chunk `r` to rank `r`. The other
+/// ranks' inputs only give every other axis (their size along `dim` is
+/// free; pass an empty tensor), and must be tracked by autodiff exactly
+/// when the root's is, since every rank's gradient goes back to the root in
+/// the backward pass (a gather to the root; the other ranks' inputs get
+/// zero gradients).
+///
+/// # Errors
+/// As [`gather_to_root`].
+pub fn scatter_from_root<B: DistBackend>(
+    g: &impl Group,
+    x: FloatTensor<B>,
+    root: usize,
+    dim: isize,
+) -> Result<FloatTensor<B>, Error> {
+    apply::<B, _, _>(g, ScatterFromRoot::new(root, dim), x)
 }
 
 /// Send `counts[p]` consecutive slices along `dim` (blocks in rank order)

@@ -19,6 +19,8 @@
 //! | [`KeepChunk`] (`scatter_to`) | keep this rank's chunk | [`Gather`] |
 //! | [`Broadcast`] | the root's value everywhere | [`SumToRoot`] |
 //! | [`SumToRoot`] | sum at the root, zeros elsewhere | [`Broadcast`] |
+//! | [`GatherToRoot`] | every rank's tensor concatenated at the root | [`ScatterFromRoot`] |
+//! | [`ScatterFromRoot`] | the root's tensor split over the ranks | [`GatherToRoot`] |
 //! | [`AllToAllV`] | rows to chosen ranks | the reverse [`AllToAllV`] |
 //! | [`Transpose`] | all-to-all: split along `dims.1` → along `dims.0` | the inverse [`Transpose`] |
 //! | [`HaloExchange`] | borrow rows from each neighbour | [`HaloReduce`] |
@@ -33,6 +35,7 @@ mod exchange;
 mod gather;
 mod halo;
 mod reduce;
+mod rooted_gather;
 mod transpose;
 
 use alloc::vec::Vec;
@@ -46,6 +49,7 @@ pub use exchange::{AllToAllV, ExchangePlan, Expect};
 pub use gather::{ChunkPlan, Gather, GatherAdjoint, KeepChunk, ReduceScatter};
 pub use halo::{HaloExchange, HaloPlan, HaloReduce};
 pub use reduce::{AllReduce, CopyTo, Identity, ReduceFrom};
+pub use rooted_gather::{GatherToRoot, RootedPlan, ScatterFromRoot, ScatterPlan};
 pub use transpose::{Transpose, TransposeAxes, TransposePlan};
 
 use crate::backend::DistBackend;

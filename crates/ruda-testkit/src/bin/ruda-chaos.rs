@@ -67,6 +67,9 @@ enum Step {
     /// A ring shift over the world through an `Exchange`: every rank posts
     /// its send to the next and its receive from the previous, then waits.
     Ring,
+    /// `gather_to_root` at the group's last rank (uneven rows), then
+    /// `scatter_from_root` back in balanced chunks.
+    RootedRows(Axis),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,6 +292,13 @@ fn generate(seed: u64) -> Program {
         steps.insert(at, Step::Rooted(a));
         fault = fault.shifted(at);
     }
+    // Then issue 27's rooted gather and scatter, in one program of four.
+    if g.below(4) == 0 {
+        let a = axis(&mut g);
+        let at = g.below(steps.len());
+        steps.insert(at, Step::RootedRows(a));
+        fault = fault.shifted(at);
+    }
     // Then issue 27's exchange ring, in one program of four (drawn last).
     if g.below(4) == 0 {
         let at = g.below(steps.len());
@@ -319,6 +329,7 @@ fn sizeable(s: Step) -> bool {
             | Step::Halo
             | Step::Extremum(_)
             | Step::Rooted(_)
+            | Step::RootedRows(_)
     )
 }
 
@@ -515,6 +526,13 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                     Some(leaf(vec![0.0], [1, 1]).sum())
                 }
             }
+            Step::RootedRows(a) => {
+                let k = if no_rows { 0 } else { 1 + group(a).rank() % 3 };
+                let root = group(a).size() - 1;
+                let all = leaf(ramp(k * (inner(3) + extra), me), [k, inner(3) + extra])
+                    .gather_to_root(group(a), root, 0)?;
+                Some(all.scatter_from_root(group(a), root, 0)?.sum())
+            }
             Step::Ring => {
                 let w = grid.world();
                 let (wr, n) = (w.rank(), w.size());
@@ -610,7 +628,8 @@ fn group_size(prog: &Program, step: Step) -> usize {
         | Step::ReduceScatter(a)
         | Step::CopyReduce(a)
         | Step::Extremum(a)
-        | Step::Rooted(a) => axis(a),
+        | Step::Rooted(a)
+        | Step::RootedRows(a) => axis(a),
         Step::Transpose => prog.azimuth,
         Step::Halo => prog.polar,
         _ => prog.polar * prog.azimuth,
