@@ -442,6 +442,20 @@ pub enum Error {
         /// The group size.
         size: usize,
     },
+    /// A posted receive of an [`crate::Exchange`] was lost: the wait that
+    /// was carrying it out panicked, or another thread waited on the same
+    /// exchange at the same time (use an exchange from one thread).
+    #[error(
+        "{op} (reported by rank {rank}): a posted receive from rank {peer} was lost (the wait carrying it out panicked, or another thread waited on the exchange)"
+    )]
+    ExchangeLost {
+        /// The operation.
+        op: TensorOp,
+        /// The reporting rank.
+        rank: usize,
+        /// The receive's peer.
+        peer: usize,
+    },
     /// A point-to-point peer outside the group or equal to this rank
     /// (a message to oneself could never be matched).
     #[error(
@@ -834,13 +848,56 @@ pub enum PairProblem {
         /// The one whose gradient the sender sends.
         got: u64,
     },
-    /// In an [`crate::Exchange`], the two ranks' posted operations on
-    /// this pair cannot progress: both only send to each other, or both
-    /// only receive (each would wait for the other forever).
+    /// In an [`crate::Exchange`], none of the two ranks' posted operations
+    /// on this pair pair up (both only send to each other, both only
+    /// receive, or forward messages meet backward ones), so each would
+    /// wait for the other forever. `sender` is the pair's lower rank.
     Stuck {
-        /// Whether both only send (else both only receive).
-        both_send: bool,
+        /// What the lower rank posted for the higher.
+        lower: PostedCounts,
+        /// What the higher rank posted for the lower.
+        higher: PostedCounts,
     },
+    /// Two [`crate::Exchange`]s with different tags met on this pair
+    /// (`sender` is the lower rank).
+    Tag {
+        /// The lower rank's exchange tag.
+        lower: u32,
+        /// The higher rank's.
+        higher: u32,
+    },
+    /// More operations posted for one peer than an exchange carries out
+    /// in one pass (`limit`).
+    TooMany {
+        /// The largest count posted.
+        posted: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// What a rank has posted for one peer in an [`crate::Exchange`]
+/// ([`PairProblem::Stuck`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PostedCounts {
+    /// Sends of forward tensors.
+    pub forward_sends: usize,
+    /// Sends of gradients (backward passes).
+    pub backward_sends: usize,
+    /// Receives of forward tensors.
+    pub forward_receives: usize,
+    /// Receives of gradients.
+    pub backward_receives: usize,
+}
+
+impl fmt::Display for PostedCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} forward and {} backward sends, {} forward and {} backward receives",
+            self.forward_sends, self.backward_sends, self.forward_receives, self.backward_receives
+        )
+    }
 }
 
 impl fmt::Display for PairProblem {
@@ -873,11 +930,17 @@ impl fmt::Display for PairProblem {
                 f,
                 "the backward passes reached this pair's messages in different orders (the receiver expects the gradient of message #{expected}, the sender sends that of #{got}): Burn runs backward steps by depth in the graph, so send and receive tensors at matching depths, or one message per pair and step"
             ),
-            PairProblem::Stuck { both_send } => write!(
+            PairProblem::Stuck { lower, higher } => write!(
                 f,
-                "both ranks only {} each other in their posted operations, so neither can progress: post the matching {} before waiting",
-                if *both_send { "send to" } else { "receive from" },
-                if *both_send { "irecv" } else { "isend" }
+                "no posted operation pairs up, so neither rank can progress (the lower rank posted {lower}; the higher {higher}): post the matching operations before waiting"
+            ),
+            PairProblem::Tag { lower, higher } => write!(
+                f,
+                "the lower rank's exchange has tag {lower}, the higher rank's {higher}: exchanges that run at once between the same ranks need their own tags (Exchange::tagged)"
+            ),
+            PairProblem::TooMany { posted, limit } => write!(
+                f,
+                "{posted} operations posted for one peer, more than the {limit} an exchange carries out at once: wait more often"
             ),
         }
     }

@@ -65,7 +65,11 @@ pub(crate) fn encode(p: Option<PairProblem>) -> [i64; REPLY] {
         Some(PairProblem::Untracked) => [MAGIC, 4, 0, 0],
         Some(PairProblem::Unsupported) => [MAGIC, 5, 0, 0],
         Some(PairProblem::Order { expected, got }) => [MAGIC, 6, expected as i64, got as i64],
-        Some(PairProblem::Stuck { both_send }) => [MAGIC, 7, i64::from(both_send), 0],
+        // An exchange's pair problems are found by both ranks from the same
+        // summary and never sent: their codes carry no values.
+        Some(PairProblem::Stuck { .. }) => [MAGIC, 7, 0, 0],
+        Some(PairProblem::Tag { lower, higher }) => [MAGIC, 8, i64::from(lower), i64::from(higher)],
+        Some(PairProblem::TooMany { posted, limit }) => [MAGIC, 9, posted as i64, limit as i64],
     }
 }
 
@@ -86,7 +90,16 @@ pub(crate) fn decode(w: &[i64; REPLY]) -> Option<PairProblem> {
             got: w[3] as u64,
         },
         (MAGIC, 7) => PairProblem::Stuck {
-            both_send: w[2] != 0,
+            lower: crate::error::PostedCounts::default(),
+            higher: crate::error::PostedCounts::default(),
+        },
+        (MAGIC, 8) => PairProblem::Tag {
+            lower: w[2] as u32,
+            higher: w[3] as u32,
+        },
+        (MAGIC, 9) => PairProblem::TooMany {
+            posted: w[2].max(0) as usize,
+            limit: w[3].max(0) as usize,
         },
         (MAGIC, 1) => PairProblem::NotASend { code: w[2] },
         (code, _) => PairProblem::NotASend { code },

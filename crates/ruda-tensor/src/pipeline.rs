@@ -52,6 +52,14 @@ pub fn one_f_one_b(
     stage: usize,
     micro_batches: usize,
 ) -> Result<Vec<PipeStep>, Error> {
+    let Some(len) = micro_batches.checked_mul(2) else {
+        return Err(Error::InvalidSetting {
+            op: TensorOp::Pipeline,
+            setting: "micro_batches",
+            value: micro_batches as f64,
+            domain: "at most usize::MAX / 2",
+        });
+    };
     if stages == 0 || stage >= stages {
         return Err(Error::InvalidSetting {
             op: TensorOp::Pipeline,
@@ -62,7 +70,7 @@ pub fn one_f_one_b(
     }
     let warmup = (stages - stage - 1).min(micro_batches);
     let steady = micro_batches - warmup;
-    let mut steps = Vec::with_capacity(2 * micro_batches);
+    let mut steps = Vec::with_capacity(len);
     steps.extend((0..warmup).map(PipeStep::Forward));
     for i in 0..steady {
         steps.push(PipeStep::Forward(warmup + i));

@@ -267,52 +267,232 @@ fn a_pair_that_disagrees_fails_on_both_ranks() {
     }
 }
 
-/// Both ranks only send to each other (or only receive): neither could
-/// progress, so both get `Stuck`; a receive still posted on the failed
-/// exchange returns the error too.
+/// Both ranks only send to each other (or only receive, or forward sends
+/// meet only backward receives): nothing could progress, so both get the
+/// same `Stuck` (lower rank as sender) with both ranks' counts; a receive
+/// still posted on the failed exchange returns the error too.
 #[test]
-fn a_stuck_pair_is_an_error_on_both_ranks() {
-    for both_send in [true, false] {
+fn a_stuck_pair_is_the_same_error_on_both_ranks() {
+    use ruda_tensor::PostedCounts;
+    for case in 0..3 {
         let out = pair(|g| {
             let ex = Exchange::new(g);
             let peer = 1 - g.rank();
-            if both_send {
-                ex.isend(Tensor::<1>::zeros([3], &Device::flex()), peer)?;
-                ex.wait().map(|()| None)
-            } else {
-                let a = ex.irecv::<1>(peer, &Device::flex())?;
-                let b = ex.irecv::<1>(peer, &Device::flex())?;
-                let first = a.wait().map(|_| ()).unwrap_err();
-                Ok(Some((
-                    first,
-                    b.is_ready(),
-                    b.wait().map(|_| ()),
-                    ex.posted(),
-                )))
+            let dev = Device::flex().autodiff();
+            match case {
+                0 => {
+                    ex.isend(Tensor::<1>::zeros([3], &Device::flex()), peer)?;
+                    ex.wait().map(|()| None)
+                }
+                1 => {
+                    let a = ex.irecv::<1>(peer, &Device::flex())?;
+                    let b = ex.irecv::<1>(peer, &Device::flex())?;
+                    let first = a.wait().map(|_| ()).unwrap_err();
+                    Ok(Some((
+                        first,
+                        b.is_ready(),
+                        b.wait().map(|_| ()),
+                        ex.posted(),
+                    )))
+                }
+                _ => {
+                    if g.rank() == 0 {
+                        let x = Tensor::<1>::ones([2], &dev).require_grad();
+                        let receipt = ex.isend(x, 1)?;
+                        // The forward send goes; then the backward pass
+                        // waits for the gradient, while rank 1 only sends
+                        // a forward tensor back.
+                        ex.wait()?;
+                        try_backward(|| receipt.sum().backward()).map(|_| None)
+                    } else {
+                        let y = ex.irecv::<1>(0, &dev)?.wait()?;
+                        ex.isend(y.detach(), 0)?;
+                        ex.wait().map(|()| None)
+                    }
+                }
             }
         });
+        let counts = |fs, bs, fr, br| PostedCounts {
+            forward_sends: fs,
+            backward_sends: bs,
+            forward_receives: fr,
+            backward_receives: br,
+        };
+        let (lower, higher) = match case {
+            0 => (counts(1, 0, 0, 0), counts(1, 0, 0, 0)),
+            1 => (counts(0, 0, 2, 0), counts(0, 0, 2, 0)),
+            _ => (counts(0, 0, 0, 1), counts(1, 0, 0, 0)),
+        };
+        let want = PairProblem::Stuck { lower, higher };
         for (r, o) in out.into_iter().enumerate() {
-            let stuck = |e: &Error| matches!(e, Error::PointToPoint { problem: PairProblem::Stuck { both_send: b }, rank, .. } if *b == both_send && *rank == r);
+            let stuck = |e: &Error| matches!(e, Error::PointToPoint { problem, rank, sender: 0, receiver: 1, .. } if *problem == want && *rank == r);
             match o {
-                Err(RankError::Failed(e)) => assert!(both_send && stuck(&e), "{e:?}"),
+                Err(RankError::Failed(e)) => {
+                    assert!(case != 1 && stuck(&e), "case {case} rank {r}: {e:?}")
+                }
                 Ok(Some((first, ready, second, posted))) => {
-                    assert!(!both_send && stuck(&first), "{first:?}");
+                    assert!(case == 1 && stuck(&first), "{first:?}");
                     assert!(ready, "the failed exchange filled every posted receive");
                     assert!(matches!(second, Err(ref e) if stuck(e)), "{second:?}");
                     assert_eq!(posted, 0);
                 }
-                other => panic!("rank {r}: {other:?}"),
+                other => panic!("case {case} rank {r}: {other:?}"),
             }
         }
-        let msg = PairProblem::Stuck { both_send }.to_string();
         assert!(
-            msg.contains(if both_send {
-                "only send to"
-            } else {
-                "only receive from"
-            }),
-            "{msg}"
+            want.to_string().contains("no posted operation pairs up"),
+            "{want}"
         );
+    }
+}
+
+/// Problems in both directions of a pair: both ranks report the lower
+/// rank's finding (here: rank 1's tracked tensor for rank 0's device
+/// without autodiff), not each its own.
+#[test]
+fn problems_in_both_directions_give_both_ranks_the_same_error() {
+    let e = errors(pair(|g| {
+        let ex = Exchange::new(g);
+        if g.rank() == 0 {
+            ex.isend(Tensor::<2>::zeros([2, 2], &Device::flex()), 1)?;
+            ex.irecv::<1>(1, &Device::flex())?.wait().map(|_| ())
+        } else {
+            let x = Tensor::<1>::from_floats([1.0], &Device::flex().autodiff()).require_grad();
+            ex.isend(x, 0)?;
+            ex.irecv::<3>(0, &Device::flex())?.wait().map(|_| ())
+        }
+    }));
+    for (r, e) in e.iter().enumerate() {
+        assert!(
+            matches!(e, Error::PointToPoint { rank, sender: 1, receiver: 0, backward: false, problem: PairProblem::Untracked, .. } if *rank == r),
+            "rank {r}: {e:?}"
+        );
+    }
+}
+
+/// Two exchanges with different tags meeting on a pair: the same `Tag`
+/// error on both ranks, never the other exchange's tensor.
+#[test]
+fn exchanges_with_different_tags_never_swap_tensors() {
+    let e = errors(pair(|g| {
+        let peer = 1 - g.rank();
+        let (a, b) = (Exchange::tagged(g, 1), Exchange::tagged(g, 2));
+        if g.rank() == 0 {
+            a.isend(Tensor::<1>::zeros([1], &Device::flex()), peer)?;
+            b.isend(Tensor::<1>::ones([1], &Device::flex()), peer)?;
+            a.wait()?;
+            b.wait()
+        } else {
+            let rb = b.irecv::<1>(peer, &Device::flex())?;
+            let ra = a.irecv::<1>(peer, &Device::flex())?;
+            rb.wait()?;
+            ra.wait().map(|_| ())
+        }
+    }));
+    for (r, e) in e.iter().enumerate() {
+        assert!(
+            matches!(e, Error::PointToPoint { rank, sender: 0, receiver: 1, problem: PairProblem::Tag { lower: 1, higher: 2 }, .. } if *rank == r),
+            "rank {r}: {e:?}"
+        );
+    }
+}
+
+/// A forward tensor and a gradient between the same pair, posted in
+/// different orders on the two ranks: forward messages pair with forward
+/// receives and gradients with gradient receives, so both arrive.
+#[test]
+fn forward_tensors_and_gradients_pair_separately() {
+    let out = world(2)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let ex = Exchange::new(&g);
+            let dev = Device::flex().autodiff();
+            if g.rank() == 0 {
+                let x = f64s(vec![1.0, -2.0, 3.0], [1, 3], &dev).require_grad();
+                let receipt = ex.isend(x.clone(), 1)?;
+                let later = ex.irecv::<2>(1, &dev)?; // a forward tensor, posted first
+                let grads = try_backward(|| receipt.sum().backward())?; // then the gradient
+                let z = later.wait()?;
+                Ok::<_, Error>((values(x.grad(&grads).unwrap()), values(z)))
+            } else {
+                let y = ex.irecv::<2>(0, &dev)?.wait()?;
+                try_backward(|| (y.clone() * y.clone()).sum().backward())?; // gradient posted first
+                ex.isend(y.detach() * 10.0, 0)?; // then the forward tensor
+                ex.wait()?;
+                Ok((Vec::new(), Vec::new()))
+            }
+        })
+        .unwrap();
+    assert_eq!(out[0].0, vec![2.0, -4.0, 6.0]);
+    assert_eq!(out[0].1, vec![10.0, -20.0, 30.0]);
+}
+
+/// One rank: no peer to post for, and a wait with nothing posted.
+#[test]
+fn one_rank_has_no_peer() {
+    let out = world(1)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let ex = Exchange::new(&g);
+            let e = ex
+                .isend(Tensor::<1>::zeros([1], &Device::flex()), 0)
+                .unwrap_err();
+            ex.wait()?;
+            Ok::<_, Error>(e)
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            out[0],
+            Error::InvalidPeer {
+                peer: 0,
+                size: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        out[0]
+    );
+}
+
+/// Exchanges on the sub-groups of a split (even and odd world ranks), each
+/// a ring of its own, with zero-size tensors and their (empty) gradients.
+#[test]
+fn rings_on_sub_groups_with_zero_size_tensors() {
+    for n in 2..=7 {
+        let out = world(n)
+            .run(|c| {
+                let world = HostCollective::new(c);
+                let sub = world
+                    .split(Some((world.rank() % 2) as u32), 0)?
+                    .expect("a colour");
+                let (me, k) = (sub.rank(), sub.size());
+                if k == 1 {
+                    return Ok::<_, Error>(None);
+                }
+                let dev = Device::flex().autodiff();
+                let ex = Exchange::new(&sub);
+                let x = f64s(Vec::new(), [0, 3], &dev).require_grad();
+                let receipt = ex.isend(x.clone(), (me + 1) % k)?;
+                let y = ex.irecv::<2>((me + k - 1) % k, &dev)?.wait()?;
+                assert_eq!(y.dims(), [0, 3]);
+                let v = f64s(vec![world.rank() as f64], [1, 1], &dev);
+                let z = ex.send_recv(v, (me + 1) % k, (me + k - 1) % k, &dev)?.1;
+                try_backward(|| y.sum().backward())?;
+                let grads = try_backward(|| receipt.sum().backward())?;
+                ex.wait()?;
+                assert_eq!(x.grad(&grads).expect("an empty gradient").dims(), [0, 3]);
+                Ok(Some(values(z)[0] as usize))
+            })
+            .unwrap();
+        for (w, got) in out.iter().enumerate() {
+            let same: Vec<usize> = (0..n).filter(|r| r % 2 == w % 2).collect();
+            if same.len() > 1 {
+                let i = same.iter().position(|&r| r == w).unwrap();
+                let prev = same[(i + same.len() - 1) % same.len()];
+                assert_eq!(*got, Some(prev), "{n} ranks, world rank {w}");
+            }
+        }
     }
 }
 
@@ -405,6 +585,45 @@ fn a_peer_that_never_waits_is_a_timeout_not_a_hang() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+/// The documented limit: a wait blocks at each peer it posted for until
+/// that peer waits too, so a cycle through a third rank (valid with MPI's
+/// eager sends) is ended by the communicator's timeout, an error on the
+/// ranks, never a hang.
+#[test]
+fn a_cycle_of_waits_through_a_third_rank_ends_in_the_timeout() {
+    let started = std::time::Instant::now();
+    let out = LocalWorld::new(3)
+        .timeout(Duration::from_millis(500))
+        .run_each(|c| {
+            let g = HostCollective::new(c);
+            let ex = Exchange::new(&g);
+            let dev = Device::flex();
+            let one = || Tensor::<1>::ones([1], &dev);
+            match g.rank() {
+                0 => {
+                    ex.isend(one(), 1)?;
+                    ex.irecv::<1>(2, &dev)?.wait()?;
+                    ex.wait()
+                }
+                1 => {
+                    ex.irecv::<1>(2, &dev)?.wait()?;
+                    ex.irecv::<1>(0, &dev)?.wait().map(|_| ())
+                }
+                _ => {
+                    ex.isend(one(), 0)?;
+                    ex.isend(one(), 1)?;
+                    ex.wait()
+                }
+            }
+        });
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Err(RankError::Failed(Error::Comm(_))))),
+        "{out:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
 /// Nothing posted: a wait returns at once.
 #[test]
 fn waiting_with_nothing_posted_returns_at_once() {
@@ -427,9 +646,9 @@ proptest! {
         rows in proptest::collection::vec(0usize..4, 3),
         back in any::<bool>(),
     ) {
-        let msg = |from: usize, k: usize| {
+        let msg = |from: usize, to: usize, k: usize| {
             let r = rows[k];
-            let v: Vec<f32> = (0..r * 2).map(|i| (i + 10 * from + 100 * k) as f32).collect();
+            let v: Vec<f32> = (0..r * 2).map(|i| (i + 10 * from + 100 * k + 1000 * to) as f32).collect();
             Tensor::<2>::from_data(TensorData::new(v, [r, 2]), &Device::flex())
         };
         let out = world(n).run(|c| {
@@ -439,9 +658,9 @@ proptest! {
             let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
             let mut inc = Vec::new();
             for k in 0..per {
-                ex.isend(msg(me, k), next)?;
+                ex.isend(msg(me, next, k), next)?;
                 if back {
-                    ex.isend(msg(me, k), prev)?;
+                    ex.isend(msg(me, prev, k), prev)?;
                 }
             }
             for k in 0..per {
@@ -454,9 +673,9 @@ proptest! {
                 .map(|(from, k, i)| Ok((from, k, i.wait()?.into_data())))
                 .collect::<Result<Vec<_>, Error>>()
         }).unwrap();
-        for got in &out {
+        for (me, got) in out.iter().enumerate() {
             for (from, k, data) in got {
-                prop_assert_eq!(data.clone(), msg(*from, *k).into_data());
+                prop_assert_eq!(data.clone(), msg(*from, me, *k).into_data());
             }
         }
     }

@@ -12,6 +12,9 @@ use common::{errors, world};
 use proptest::prelude::*;
 use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, TensorExt, TensorOp, try_backward};
 
+/// A rank's output values, output shape and input gradient.
+type Outcome = (Vec<f64>, [usize; 2], Vec<f64>);
+
 /// Rank r's rows (uneven, some zero).
 fn rows(r: usize) -> usize {
     (r * 3 + 1) % 4
@@ -54,11 +57,7 @@ fn concat(n: usize, dim: usize, seed: usize) -> (Vec<f64>, [usize; 2]) {
 }
 
 /// gather_to_root then `sum(w ⊙ y)`: (output, output shape, gradient).
-fn gather<G: Group>(
-    g: &G,
-    root: usize,
-    dim: usize,
-) -> Result<(Vec<f64>, [usize; 2], Vec<f64>), Error> {
+fn gather<G: Group>(g: &G, root: usize, dim: usize) -> Result<Outcome, Error> {
     let me = g.rank();
     let dev = Device::flex().autodiff();
     let x = tensor(ramp(3 * rows(me), me), part_shape(me, dim), &dev).require_grad();
@@ -118,12 +117,7 @@ fn gather_to_root_concatenates_at_the_root_and_scatters_gradients_back() {
 
 /// scatter_from_root of a 7-row tensor, then `sum(w ⊙ y)`: (output,
 /// gradient of the input).
-fn scatter<G: Group>(
-    g: &G,
-    root: usize,
-    dim: usize,
-    len: usize,
-) -> Result<(Vec<f64>, [usize; 2], Vec<f64>), Error> {
+fn scatter<G: Group>(g: &G, root: usize, dim: usize, len: usize) -> Result<Outcome, Error> {
     let me = g.rank();
     let dev = Device::flex().autodiff();
     let mine = if me == root { len } else { 0 };

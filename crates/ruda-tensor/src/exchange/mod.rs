@@ -40,20 +40,33 @@ const ONE: usize = 1;
 ///   moves until a wait ([`Incoming::wait`], [`Exchange::wait`],
 ///   [`Exchange::send_recv`], or the backward pass of an isend's receipt,
 ///   which needs its gradient).
-/// - A wait carries out passes over every peer with posted operations, in
-///   ascending rank order, until what it waits for is done. On each pair
-///   the two ranks' posted operations pair up in posting order (this
-///   rank's k-th send to the peer is the peer's k-th receive from this
-///   rank); what does not pair up yet stays posted for a later wait. Since
-///   every rank visits its pairs in the same global order, posted
-///   operations that match cannot deadlock.
+/// - Every wait is a wait-all pass, repeated until what it waits for is
+///   done: it visits every peer it has posted operations for, in ascending
+///   rank order, and at each blocks until that peer's own wait visits this
+///   rank. There the two ranks pair up their posted operations in posting
+///   order (this rank's k-th forward send to the peer is the peer's k-th
+///   forward receive from this rank; gradients, sent and received by
+///   backward passes, pair among themselves); what does not pair up yet
+///   stays posted for a later wait.
+/// - So a rank must not wait while a peer it posted for cannot reach a
+///   wait of its own. When every rank posts everything it sends and
+///   receives in a step before waiting (rings, halos, exchanges with
+///   neighbours, pipeline stages), the pairs are served in one global
+///   order and no cycle of waits can form. A rank that waits for a peer
+///   which is itself blocked on a third rank waiting for the first is a
+///   cycle (it would be none with MPI's eager sends): the communicator's
+///   timeout ends it.
 /// - Before any data moves, each pair checks the messages that pair up
-///   (dimensions, dtype, autodiff tracking, forward or backward pass, and
-///   in a backward pass which forward message a gradient answers): a
-///   disagreement is the same [`Error::PointToPoint`] on both ranks. Two
-///   ranks that posted only sends to each other (or only receives) get
-///   [`PairProblem::Stuck`](crate::PairProblem::Stuck) on both ranks.
-///   A peer that never waits ends in the communicator's timeout.
+///   (number of dimensions, a dtype the tensor layer moves, autodiff
+///   tracking, and in a backward pass which forward message a gradient
+///   answers); the received tensor takes the sender's shape and dtype. A
+///   disagreement is the same [`Error::PointToPoint`] on both ranks (the
+///   lower rank's finding first). A pair where nothing pairs up (both only
+///   send, both only receive, or forward messages meet only backward
+///   ones) is [`PairProblem::Stuck`](crate::PairProblem::Stuck) on both
+///   ranks; two exchanges with different tags meeting is
+///   [`PairProblem::Tag`](crate::PairProblem::Tag). A peer that never
+///   waits ends in the communicator's timeout.
 /// - The gradient sends of a backward pass (the adjoints of irecvs) are
 ///   posted, not carried out: the next wait on the exchange moves them
 ///   (pipelines pair "send the gradient back" with "receive the next
@@ -63,14 +76,21 @@ const ONE: usize = 1;
 ///   where Burn's backward pass reaches it. When the ranks' gradients go
 ///   round a cycle (a ring), post the gradients this rank sends first
 ///   (the backward pass of the received tensors, then that of the
-///   receipts, as two `backward` calls): ranks that all wait first wait
-///   for each other until the communicator's timeout.
+///   receipts, as two `backward` calls); otherwise each rank waits for
+///   the other's gradient first (`Stuck` on two ranks, the timeout on
+///   more).
 /// - After an error, every operation posted on the exchange is dropped and
-///   every pending [`Incoming`] returns the error.
-/// - Do not mix an exchange with blocking [`crate::TensorExt::send`] /
-///   [`crate::recv`] between the same two ranks while operations are
-///   posted: their messages would meet the exchange's (a typed error, not
-///   a hang or a wrong tensor).
+///   every pending [`Incoming`] returns the error; peers that were waiting
+///   for the dropped operations run into their timeout.
+/// - A dropped [`Incoming`] does not cancel its receive: the tensor still
+///   arrives (and, if tracked, its gradient never goes back, which the
+///   sender's backward pass finds as a timeout).
+/// - Several exchanges between the same ranks need their own tags
+///   ([`Exchange::tagged`]) and their waits in the same order on both
+///   ranks; an exchange is used from one thread at a time. Do not mix an
+///   exchange with blocking [`crate::TensorExt::send`] / [`crate::recv`]
+///   between the same two ranks while operations are posted: their
+///   messages would meet (a typed error on both, not a wrong tensor).
 ///
 /// # Example
 /// Every rank sends to the next and receives from the previous (a ring
@@ -104,9 +124,36 @@ impl<G: Group> Exchange<G> {
     /// # Example
     /// See [`Exchange`].
     pub fn new(group: &G) -> Self {
+        Self::tagged(group, 0)
+    }
+
+    /// An exchange over `group` with its own `tag`, for several exchanges
+    /// that run at once between the same ranks (pairs whose tags differ
+    /// are [`PairProblem::Tag`](crate::PairProblem::Tag) errors on both
+    /// ranks, never each other's tensors). [`Exchange::new`] is tag 0.
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{Device, Tensor};
+    /// use ruda_tensor::prelude::*;
+    /// use ruda_tensor::Exchange;
+    /// LocalWorld::new(2).run(|c| {
+    ///     let world = HostCollective::new(c);
+    ///     let peer = 1 - world.rank();
+    ///     let (a, b) = (Exchange::tagged(&world, 1), Exchange::tagged(&world, 2));
+    ///     a.isend(Tensor::<1>::ones([1], &Device::flex()), peer)?;
+    ///     let from_a = a.irecv::<1>(peer, &Device::flex())?.wait()?;
+    ///     b.isend(Tensor::<1>::zeros([1], &Device::flex()), peer)?;
+    ///     let from_b = b.irecv::<1>(peer, &Device::flex())?.wait()?;
+    ///     assert_eq!(from_a.into_data().try_to_vec::<f32>().unwrap(), vec![1.0]);
+    ///     assert_eq!(from_b.into_data().try_to_vec::<f32>().unwrap(), vec![0.0]);
+    ///     Ok::<_, Error>(())
+    /// }).unwrap();
+    /// ```
+    pub fn tagged(group: &G, tag: u32) -> Self {
         Exchange {
             group: group.clone(),
-            queue: Arc::new(Queue::new()),
+            queue: Arc::new(Queue::new(tag)),
         }
     }
 
@@ -324,13 +371,16 @@ impl<const D: usize, G: Group> Incoming<D, G> {
     /// See [`Exchange`].
     pub fn wait(self) -> Result<Tensor<D>, Error> {
         let slot = &self.slot;
-        drive(&self.exchange.group, &self.exchange.queue, &|| {
-            lock(slot).is_some()
-        })?;
-        let arrived = lock(slot)
-            .take()
-            .expect("a posted receive stays posted until its slot is filled")?;
-        let dtype = arrived.desc.dtype.expect("checked before it was received");
+        let g = &self.exchange.group;
+        drive(g, &self.exchange.queue, &|| lock(slot).is_some())?;
+        let lost = Error::ExchangeLost {
+            op: crate::TensorOp::Exchange,
+            rank: g.rank(),
+            peer: self.source,
+        };
+        let arrived = lock(slot).take().ok_or(lost.clone())??;
+        // A message's dtype is checked before it is received.
+        let dtype = arrived.desc.dtype.ok_or(lost)?;
         let plan = PairPlan {
             shape: arrived.desc.shape.clone(),
             dtype,
@@ -346,7 +396,6 @@ impl<const D: usize, G: Group> Incoming<D, G> {
             source: self.source,
             tensor: Arc::new(Mutex::new(Some(arrived.tensor))),
         };
-        let g = &self.exchange.group;
         routed!(placeholder, D, burn_tensor::Float, |B, t| B::run(
             g,
             op,

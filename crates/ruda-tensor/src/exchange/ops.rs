@@ -189,9 +189,11 @@ impl<X: Group> LinearOp for WaitRecv<X> {
             slot: slot.clone(),
         }));
         drive(g, &self.queue, &|| lock(&slot).is_some())?;
-        let arrived = lock(&slot)
-            .take()
-            .expect("a posted receive stays posted until its slot is filled")?;
+        let arrived = lock(&slot).take().ok_or(Error::ExchangeLost {
+            op: TensorOp::Exchange,
+            rank: g.rank(),
+            peer: self.source,
+        })??;
         unbox::<B>(arrived.tensor)
     }
 

@@ -183,13 +183,16 @@ pub(crate) enum Posted<G> {
 /// order they were posted.
 pub(crate) struct Queue<G> {
     pub(crate) posted: Mutex<Vec<Posted<G>>>,
+    /// The exchange's tag (both ranks of a pair must use the same).
+    pub(crate) tag: u32,
 }
 
 impl<G> Queue<G> {
     /// An empty queue.
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tag: u32) -> Self {
         Queue {
             posted: Mutex::new(Vec::new()),
+            tag,
         }
     }
 
@@ -206,6 +209,6 @@ impl<G> Queue<G> {
 
 impl<G> core::fmt::Debug for Queue<G> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "Queue({} posted)", self.len())
+        write!(f, "Queue(tag {}, {} posted)", self.tag, self.len())
     }
 }

@@ -1,26 +1,30 @@
 //! Carrying out an exchange's posted operations.
 //!
 //! A *pass* visits every peer with posted operations, in ascending rank
-//! order. On each pair the two ranks exchange what they posted (a count
-//! of sends and receives, and each send's descriptor), check the messages
-//! that pair up (this rank's first k receives against the peer's first k
-//! sends, in posting order, and the other way), agree on a verdict, and
-//! move those tensors: the lower rank sends first, the higher receives
-//! first. What does not pair up stays posted for the next pass. Passes
-//! repeat until what the caller waits for is done.
+//! order, and blocks there until that peer's own wait visits this rank.
+//! On each pair the two ranks exchange a summary of what they posted for
+//! each other (their exchange's tag; forward and backward sends and
+//! receives) and each send's descriptor; pair up, in posting order, this
+//! rank's forward receives with the peer's forward sends and its backward
+//! receives with the peer's backward sends (and the other way); check the
+//! messages that pair up and agree on a verdict (the lower rank's first);
+//! then move those tensors, the lower rank sending first. What does not
+//! pair up stays posted for the next pass. Passes repeat until what the
+//! caller waits for is done.
 //!
-//! Every rank visits its pairs in the same global order (pairs sorted by
-//! their lower, then higher rank: ascending peer order on each rank), so
-//! the pair that is first in that order among those still unserved always
-//! has both ranks at it: no cycle of waits, whatever the pattern (rings,
-//! halos, pipelines), provided each rank's operations are eventually
-//! matched by its peers'.
+//! Every rank visits its pairs in the same global order (by lower, then
+//! higher rank), so when every rank has posted, before waiting, all it
+//! sends and receives in a step (rings, halos, pipeline neighbours), the
+//! first unserved pair in that order always has both ranks at it: no cycle
+//! of waits. A rank that waits for a peer which is itself blocked on a
+//! third rank waiting for this one is a cycle the communicator's timeout
+//! ends.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::error::{Error, PairProblem, TensorOp};
+use crate::error::{Error, PairProblem, PostedCounts, TensorOp};
 use crate::group::Group;
 use crate::linear_op::Role;
 use crate::p2p::{REPLY, decode, encode, pair_error};
@@ -29,12 +33,54 @@ use super::posted::{Arrived, DESC, Desc, Posted, PostedRecv, PostedSend, Queue, 
 
 /// The first word of a pair's posting summary ("RUDA-XCH").
 const XMAGIC: i64 = 0x5255_4441_5843_4831;
-/// The most sends a summary may announce (a larger count is not a ruda
-/// exchange).
-const MAX_POSTED: usize = 1 << 20;
+/// Words of a summary: marker, tag, then the four counts.
+const SUMMARY: usize = 6;
+/// The most operations of one kind posted for one peer that a pass
+/// carries out.
+pub(crate) const MAX_POSTED: usize = 1 << 20;
 
-/// One peer's posted sends and receives, each in posting order.
-type PerPeer<G> = (VecDeque<PostedSend<G>>, VecDeque<PostedRecv<G>>);
+/// One peer's posted operations, each list in posting order.
+struct PerPeer<G> {
+    forward_sends: VecDeque<PostedSend<G>>,
+    backward_sends: VecDeque<PostedSend<G>>,
+    forward_recvs: VecDeque<PostedRecv<G>>,
+    backward_recvs: VecDeque<PostedRecv<G>>,
+}
+
+impl<G> Default for PerPeer<G> {
+    fn default() -> Self {
+        PerPeer {
+            forward_sends: VecDeque::new(),
+            backward_sends: VecDeque::new(),
+            forward_recvs: VecDeque::new(),
+            backward_recvs: VecDeque::new(),
+        }
+    }
+}
+
+impl<G> PerPeer<G> {
+    fn counts(&self) -> PostedCounts {
+        PostedCounts {
+            forward_sends: self.forward_sends.len(),
+            backward_sends: self.backward_sends.len(),
+            forward_receives: self.forward_recvs.len(),
+            backward_receives: self.backward_recvs.len(),
+        }
+    }
+
+    fn into_posted(self) -> impl Iterator<Item = Posted<G>> {
+        self.forward_sends
+            .into_iter()
+            .chain(self.backward_sends)
+            .map(Posted::Send)
+            .chain(
+                self.forward_recvs
+                    .into_iter()
+                    .chain(self.backward_recvs)
+                    .map(Posted::Recv),
+            )
+    }
+}
 
 /// Carry out passes until `done` holds (or nothing is posted). On an
 /// error every posted operation is dropped and every posted receive's
@@ -48,25 +94,34 @@ pub(crate) fn drive<G: Group>(g: &G, q: &Queue<G>, done: &dyn Fn() -> bool) -> R
         let mut pairs: BTreeMap<usize, PerPeer<G>> = BTreeMap::new();
         for op in posted {
             match op {
-                Posted::Send(s) => pairs.entry(s.peer).or_default().0.push_back(s),
-                Posted::Recv(r) => pairs.entry(r.peer).or_default().1.push_back(r),
+                Posted::Send(s) => {
+                    let p = pairs.entry(s.peer).or_default();
+                    if s.desc.backward {
+                        p.backward_sends.push_back(s);
+                    } else {
+                        p.forward_sends.push_back(s);
+                    }
+                }
+                Posted::Recv(r) => {
+                    let p = pairs.entry(r.peer).or_default();
+                    if r.want.backward {
+                        p.backward_recvs.push_back(r);
+                    } else {
+                        p.forward_recvs.push_back(r);
+                    }
+                }
             }
         }
         let mut failed = None;
-        for (&peer, (sends, recvs)) in pairs.iter_mut() {
-            if let Err(e) = pair(g, peer, sends, recvs) {
+        for (&peer, ops) in pairs.iter_mut() {
+            if let Err(e) = pair(g, peer, q.tag, ops) {
                 failed = Some(e);
                 break;
             }
         }
         let mut queue = lock(&q.posted);
         let later = core::mem::take(&mut *queue);
-        let left = pairs.into_values().flat_map(|(sends, recvs)| {
-            sends
-                .into_iter()
-                .map(Posted::Send)
-                .chain(recvs.into_iter().map(Posted::Recv))
-        });
+        let left = pairs.into_values().flat_map(PerPeer::into_posted);
         match failed {
             None => {
                 queue.extend(left);
@@ -107,20 +162,42 @@ fn swap<G: Group>(g: &G, peer: usize, words: &[i64], n: usize) -> Result<Vec<i64
     Ok(got)
 }
 
+fn count(w: i64) -> usize {
+    usize::try_from(w).unwrap_or(usize::MAX)
+}
+
+/// The first problem among the messages this rank receives (pairing
+/// `recvs` with `descs`, which start at `offset` in the sender's list).
+fn first_problem<G>(
+    recvs: &VecDeque<PostedRecv<G>>,
+    descs: &[Desc],
+    offset: usize,
+) -> Option<(usize, PairProblem)> {
+    recvs
+        .iter()
+        .zip(descs)
+        .enumerate()
+        .find_map(|(i, (r, d))| r.want.check(d).map(|p| (offset + i, p)))
+}
+
 /// One pass over the pair (this rank, `peer`).
-fn pair<G: Group>(
-    g: &G,
-    peer: usize,
-    sends: &mut VecDeque<PostedSend<G>>,
-    recvs: &mut VecDeque<PostedRecv<G>>,
-) -> Result<(), Error> {
+fn pair<G: Group>(g: &G, peer: usize, tag: u32, ops: &mut PerPeer<G>) -> Result<(), Error> {
     let me = g.rank();
+    let lower = me < peer;
+    let (lo, hi) = if lower { (me, peer) } else { (peer, me) };
     let err = |backward, sender, receiver, problem| {
         pair_error(role(backward), me, sender, receiver, problem).in_call(role(backward))
     };
-    // What each side posted: counts, then the sends' descriptors.
-    let summary = [XMAGIC, sends.len() as i64, recvs.len() as i64];
-    let theirs = swap(g, peer, &summary, 3).map_err(|e| e.in_call(role(false)))?;
+    let mine = ops.counts();
+    let summary = [
+        XMAGIC,
+        i64::from(tag),
+        mine.forward_sends as i64,
+        mine.backward_sends as i64,
+        mine.forward_receives as i64,
+        mine.backward_receives as i64,
+    ];
+    let theirs = swap(g, peer, &summary, SUMMARY).map_err(|e| e.in_call(role(false)))?;
     if theirs[0] != XMAGIC {
         return Err(err(
             false,
@@ -129,62 +206,134 @@ fn pair<G: Group>(
             PairProblem::NotASend { code: theirs[0] },
         ));
     }
-    let their_sends = usize::try_from(theirs[1]).unwrap_or(usize::MAX);
-    let their_recvs = usize::try_from(theirs[2]).unwrap_or(usize::MAX);
-    if their_sends > MAX_POSTED || their_recvs > MAX_POSTED {
-        return Err(err(false, peer, me, PairProblem::NotASend { code: XMAGIC }));
+    let their_tag = u32::try_from(theirs[1]).unwrap_or(u32::MAX);
+    let their = PostedCounts {
+        forward_sends: count(theirs[2]),
+        backward_sends: count(theirs[3]),
+        forward_receives: count(theirs[4]),
+        backward_receives: count(theirs[5]),
+    };
+    let (lo_counts, hi_counts) = if lower { (mine, their) } else { (their, mine) };
+    // Problems both ranks see alike in the summaries: reported the same
+    // way on both, before anything else moves.
+    if their_tag != tag {
+        let (lower_tag, higher_tag) = if lower {
+            (tag, their_tag)
+        } else {
+            (their_tag, tag)
+        };
+        return Err(err(
+            false,
+            lo,
+            hi,
+            PairProblem::Tag {
+                lower: lower_tag,
+                higher: higher_tag,
+            },
+        ));
     }
-    let mine: Vec<i64> = sends.iter().flat_map(|s| s.desc.words()).collect();
-    let descs: Vec<Desc> = if mine.is_empty() && their_sends == 0 {
+    let largest = [mine, their]
+        .iter()
+        .flat_map(|c| {
+            [
+                c.forward_sends,
+                c.backward_sends,
+                c.forward_receives,
+                c.backward_receives,
+            ]
+        })
+        .max()
+        .unwrap_or(0);
+    if largest > MAX_POSTED {
+        return Err(err(
+            false,
+            lo,
+            hi,
+            PairProblem::TooMany {
+                posted: largest,
+                limit: MAX_POSTED,
+            },
+        ));
+    }
+    let k_in_f = mine.forward_receives.min(their.forward_sends);
+    let k_in_b = mine.backward_receives.min(their.backward_sends);
+    let k_out_f = mine.forward_sends.min(their.forward_receives);
+    let k_out_b = mine.backward_sends.min(their.backward_receives);
+    if k_in_f + k_in_b + k_out_f + k_out_b == 0 {
+        return Err(err(
+            false,
+            lo,
+            hi,
+            PairProblem::Stuck {
+                lower: lo_counts,
+                higher: hi_counts,
+            },
+        ));
+    }
+    // The descriptors of every posted send, forward ones first.
+    let words: Vec<i64> = ops
+        .forward_sends
+        .iter()
+        .chain(&ops.backward_sends)
+        .flat_map(|s| s.desc.words())
+        .collect();
+    let their_sends = their.forward_sends + their.backward_sends;
+    // Both ranks skip the swap exactly when neither posted a send.
+    let descs: Vec<Desc> = if words.is_empty() && their_sends == 0 {
         Vec::new()
     } else {
-        // Both sides send their descriptor message (possibly empty), so
-        // the exchange stays symmetric.
-        swap(g, peer, &mine, their_sends * DESC)
+        swap(g, peer, &words, their_sends * DESC)
             .map_err(|e| e.in_call(role(false)))?
             .chunks_exact(DESC)
             .map(Desc::parse)
             .collect()
     };
-    let k_in = recvs.len().min(their_sends);
-    let k_out = sends.len().min(their_recvs);
-    if k_in == 0 && k_out == 0 {
-        // Both posted something here, yet nothing pairs up: both only
-        // send, or both only receive. Both ranks see the same counts.
-        let both_send = !sends.is_empty();
-        let (sender, receiver) = if both_send { (me, peer) } else { (peer, me) };
-        return Err(err(
-            false,
-            sender,
-            receiver,
-            PairProblem::Stuck { both_send },
-        ));
-    }
-    // The verdict on the messages this rank receives: the first problem.
-    let mine_bad = recvs
-        .iter()
-        .zip(&descs)
-        .take(k_in)
-        .enumerate()
-        .find_map(|(i, (r, d))| r.want.check(d).map(|p| (i, p)));
-    let mut verdict = [0i64; REPLY + 1];
-    verdict[..REPLY].copy_from_slice(&encode(mine_bad.map(|(_, p)| p)));
-    verdict[REPLY] = mine_bad.map_or(0, |(i, _)| i as i64);
-    let their_verdict = swap(g, peer, &verdict, REPLY + 1).map_err(|e| e.in_call(role(false)))?;
-    if let Some((i, p)) = mine_bad {
-        return Err(err(descs[i].backward, peer, me, p));
-    }
+    let (fwd_descs, bwd_descs) = descs.split_at(their.forward_sends);
+    // Each rank's verdict on the messages it receives (index into the
+    // sender's list), the lower rank's taken first on both.
+    let verdict = first_problem(&ops.forward_recvs, &fwd_descs[..k_in_f], 0).or_else(|| {
+        first_problem(
+            &ops.backward_recvs,
+            &bwd_descs[..k_in_b],
+            their.forward_sends,
+        )
+    });
+    let mut words = [0i64; REPLY + 1];
+    words[..REPLY].copy_from_slice(&encode(verdict.map(|(_, p)| p)));
+    words[REPLY] = verdict.map_or(0, |(i, _)| i as i64);
+    let theirs = swap(g, peer, &words, REPLY + 1).map_err(|e| e.in_call(role(false)))?;
     let mut reply = [0i64; REPLY];
-    reply.copy_from_slice(&their_verdict[..REPLY]);
-    if let Some(p) = decode(&reply) {
-        let i = usize::try_from(their_verdict[REPLY]).unwrap_or(0);
-        let backward = sends.get(i).is_some_and(|s| s.desc.backward);
-        return Err(err(backward, me, peer, p));
+    reply.copy_from_slice(&theirs[..REPLY]);
+    let their_verdict = decode(&reply).map(|p| (count(theirs[REPLY]), p));
+    let (lo_verdict, hi_verdict) = if lower {
+        (verdict, their_verdict)
+    } else {
+        (their_verdict, verdict)
+    };
+    if let Some((i, p)) = lo_verdict {
+        // A message from the higher rank to the lower.
+        return Err(err(i >= hi_counts.forward_sends, hi, lo, p));
     }
-    // The tensors: the lower rank sends first.
-    let out: Vec<PostedSend<G>> = sends.drain(..k_out).collect();
-    let inn: Vec<(PostedRecv<G>, Desc)> = recvs.drain(..k_in).zip(descs).collect();
-    if me < peer {
+    if let Some((i, p)) = hi_verdict {
+        return Err(err(i >= lo_counts.forward_sends, lo, hi, p));
+    }
+    // The tensors, forward ones first: the lower rank sends first.
+    let out: Vec<PostedSend<G>> = ops
+        .forward_sends
+        .drain(..k_out_f)
+        .chain(ops.backward_sends.drain(..k_out_b))
+        .collect();
+    let inn: Vec<(PostedRecv<G>, Desc)> = ops
+        .forward_recvs
+        .drain(..k_in_f)
+        .zip(fwd_descs.iter().cloned())
+        .chain(
+            ops.backward_recvs
+                .drain(..k_in_b)
+                .zip(bwd_descs.iter().cloned()),
+        )
+        .collect();
+    if lower {
         if let Err(e) = send_all(g, out) {
             for (r, _) in inn {
                 *lock(&r.slot) = Some(Err(e.clone()));
