@@ -11,6 +11,7 @@ use burn_core::store::ModuleRecord;
 use burn_optim::ModuleOptimizer;
 use burn_tensor::Bytes;
 
+use super::outlast::outlasting;
 use super::replicas::check_replicas;
 use super::running::fold_running_states;
 use super::structure::check_records;
@@ -91,7 +92,11 @@ pub(super) fn agree_outcome<G: Group>(
 /// name, flushed to disk and renamed: a reader sees the previous checkpoint
 /// or this one, never half of one. The call returns on every rank once the
 /// file is complete, so a rank may read it right after. Replicas are equal
-/// in data-parallel training, so one rank's copy is the run's.
+/// in data-parallel training, so one rank's copy is the run's. The write
+/// may take longer than the collective deadline (`RUDA_TIMEOUT_SECS`): the
+/// ranks exchange a heartbeat every 20 ms while it runs, so a slow disk is
+/// waited for and a rank that fails meanwhile is still found in time.
+/// [`load_checkpoint`] and the sharded save and load do the same.
 ///
 /// # Errors
 /// [`Error::InvalidRoot`] on every rank when the roots differ or are
@@ -166,11 +171,15 @@ fn save<M: Module, G: Group>(
             });
         }
     }
-    let mine = if me == root {
-        local(|| write(dir, module, optimizer))
-    } else {
-        Ok(())
-    };
+    // The root's write may outlast the collective deadline: the group
+    // keeps a heartbeat meanwhile.
+    let mine = outlasting(group, op, 1, || {
+        if me == root {
+            local(|| write(dir, module, optimizer))
+        } else {
+            Ok(())
+        }
+    })?;
     agree_outcome(group, op, 1, dir, mine)
 }
 
@@ -318,7 +327,7 @@ fn load<M: Module, G: Group>(
             .map_err(|e| format!("the optimizer state in {}: {e}", file.display()))?;
         Ok((m, o))
     };
-    let outcome = local(read);
+    let outcome = outlasting(group, op, 0, || local(read))?;
     finish_load(group, op, dir, outcome, hash)
 }
 

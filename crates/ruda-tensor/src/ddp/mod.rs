@@ -87,6 +87,7 @@ mod buffers;
 mod checkpoint;
 mod gradients;
 mod hybrid;
+mod outlast;
 mod replicas;
 mod running;
 mod sampler;

@@ -16,6 +16,7 @@ use burn_tensor::{Bytes, Tensor};
 use super::checkpoint::{
     agree_outcome, exchange, finish_load, local, state_dtype_fits, write_atomic,
 };
+use super::outlast::outlasting;
 use super::running::fold_running_states;
 use super::sharded::owners;
 use super::structure::Entry;
@@ -122,32 +123,38 @@ fn save<M: Module, G: Group>(
         .filter(|&(_, i)| owners[i] == me)
         .map(|(id, i)| (id, i as u64))
         .collect();
-    let mine = local(|| {
-        let state = optimizer
-            .into_bytes()
-            .map_err(|e| format!("serializing the optimizer: {e}"))?;
-        // Keyed by each parameter's position in the module, not by this
-        // rank's ids (replicas' ids differ, and the loading ones take the
-        // model file's); only the parameters this rank owns (state left
-        // from plain steps, say, is another owner's to save).
-        let state = rekey(state, |id| positions.get(&id).copied())?;
-        let head = [id, me as u64, ranks].map(u64::to_le_bytes).concat();
-        write_atomic(dir, &shard_file(id, me), &[SHARD_MAGIC, &head, &state[..]])
-    });
-    agree_outcome(group, op, 1, dir, mine)?;
-    let mine = if me == 0 {
+    // Every rank's write, then the root's, may outlast the collective
+    // deadline: the group keeps a heartbeat meanwhile.
+    let mine = outlasting(group, op, 1, || {
         local(|| {
-            let model = module
-                .clone()
-                .into_record()
+            let state = optimizer
                 .into_bytes()
-                .map_err(|e| format!("serializing the model: {e}"))?;
-            let head = [id, ranks].map(u64::to_le_bytes).concat();
-            write_atomic(dir, SHARDED_MODEL_FILE, &[MODEL_MAGIC, &head, &model[..]])
+                .map_err(|e| format!("serializing the optimizer: {e}"))?;
+            // Keyed by each parameter's position in the module, not by this
+            // rank's ids (replicas' ids differ, and the loading ones take the
+            // model file's); only the parameters this rank owns (state left
+            // from plain steps, say, is another owner's to save).
+            let state = rekey(state, |id| positions.get(&id).copied())?;
+            let head = [id, me as u64, ranks].map(u64::to_le_bytes).concat();
+            write_atomic(dir, &shard_file(id, me), &[SHARD_MAGIC, &head, &state[..]])
         })
-    } else {
-        Ok(())
-    };
+    })?;
+    agree_outcome(group, op, 1, dir, mine)?;
+    let mine = outlasting(group, op, 2, || {
+        if me == 0 {
+            local(|| {
+                let model = module
+                    .clone()
+                    .into_record()
+                    .into_bytes()
+                    .map_err(|e| format!("serializing the model: {e}"))?;
+                let head = [id, ranks].map(u64::to_le_bytes).concat();
+                write_atomic(dir, SHARDED_MODEL_FILE, &[MODEL_MAGIC, &head, &model[..]])
+            })
+        } else {
+            Ok(())
+        }
+    })?;
     agree_outcome(group, op, 2, dir, mine)?;
     if me == 0 {
         // The model file names this save: older shards are garbage now.
@@ -366,6 +373,6 @@ fn load<M: Module, G: Group>(
             .map_err(|e| format!("the optimizer state: {e}"))?;
         Ok((module, optimizer))
     };
-    let outcome = local(read);
+    let outcome = outlasting(group, op, 0, || local(read))?;
     finish_load(group, op, dir, outcome, hash)
 }
