@@ -31,6 +31,7 @@ mod timing;
 pub use mpi_raw::{measure_mpi_raw, mpi_in_place};
 pub use pattern::{PERIOD, count_wrong, expected, fill};
 pub use roofline::{StreamKernel, Traffic, stream};
+#[doc(hidden)]
 pub use ruda_comm::mix;
 pub use sample::Sample;
 pub use timing::{Iterations, Samples, median_seconds, time_back_to_back, time_calls};

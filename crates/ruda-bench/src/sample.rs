@@ -24,7 +24,7 @@ fn float_reference(inputs: &[f64], op: ReduceOp) -> (f64, f64) {
     let sum_abs: f64 = inputs.iter().map(|x| x.abs()).sum();
     let v = match op {
         ReduceOp::Sum => inputs.iter().sum(),
-        ReduceOp::Avg => inputs.iter().sum::<f64>() / inputs.len() as f64,
+        ReduceOp::Mean => inputs.iter().sum::<f64>() / inputs.len() as f64,
         ReduceOp::Prod => inputs.iter().product(),
         ReduceOp::Min => inputs.iter().copied().fold(f64::INFINITY, f64::min),
         ReduceOp::Max => inputs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
@@ -130,7 +130,7 @@ macro_rules! int_sample {
                     ReduceOp::Prod => it.fold(1 as $t, <$t>::wrapping_mul),
                     ReduceOp::Min => it.min().expect("one rank at least"),
                     ReduceOp::Max => it.max().expect("one rank at least"),
-                    ReduceOp::Avg => return Err("no result (Avg of integers is refused)".into()),
+                    ReduceOp::Mean => return Err("no result (Mean of integers is refused)".into()),
                 };
                 if got == exact {
                     Ok(())

@@ -67,6 +67,20 @@ impl<G> TimedGroup<G> {
     }
 }
 
+impl<G: Group> ruda_tensor::plumbing::Words for TimedGroup<G> {
+    fn gather_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
+        self.timed(|g| g.exchange_words(words))
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        self.timed(|g| g.send_words(words, dest))
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        self.timed(|g| g.recv_words(words, source))
+    }
+}
+
 impl<G: Group> Group for TimedGroup<G> {
     type Weak = (G::Weak, Arc<AtomicU64>);
 
@@ -103,10 +117,6 @@ impl<G: Group> Group for TimedGroup<G> {
             .map(|g| self.wrap(g)))
     }
 
-    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
-        self.timed(|g| g.exchange_words(words))
-    }
-
     fn gather_rows<B: Backend>(
         &self,
         op: TensorOp,
@@ -140,14 +150,6 @@ impl<G: Group> Group for TimedGroup<G> {
 
     fn barrier(&self) -> Result<(), Error> {
         self.timed(|g| g.barrier())
-    }
-
-    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
-        self.timed(|g| g.send_words(words, dest))
-    }
-
-    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
-        self.timed(|g| g.recv_words(words, source))
     }
 
     fn send_float<B: Backend>(

@@ -133,7 +133,7 @@ pub trait Communicator: Send + Sync + Sized {
     ///
     /// # Errors
     /// [`CommError::CountMismatch`] when the ranks' lengths differ;
-    /// [`crate::InvalidArgument::AverageOfIntegers`] for `Avg` on integers;
+    /// [`crate::InvalidArgument::AverageOfIntegers`] for `Mean` on integers;
     /// the collective errors.
     ///
     /// # Example

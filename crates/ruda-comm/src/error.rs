@@ -86,7 +86,7 @@ pub enum InvalidArgument {
         /// `send` or `recv`.
         op: OpKind,
     },
-    /// `ReduceOp::Avg` on an integer type.
+    /// `ReduceOp::Mean` on an integer type.
     #[error("the average of {dtype} values is not defined; reduce with Sum and divide")]
     AverageOfIntegers {
         /// The integer type.

@@ -12,7 +12,7 @@
 //! use ruda_comm::{Communicator, LocalWorld, ReduceOp};
 //! let out = LocalWorld::new(4).run(|comm| {
 //!     let mut grad = vec![comm.rank() as f32; 3];
-//!     comm.all_reduce(&mut grad, ReduceOp::Avg)?;
+//!     comm.all_reduce(&mut grad, ReduceOp::Mean)?;
 //!     Ok::<_, ruda_comm::CommError>(grad)
 //! }).unwrap();
 //! assert!(out.iter().all(|g| g == &vec![1.5; 3]));
@@ -44,6 +44,9 @@ pub use fingerprint::{Fingerprint, ObjectType, OpKind};
 pub use flight::{
     CallRecord, ErrorKind, FLIGHT_RECORDER_ENTRIES, FLIGHT_RECORDER_ENV, Outcome, RankHistory,
 };
+// Shared with ruda's other crates (call records and shape hashes must
+// agree across them); not part of the API.
+#[doc(hidden)]
 pub use hash::mix;
 pub use launch::{
     AnyCommunicator, LAUNCH_ENV, Launch, LaunchError, LaunchMode, MPI_LAUNCHER_ENV,

@@ -4,8 +4,10 @@ use core::fmt;
 
 /// How corresponding elements of all ranks combine.
 ///
-/// `Avg` is the sum divided by the group size, computed in the accumulation
-/// type; it is defined for floating types only.
+/// `Mean` is the sum divided by the group size, computed in the
+/// accumulation type; it is defined for floating types only. (It was
+/// called `Avg`; the data-parallel layer's `GradientReduction::Mean` and
+/// `BufferSync::Mean` use the same name.)
 ///
 /// # Example
 /// ```
@@ -27,8 +29,8 @@ pub enum ReduceOp {
     Min,
     /// Maximum.
     Max,
-    /// Arithmetic mean (floating types only).
-    Avg,
+    /// Arithmetic mean (floating types only): MPI's and NCCL's average.
+    Mean,
 }
 
 impl ReduceOp {
@@ -38,7 +40,7 @@ impl ReduceOp {
         ReduceOp::Prod,
         ReduceOp::Min,
         ReduceOp::Max,
-        ReduceOp::Avg,
+        ReduceOp::Mean,
     ];
 
     /// Lower-case name (`"sum"`).
@@ -48,7 +50,7 @@ impl ReduceOp {
             ReduceOp::Prod => "prod",
             ReduceOp::Min => "min",
             ReduceOp::Max => "max",
-            ReduceOp::Avg => "avg",
+            ReduceOp::Mean => "mean",
         }
     }
 }

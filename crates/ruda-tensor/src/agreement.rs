@@ -146,7 +146,7 @@ pub(crate) fn reduce_op_code(r: ruda_comm::ReduceOp) -> i64 {
         ruda_comm::ReduceOp::Prod => 2,
         ruda_comm::ReduceOp::Min => 3,
         ruda_comm::ReduceOp::Max => 4,
-        ruda_comm::ReduceOp::Avg => 5,
+        ruda_comm::ReduceOp::Mean => 5,
     }
 }
 

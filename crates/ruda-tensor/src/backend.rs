@@ -45,7 +45,7 @@ impl PlainBackend for burn_cubecl::Cube {}
 /// its adjoint for the backward pass. You do not call its methods
 /// yourself: use the operations of [`crate::ops`], the primitives of
 /// [`crate::primitives`] or the methods of [`crate::TensorExt`].
-pub trait DistBackend: Backend {
+pub trait DistBackend: carry::Carry {
     /// Whether `x` is tracked by autodiff (always `false` on a plain backend).
     fn is_tracked(x: &FloatTensor<Self>) -> bool;
 
@@ -59,37 +59,49 @@ pub trait DistBackend: Backend {
         plan: O::Plan,
         x: FloatTensor<Self>,
     ) -> Result<FloatTensor<Self>, Error>;
+}
 
-    /// `value` (its own graph, if any, cut off), with the gradient of the
-    /// result passed unchanged to `carrier` (same shape): how an operation
-    /// whose value comes from outside autodiff (the extremum of
-    /// [`crate::TensorExt::all_reduce_with`]) gets its gradient path.
-    ///
-    /// # Example
-    /// ```
-    /// use burn_autodiff::Autodiff;
-    /// use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps, read_sync};
-    /// use burn_flex::{Flex, FlexDevice};
-    /// use ruda_tensor::DistBackend;
-    /// type Ad = Autodiff<Flex>;
-    /// let x = Ad::float_set_require_grad(Ad::float_from_data(TensorData::new(vec![1.0f32], [1]), &FlexDevice), true);
-    /// let carrier = Ad::float_mul_scalar(x.clone(), 3.0.into());
-    /// let y = Ad::with_value(carrier, Ad::float_from_data(TensorData::new(vec![7.0f32], [1]), &FlexDevice));
-    /// let grads = Ad::backward(Ad::float_sum(y.clone()));
-    /// let value = read_sync(Flex::float_into_data(Ad::inner(y))).unwrap().try_to_vec::<f32>().unwrap();
-    /// let dx = read_sync(Flex::float_into_data(Ad::grad(&x, &grads).unwrap())).unwrap().try_to_vec::<f32>().unwrap();
-    /// assert_eq!((value, dx), (vec![7.0], vec![3.0])); // the value given, the carrier's gradient
-    /// ```
-    fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self>;
+/// Crate-internal backend plumbing, sealed: the trait is public inside a
+/// private module, so no other crate can name, call or implement it (and
+/// so none can implement [`DistBackend`] except through
+/// [`PlainBackend`]).
+pub(crate) mod carry {
+    use burn_backend::Backend;
+    use burn_backend::tensor::FloatTensor;
+
+    /// The value swap behind the extremum of
+    /// [`crate::TensorExt::all_reduce_with`].
+    pub trait Carry: Backend {
+        /// `value` (its own graph, if any, cut off), with the gradient of
+        /// the result passed unchanged to `carrier` (same shape).
+        fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self>;
+    }
+}
+
+impl<B: PlainBackend> carry::Carry for B {
+    fn with_value(_: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        value
+    }
+}
+
+impl<B: PlainBackend, CK: CheckpointStrategy> carry::Carry for Autodiff<B, CK> {
+    fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (_, guard) = carrier.into_parts();
+        let (out, _) = value.into_parts();
+        match PassGradient
+            .prepare::<CK>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
 }
 
 impl<B: PlainBackend> DistBackend for B {
     fn is_tracked(_: &FloatTensor<Self>) -> bool {
         false
-    }
-
-    fn with_value(_: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
-        value
     }
 
     fn run<G: Group, O: LinearOp>(
@@ -140,7 +152,7 @@ impl<B: PlainBackend, G: Group, A: LinearOp> Backward<B, 1> for AdjointStep<G, A
     }
 }
 
-/// The backward step of [`DistBackend::with_value`]: the gradient passes
+/// The backward step of `carry::Carry::with_value`: the gradient passes
 /// to the carrier unchanged.
 #[derive(Debug)]
 struct PassGradient;
@@ -156,19 +168,6 @@ impl<B: PlainBackend> Backward<B, 1> for PassGradient {
 impl<B: PlainBackend, CK: CheckpointStrategy> DistBackend for Autodiff<B, CK> {
     fn is_tracked(x: &FloatTensor<Self>) -> bool {
         x.is_tracked()
-    }
-
-    fn with_value(carrier: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
-        let (_, guard) = carrier.into_parts();
-        let (out, _) = value.into_parts();
-        match PassGradient
-            .prepare::<CK>([guard])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
     }
 
     fn run<G: Group, O: LinearOp>(
@@ -256,5 +255,40 @@ pub fn try_backward<R>(backward: impl FnOnce() -> R) -> Result<R, Error> {
             Some(e) => Err(e),
             None => std::panic::resume_unwind(payload),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_autodiff::Autodiff;
+    use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps, read_sync};
+    use burn_flex::{Flex, FlexDevice};
+
+    use super::carry::Carry;
+
+    type Ad = Autodiff<Flex>;
+
+    /// The value given, the carrier's gradient.
+    #[test]
+    fn with_value_keeps_the_value_and_the_carriers_gradient() {
+        let x = Ad::float_set_require_grad(
+            Ad::float_from_data(TensorData::new(vec![1.0f32], [1]), &FlexDevice),
+            true,
+        );
+        let carrier = Ad::float_mul_scalar(x.clone(), 3.0.into());
+        let y = Ad::with_value(
+            carrier,
+            Ad::float_from_data(TensorData::new(vec![7.0f32], [1]), &FlexDevice),
+        );
+        let grads = Ad::backward(Ad::float_sum(y.clone()));
+        let value = read_sync(Flex::float_into_data(Ad::inner(y)))
+            .unwrap()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let dx = read_sync(Flex::float_into_data(Ad::grad(&x, &grads).unwrap()))
+            .unwrap()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!((value, dx), (vec![7.0], vec![3.0]));
     }
 }

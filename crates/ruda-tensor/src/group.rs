@@ -39,7 +39,7 @@ use crate::error::{Error, TensorOp};
 /// }).unwrap();
 /// assert_eq!(sizes, vec![(0, 2), (1, 2), (0, 2), (1, 2)]);
 /// ```
-pub trait Group: Clone + Debug + Send + Sync + 'static {
+pub trait Group: plumbing::Words + Clone + Debug + Send + Sync + 'static {
     /// A handle that does not keep the group alive, held by backward steps
     /// (Burn's autodiff graph may outlive the rank that built it).
     type Weak: Clone + Debug + Send + Sync + 'static;
@@ -93,11 +93,25 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error>;
 
     /// Gather every rank's `words` (the same count on every rank), in rank
-    /// order: the exchange by which operations agree before data moves.
+    /// order: the exchange by which operations agree before data moves,
+    /// for agreements of your own (a seed, a configuration's hash).
     ///
     /// # Errors
     /// The communicator's errors.
-    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error>;
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_tensor::{Group, HostCollective};
+    /// let all = LocalWorld::new(3).run(|c| {
+    ///     let g = HostCollective::new(c);
+    ///     g.exchange_words(&[g.rank() as i64 * 10])
+    /// }).unwrap();
+    /// assert_eq!(all[2], vec![0, 10, 20]);
+    /// ```
+    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
+        plumbing::Words::gather_words(self, words)
+    }
 
     /// Concatenate every rank's rows along the leading axis; rank `r` holds
     /// `rows[r]` (agreed beforehand, like the trailing axes and dtype).
@@ -172,36 +186,6 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
     /// LocalWorld::new(3).run(|c| HostCollective::new(c).barrier()).unwrap();
     /// ```
     fn barrier(&self) -> Result<(), Error>;
-
-    /// Send `words` to rank `dest`; returns once `dest` received them (the
-    /// handshake of a tensor send, see [`crate::TensorExt::send`]).
-    ///
-    /// # Errors
-    /// The communicator's errors (a receiver expecting another length
-    /// fails on both ranks).
-    ///
-    /// # Example
-    /// ```
-    /// use ruda_comm::LocalWorld;
-    /// use ruda_tensor::{Group, HostCollective};
-    /// let got = LocalWorld::new(2).run(|c| {
-    ///     let g = HostCollective::new(c);
-    ///     let mut w = [0i64; 2];
-    ///     if g.rank() == 0 { g.send_words(&[7, 8], 1)? } else { g.recv_words(&mut w, 0)? }
-    ///     Ok::<_, ruda_tensor::Error>(w)
-    /// }).unwrap();
-    /// assert_eq!(got[1], [7, 8]);
-    /// ```
-    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error>;
-
-    /// Receive exactly `words.len()` words from rank `source`.
-    ///
-    /// # Errors
-    /// As [`Group::send_words`].
-    ///
-    /// # Example
-    /// See [`Group::send_words`].
-    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error>;
 
     /// Send a float tensor to rank `dest` (its shape and dtype agreed
     /// beforehand).
@@ -297,4 +281,38 @@ pub trait Group: Clone + Debug + Send + Sync + 'static {
         send_rows: &[usize],
         recv_rows: &[usize],
     ) -> Result<IntTensor<B>, Error>;
+}
+
+/// The word messages behind every agreement and handshake: transport
+/// plumbing that [`Group`] implementations provide and ruda's operations
+/// use. Not part of the API (hidden, and may change in any release); a
+/// group of your own wraps [`crate::HostCollective`] or
+/// [`crate::DeviceGroup`] rather than implementing it.
+#[doc(hidden)]
+pub mod plumbing {
+    use alloc::vec::Vec;
+
+    use crate::error::Error;
+
+    /// Word messages over a group.
+    pub trait Words {
+        /// Every rank's `words` (the same count everywhere), in rank order.
+        ///
+        /// # Errors
+        /// The communicator's errors.
+        fn gather_words(&self, words: &[i64]) -> Result<Vec<i64>, Error>;
+
+        /// Send `words` to rank `dest`; returns once `dest` received them.
+        ///
+        /// # Errors
+        /// The communicator's errors (a receiver expecting another length
+        /// fails on both ranks).
+        fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error>;
+
+        /// Receive exactly `words.len()` words from rank `source`.
+        ///
+        /// # Errors
+        /// As [`Words::send_words`].
+        fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error>;
+    }
 }

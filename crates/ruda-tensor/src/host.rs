@@ -263,6 +263,20 @@ impl<C: Communicator> HostCollective<C> {
     }
 }
 
+impl<C: Communicator + Debug + 'static> crate::group::plumbing::Words for HostCollective<C> {
+    fn gather_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
+        Ok(self.comm.all_gather_vec(words)?)
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        Ok(self.comm.send(words, dest)?)
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        Ok(self.comm.recv(words, source)?)
+    }
+}
+
 impl<C: Communicator + Debug + 'static> Group for HostCollective<C> {
     type Weak = Weak<C>;
 
@@ -292,10 +306,6 @@ impl<C: Communicator + Debug + 'static> Group for HostCollective<C> {
 
     fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error> {
         Ok(self.comm.replica_group(groups)?.map(HostCollective::new))
-    }
-
-    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
-        Ok(self.comm.all_gather_vec(words)?)
     }
 
     fn gather_rows<B: Backend>(
@@ -370,14 +380,6 @@ impl<C: Communicator + Debug + 'static> Group for HostCollective<C> {
 
     fn barrier(&self) -> Result<(), Error> {
         Ok(self.comm.barrier()?)
-    }
-
-    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
-        Ok(self.comm.send(words, dest)?)
-    }
-
-    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
-        Ok(self.comm.recv(words, source)?)
     }
 
     fn send_float<B: Backend>(

@@ -99,6 +99,8 @@ pub use error::{
 pub use exchange::{Exchange, Incoming};
 pub use grid::{Axis, ProcessGrid};
 pub use group::Group;
+#[doc(hidden)]
+pub use group::plumbing;
 pub use host::HostCollective;
 pub use hybrid_grid::HybridGrid;
 #[cfg(feature = "tensor-api")]

@@ -46,7 +46,7 @@ pub trait TensorExt: Sized {
 
     /// Reduce over the group with `op` (sum, average, maximum, minimum,
     /// product); every rank gets the result. Gradients (see the table in
-    /// the crate's README): `Avg` is its own adjoint divided by the group
+    /// the crate's README): `Mean` is its own adjoint divided by the group
     /// size; `Max`/`Min` send the summed output gradient to the rank(s)
     /// holding the extremum, a tie shared equally among them; `Prod` is
     /// refused on a tracked input.

@@ -5,7 +5,7 @@
 //! | reduction | forward | gradient of rank `r`'s input |
 //! |---|---|---|
 //! | `Sum` | sum | the sum of every rank's output gradient (the all-reduce) |
-//! | `Avg` | mean | that sum divided by the group size (its own adjoint) |
+//! | `Mean` | mean | that sum divided by the group size (its own adjoint) |
 //! | `Max`, `Min` | the extremum | that sum, where `r` holds the extremum, divided by the number of ranks holding it (a tie shares it equally); zero elsewhere |
 //! | `Prod` | product | refused under autodiff ([`Error::NotDifferentiable`]) |
 //!
@@ -132,7 +132,7 @@ impl LinearOp for Average {
         agree_reduce(
             g,
             self.role,
-            ReduceOp::Avg,
+            ReduceOp::Mean,
             shape,
             dtype,
             tracked,
@@ -150,7 +150,7 @@ impl LinearOp for Average {
         if g.size() == 1 {
             return Ok(x);
         }
-        g.reduce::<B>(self.role.op, x, ReduceOp::Avg)
+        g.reduce::<B>(self.role.op, x, ReduceOp::Mean)
     }
 
     fn adjoint(&self, _: &()) -> Average {
@@ -231,7 +231,7 @@ pub(crate) fn reduce_with<const D: usize, G: Group>(
     });
     let dims = x.dims();
     let whole = match reduce {
-        ReduceOp::Sum | ReduceOp::Avg => routed!(
+        ReduceOp::Sum | ReduceOp::Mean => routed!(
             x,
             D,
             burn_tensor::Float,
@@ -309,6 +309,6 @@ fn extremum<const D: usize, G: Group>(
         value
             .try_into_primitive::<B>()
             .map_err(unsupported)
-            .map(|v| B::with_value(c, v))
+            .map(|v| <B as crate::backend::carry::Carry>::with_value(c, v))
     })
 }

@@ -121,7 +121,7 @@ impl Case {
             Case::SeedReduceScatter => replica::reduce_scatter(x, g, n),
             Case::SeedAllToAll => replica::all_to_all(x, g),
             Case::RankSlice => replica::rank_slice(x, g),
-            Case::AllReduceAvg => x.all_reduce_with(g, ruda_comm::ReduceOp::Avg),
+            Case::AllReduceAvg => x.all_reduce_with(g, ruda_comm::ReduceOp::Mean),
             Case::AllReduceMax => x.all_reduce_with(g, ruda_comm::ReduceOp::Max),
             Case::ReduceScatterMin => x.reduce_scatter_with(g, 0, ruda_comm::ReduceOp::Min),
         }

@@ -35,7 +35,7 @@ fn reduce_ref(xs: &[Vec<f64>], i: usize, op: ReduceOp) -> f64 {
     let it = xs.iter().map(|x| x[i]);
     match op {
         ReduceOp::Sum => it.sum(),
-        ReduceOp::Avg => it.sum::<f64>() / xs.len() as f64,
+        ReduceOp::Mean => it.sum::<f64>() / xs.len() as f64,
         ReduceOp::Prod => it.product(),
         ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max),
         ReduceOp::Min => it.fold(f64::INFINITY, f64::min),
@@ -120,7 +120,7 @@ fn reference(
             (0..len)
                 .map(|i| match op {
                     ReduceOp::Sum => total[i],
-                    ReduceOp::Avg => total[i] / n as f64,
+                    ReduceOp::Mean => total[i] / n as f64,
                     ReduceOp::Prod => 0.0,
                     ReduceOp::Max | ReduceOp::Min => {
                         let holders = xs.iter().filter(|x| x[i] == full[i]).count();
@@ -231,7 +231,7 @@ fn run_case(
                     }
                 }
                 // Sum and mean are linear: ⟨A x, w⟩ = ⟨x, Aᵀ w⟩ over ranks.
-                if tracked && matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+                if tracked && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
                     assert!(
                         (lhs - rhs).abs() <= 1e-10 * (1.0 + lhs.abs()),
                         "{ctx}: adjoint identity {lhs} vs {rhs}"
@@ -440,7 +440,7 @@ fn host_and_device_agree_bit_for_bit_and_halves_combine_in_f32() {
                 let d: Vec<u32> = device[r].iter().map(|x| x.to_bits()).collect();
                 assert_eq!(h, d, "{op} {dtype:?}: rank {r}");
             }
-            if op == ReduceOp::Avg && dtype == DType::F16 {
+            if op == ReduceOp::Mean && dtype == DType::F16 {
                 assert_eq!(host[0][64], 60000.0, "f16 mean of 60000s");
             }
         }
@@ -523,7 +523,7 @@ fn mismatches_are_typed_errors_on_every_rank() {
     // A chunk for every rank: 2 rows over 3 ranks is refused everywhere.
     let e = errors(world(3).run_each(|c| {
         let g = HostCollective::new(c);
-        Tensor::<2>::zeros([2, 4], &Device::flex()).reduce_scatter_with(&g, 0, ReduceOp::Avg)
+        Tensor::<2>::zeros([2, 4], &Device::flex()).reduce_scatter_with(&g, 0, ReduceOp::Mean)
     }));
     for e in &e {
         assert!(

@@ -35,7 +35,7 @@ pub(crate) unsafe fn reduce<T: Element>(
             ReduceOp::Prod => reduce_with::<T, _>(inputs, outputs, len, Accumulator::mul, None),
             ReduceOp::Min => reduce_with::<T, _>(inputs, outputs, len, Accumulator::min, None),
             ReduceOp::Max => reduce_with::<T, _>(inputs, outputs, len, Accumulator::max, None),
-            ReduceOp::Avg => {
+            ReduceOp::Mean => {
                 reduce_with::<T, _>(inputs, outputs, len, Accumulator::add, Some(inputs.len()))
             }
         }
@@ -279,7 +279,7 @@ mod tests {
         let pa = a.as_mut_ptr();
         // SAFETY: both buffers hold `n` elements; the output may alias an
         // input (`reduce` reads each tile before writing it).
-        unsafe { reduce(&[pa as *const f64, b.as_ptr()], &[pa], n, ReduceOp::Avg) };
+        unsafe { reduce(&[pa as *const f64, b.as_ptr()], &[pa], n, ReduceOp::Mean) };
         assert!(a.iter().enumerate().all(|(i, &x)| x == 1.5 * i as f64));
     }
 }

@@ -380,7 +380,7 @@ impl MpiCommunicator {
                 hi - lo
             })
             .collect();
-        let sum = if op == ReduceOp::Avg {
+        let sum = if op == ReduceOp::Mean {
             ReduceOp::Sum
         } else {
             op
@@ -416,7 +416,7 @@ impl MpiCommunicator {
         if let Err(stop) = shared::all_gather(&mut h.seg, &share, buf, &counts, deadline) {
             return Some(Err(named(stop)));
         }
-        if op == ReduceOp::Avg {
+        if op == ReduceOp::Mean {
             divide(buf, self.size);
         }
         Some(Ok(()))
@@ -598,7 +598,7 @@ impl MpiCommunicator {
     }
 
     fn avg_on_integers<T: Element>(&self, op: OpKind, r: ReduceOp) -> Result<(), CommError> {
-        if r == ReduceOp::Avg && !T::DTYPE.is_float() {
+        if r == ReduceOp::Mean && !T::DTYPE.is_float() {
             return Err(CommError::InvalidArgument {
                 op,
                 rank: self.rank,
@@ -711,7 +711,7 @@ impl MpiCommunicator {
                 ),
                 |p, _, c| mpi_call(p, float, c),
             )?;
-            if op == ReduceOp::Avg {
+            if op == ReduceOp::Mean {
                 out.iter_mut().for_each(|x| *x /= n as f32);
             }
             narrow(&out, recv);
@@ -722,7 +722,7 @@ impl MpiCommunicator {
             phase(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv)),
             |p, _, c| mpi_call(p, dt, c),
         )?;
-        if op == ReduceOp::Avg {
+        if op == ReduceOp::Mean {
             divide(recv, n);
         }
         Ok(())
@@ -1098,7 +1098,7 @@ impl Communicator for MpiCommunicator {
                         unsafe { ffi::RSMPI_FLOAT },
                         operator(op),
                     )?;
-                    if op == ReduceOp::Avg {
+                    if op == ReduceOp::Mean {
                         wide.iter_mut().for_each(|x| *x /= self.size as f32);
                     }
                     narrow(&wide, buf);
@@ -1131,7 +1131,7 @@ impl Communicator for MpiCommunicator {
                     datatype(T::DTYPE),
                     operator(op),
                 )?;
-                if op == ReduceOp::Avg {
+                if op == ReduceOp::Mean {
                     divide(buf, self.size);
                 }
                 Ok(())

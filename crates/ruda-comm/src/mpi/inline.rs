@@ -320,7 +320,7 @@ mod tests {
         reduce_in_place(
             &[Some(&[0f32, 3.0][..]), None, Some(&[0.0, 0.0])],
             &mut buf,
-            ReduceOp::Avg,
+            ReduceOp::Mean,
         );
         assert_eq!(buf, [1.0, 3.0]);
     }

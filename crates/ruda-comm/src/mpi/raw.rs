@@ -25,12 +25,12 @@ pub(crate) fn datatype(d: DType) -> ffi::MPI_Datatype {
     }
 }
 
-/// The MPI operator of a reduction (`Avg` sums, then divides).
+/// The MPI operator of a reduction (`Mean` sums, then divides).
 pub(crate) fn operator(op: ReduceOp) -> ffi::MPI_Op {
     // SAFETY: reading MPI's predefined operator handles after initialisation.
     unsafe {
         match op {
-            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+            ReduceOp::Sum | ReduceOp::Mean => ffi::RSMPI_SUM,
             ReduceOp::Prod => ffi::RSMPI_PROD,
             ReduceOp::Min => ffi::RSMPI_MIN,
             ReduceOp::Max => ffi::RSMPI_MAX,

@@ -96,7 +96,7 @@ fn equal_counts(calls: &[CallArgs<'_>], op: OpKind, me: usize) -> Result<(), Com
 /// A reduction is defined for the element type.
 fn reduction(calls: &[CallArgs<'_>], me: usize) -> Result<(), CommError> {
     let fp = &calls[0].fp;
-    if let (Some(ReduceOp::Avg), Some(dtype)) = (fp.reduce, fp.dtype)
+    if let (Some(ReduceOp::Mean), Some(dtype)) = (fp.reduce, fp.dtype)
         && !dtype.is_float()
     {
         return Err(CommError::InvalidArgument {

@@ -208,7 +208,7 @@ fn sync<M: Module, G: Group>(group: &G, module: M, how: BufferSync) -> Result<M,
         Buckets::default(),
         |bucket| match root {
             Some(root) => bucket.broadcast(group, root),
-            None => bucket.all_reduce_with(group, ReduceOp::Avg),
+            None => bucket.all_reduce_with(group, ReduceOp::Mean),
         },
         |entry, value| {
             out.insert(entry.id.val(), value);

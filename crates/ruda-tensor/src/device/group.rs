@@ -196,6 +196,22 @@ impl DeviceGroup {
     }
 }
 
+impl crate::group::plumbing::Words for DeviceGroup {
+    fn gather_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
+        // The agreement's few words per rank (shapes, counts): metadata,
+        // not tensor data.
+        Ok(self.comm.all_gather_vec(words)?)
+    }
+
+    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
+        Ok(self.comm.send(words, dest)?)
+    }
+
+    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
+        Ok(self.comm.recv(words, source)?)
+    }
+}
+
 impl Group for DeviceGroup {
     type Weak = Weak<LocalCommunicator>;
 
@@ -225,12 +241,6 @@ impl Group for DeviceGroup {
 
     fn replica_group(&self, groups: &ReplicaGroups) -> Result<Option<Self>, Error> {
         Ok(self.comm.replica_group(groups)?.map(DeviceGroup::new))
-    }
-
-    fn exchange_words(&self, words: &[i64]) -> Result<Vec<i64>, Error> {
-        // The agreement's few words per rank (shapes, counts): metadata,
-        // not tensor data.
-        Ok(self.comm.all_gather_vec(words)?)
     }
 
     fn gather_rows<B: Backend>(
@@ -300,14 +310,6 @@ impl Group for DeviceGroup {
 
     fn barrier(&self) -> Result<(), Error> {
         Ok(self.comm.barrier()?)
-    }
-
-    fn send_words(&self, words: &[i64], dest: usize) -> Result<(), Error> {
-        Ok(self.comm.send(words, dest)?)
-    }
-
-    fn recv_words(&self, words: &mut [i64], source: usize) -> Result<(), Error> {
-        Ok(self.comm.recv(words, source)?)
     }
 
     /// Point-to-point messages stage through host memory: the local

@@ -167,7 +167,7 @@ pub(crate) fn sum_in_order<B: Backend>(parts: Vec<FloatTensor<B>>) -> FloatTenso
 /// elementwise with `reduce` in the order given, as [`sum_in_order`] sums
 /// them: `f16`/`bf16` are combined in `f32` and rounded once; `Max`/`Min`
 /// are IEEE `maxNum`/`minNum` (a NaN loses to a number), as the local
-/// transport's host kernels; `Avg` is the sum divided by the part count.
+/// transport's host kernels; `Mean` is the sum divided by the part count.
 pub(crate) fn reduce_in_order<B: Backend>(
     parts: Vec<FloatTensor<B>>,
     reduce: ruda_comm::ReduceOp,
@@ -192,7 +192,7 @@ pub(crate) fn reduce_in_order<B: Backend>(
     let mut acc = it.next().expect("at least one part");
     for p in it {
         acc = match reduce {
-            ReduceOp::Sum | ReduceOp::Avg => B::float_add(acc, p),
+            ReduceOp::Sum | ReduceOp::Mean => B::float_add(acc, p),
             ReduceOp::Prod => B::float_mul(acc, p),
             ReduceOp::Max | ReduceOp::Min => {
                 // Take the part where it wins or where the running value is
@@ -207,7 +207,7 @@ pub(crate) fn reduce_in_order<B: Backend>(
             }
         };
     }
-    if reduce == ReduceOp::Avg {
+    if reduce == ReduceOp::Mean {
         acc = B::float_div_scalar(acc, burn_backend::Scalar::Float(n as f64));
     }
     if promote {

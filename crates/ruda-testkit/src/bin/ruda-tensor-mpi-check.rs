@@ -172,7 +172,7 @@ fn issue_18_ops(
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [2, 3]), f64_on).require_grad();
     let y = xt
         .clone()
-        .all_reduce_with(coll, ReduceOp::Avg)
+        .all_reduce_with(coll, ReduceOp::Mean)
         .map_err(|e| e.to_string())?;
     let yv = y
         .clone()
@@ -188,7 +188,7 @@ fn issue_18_ops(
         .map_err(|e| format!("{e:?}"))?;
     let (lhs, rhs) = (sum_all(sums, dot(&yv, &w)), sum_all(sums, dot(&x, &gv)));
     if (lhs - rhs).abs() > 1e-10 * (1.0 + lhs.abs()) {
-        return Err(format!("avg adjoint identity: {lhs} vs {rhs}"));
+        return Err(format!("mean adjoint identity: {lhs} vs {rhs}"));
     }
     // The maximum: ranks 0 and 1 tie at 5 in element 0; element 1 is the
     // rank itself (the last rank holds it alone).

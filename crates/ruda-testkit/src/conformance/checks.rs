@@ -286,7 +286,7 @@ impl<C: Communicator> Checker<'_, C> {
         let inputs: Vec<Vec<T>> = (0..self.n()).map(|r| self.input(1, r, len, prod)).collect();
         let mut buf = inputs[self.me()].clone();
         let r = self.comm.all_reduce(&mut buf, op);
-        if op == ReduceOp::Avg && !T::DTYPE.is_float() {
+        if op == ReduceOp::Mean && !T::DTYPE.is_float() {
             return self.expect_refused::<T>(OpKind::AllReduce, r);
         }
         r?;
@@ -306,7 +306,7 @@ impl<C: Communicator> Checker<'_, C> {
         let inputs: Vec<Vec<T>> = (0..n).map(|r| self.input(2, r, n * len, prod)).collect();
         let mut out = vec![T::zeroed(); len];
         let r = self.comm.reduce_scatter(&inputs[me], &mut out, op);
-        if op == ReduceOp::Avg && !T::DTYPE.is_float() {
+        if op == ReduceOp::Mean && !T::DTYPE.is_float() {
             return self.expect_refused::<T>(OpKind::ReduceScatter, r);
         }
         r?;
@@ -343,7 +343,7 @@ impl<C: Communicator> Checker<'_, C> {
         let r = self
             .comm
             .reduce_scatter_v(&inputs[me], &mut out, &counts, op);
-        if op == ReduceOp::Avg && !T::DTYPE.is_float() {
+        if op == ReduceOp::Mean && !T::DTYPE.is_float() {
             return self.expect_refused::<T>(OpKind::ReduceScatterV, r);
         }
         r?;
