@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use common::{errors, world};
+use common::{errors, pair, world};
 use proptest::prelude::*;
 use ruda_comm::{LocalWorld, RankError};
 use ruda_tensor::{
@@ -212,14 +212,6 @@ fn send_recv_swaps_and_shifts() {
             }
         }
     }
-}
-
-fn pair<R: Send + std::fmt::Debug>(
-    f: impl Fn(&HostCollective<ruda_comm::LocalCommunicator>) -> Result<R, Error> + Sync,
-) -> Vec<Result<R, RankError<Error>>> {
-    LocalWorld::new(2)
-        .timeout(Duration::from_secs(5))
-        .run_each(|c| f(&HostCollective::new(c)))
 }
 
 #[test]

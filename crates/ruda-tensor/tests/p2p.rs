@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
-use common::{errors, world};
-use ruda_comm::{CommError, LocalWorld, RankError};
+use common::{errors, pair, world};
+use ruda_comm::{CommError, RankError};
 use ruda_tensor::{
     DeviceWorld, Error, Group, HostCollective, PairProblem, TensorExt, TensorOp, recv,
 };
@@ -105,14 +105,6 @@ fn shapes_and_dtypes_arrive_as_sent() {
             assert_eq!(got.as_bytes(), want.as_bytes(), "{dtype:?} {shape:?}");
         }
     }
-}
-
-fn pair<R: Send + std::fmt::Debug>(
-    f: impl Fn(&HostCollective<ruda_comm::LocalCommunicator>) -> Result<R, Error> + Sync,
-) -> Vec<Result<R, RankError<Error>>> {
-    LocalWorld::new(2)
-        .timeout(Duration::from_secs(5))
-        .run_each(|c| f(&HostCollective::new(c)))
 }
 
 #[test]

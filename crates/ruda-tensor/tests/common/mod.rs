@@ -278,3 +278,16 @@ pub fn errors<R: std::fmt::Debug, E: std::fmt::Debug>(
         })
         .collect()
 }
+
+/// Run `f` on two ranks of the local transport (a 5 s deadline) with a
+/// host-staged group each; every rank's outcome.
+pub fn pair<R: Send + std::fmt::Debug>(
+    f: impl Fn(
+        &ruda_tensor::HostCollective<ruda_comm::LocalCommunicator>,
+    ) -> Result<R, ruda_tensor::Error>
+    + Sync,
+) -> Vec<Result<R, ruda_comm::RankError<ruda_tensor::Error>>> {
+    LocalWorld::new(2)
+        .timeout(Duration::from_secs(5))
+        .run_each(|c| f(&ruda_tensor::HostCollective::new(c)))
+}
