@@ -285,9 +285,10 @@ pub trait Group: plumbing::Words + Clone + Debug + Send + Sync + 'static {
 
 /// The word messages behind every agreement and handshake: transport
 /// plumbing that [`Group`] implementations provide and ruda's operations
-/// use. Not part of the API (hidden, and may change in any release); a
-/// group of your own wraps [`crate::HostCollective`] or
-/// [`crate::DeviceGroup`] rather than implementing it.
+/// use. Hidden and outside the stable API: it may change in any release.
+/// A [`Group`] of your own (a wrapper that times or logs calls, as
+/// `ruda bench`'s does) implements it by forwarding to the group it wraps,
+/// and must follow such changes.
 #[doc(hidden)]
 pub mod plumbing {
     use alloc::vec::Vec;

@@ -188,7 +188,8 @@ pub trait TensorExt: Sized {
 
     /// Every rank's tensor concatenated along `dim` at `root` (sizes along
     /// `dim` may differ); the other ranks get an empty tensor (`dim` of
-    /// size 0). The adjoint scatters the root's gradient back.
+    /// size 0). The adjoint scatters the root's gradient back, so every
+    /// rank runs the backward pass through its (possibly empty) output.
     ///
     /// # Errors
     /// As [`p::gather_to_root`].
@@ -213,7 +214,8 @@ pub trait TensorExt: Sized {
     /// `root`'s tensor split along `dim` in balanced chunks, chunk `r` to
     /// rank `r`; the other ranks' inputs give only the other axes (pass an
     /// empty tensor, tracked exactly when the root's is). The adjoint
-    /// gathers the gradients to the root.
+    /// gathers the gradients to the root, so every rank runs the backward
+    /// pass through its chunk.
     ///
     /// # Errors
     /// As [`p::scatter_from_root`].

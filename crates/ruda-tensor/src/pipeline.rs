@@ -52,14 +52,17 @@ pub fn one_f_one_b(
     stage: usize,
     micro_batches: usize,
 ) -> Result<Vec<PipeStep>, Error> {
-    let Some(len) = micro_batches.checked_mul(2) else {
+    // Two steps a micro-batch, each a few words: a count whose schedule
+    // could not be allocated is refused rather than a panic.
+    let most = isize::MAX as usize / (2 * core::mem::size_of::<PipeStep>());
+    if micro_batches > most {
         return Err(Error::InvalidSetting {
             op: TensorOp::Pipeline,
             setting: "micro_batches",
             value: micro_batches as f64,
-            domain: "at most usize::MAX / 2",
+            domain: "a schedule memory can hold",
         });
-    };
+    }
     if stages == 0 || stage >= stages {
         return Err(Error::InvalidSetting {
             op: TensorOp::Pipeline,
@@ -70,7 +73,7 @@ pub fn one_f_one_b(
     }
     let warmup = (stages - stage - 1).min(micro_batches);
     let steady = micro_batches - warmup;
-    let mut steps = Vec::with_capacity(len);
+    let mut steps = Vec::with_capacity(2 * micro_batches);
     steps.extend((0..warmup).map(PipeStep::Forward));
     for i in 0..steady {
         steps.push(PipeStep::Forward(warmup + i));

@@ -136,7 +136,9 @@ pub fn reduce<B: DistBackend>(
 /// (sizes along `dim` may differ, every other axis must agree); every other
 /// rank gets zeros of its input's shape with `dim` of size 0. Only the
 /// root receives (point to point from each rank). The adjoint scatters the
-/// root's gradient back, each rank its slice.
+/// root's gradient back, each rank its slice: every rank must run the
+/// backward pass through its output (include the empty output in its
+/// loss), or the root's backward pass waits for it until the deadline.
 ///
 /// # Errors
 /// [`Error::InvalidRoot`] for a root outside the group or roots that
@@ -156,8 +158,9 @@ pub fn gather_to_root<B: DistBackend>(
 /// ranks' inputs only give every other axis (their size along `dim` is
 /// free; pass an empty tensor), and must be tracked by autodiff exactly
 /// when the root's is, since every rank's gradient goes back to the root in
-/// the backward pass (a gather to the root; the other ranks' inputs get
-/// zero gradients).
+/// the backward pass (a gather to the root, in which every rank takes
+/// part: run each rank's backward pass through its chunk; the other ranks'
+/// inputs get zero gradients).
 ///
 /// # Errors
 /// As [`gather_to_root`].

@@ -63,13 +63,15 @@ fn the_1f1b_schedule_runs_each_pass_once_with_bounded_activations() {
             }
         }
     }
-    assert!(matches!(
-        one_f_one_b(2, 0, usize::MAX),
-        Err(Error::InvalidSetting {
-            setting: "micro_batches",
-            ..
-        })
-    ));
+    for huge in [usize::MAX, usize::MAX / 2 - 1, isize::MAX as usize / 4] {
+        assert!(matches!(
+            one_f_one_b(2, 0, huge),
+            Err(Error::InvalidSetting {
+                setting: "micro_batches",
+                ..
+            })
+        ));
+    }
     for (stages, stage) in [(0, 0), (3, 3)] {
         assert!(matches!(
             one_f_one_b(stages, stage, 4),

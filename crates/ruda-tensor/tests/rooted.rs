@@ -225,24 +225,105 @@ fn a_bad_root_other_axes_or_tracking_that_differ_fail_on_every_rank() {
             "{e:?}"
         );
     }
-    // Another size across the free axis.
-    let out = errors(world(3).run_each(|c| {
+    // Another size along an axis other than the gathered one.
+    for e in errors(world(3).run_each(|c| {
         let g = HostCollective::new(c);
         let cols = 2 + usize::from(g.rank() == 1);
         Tensor::<2>::zeros([2, cols], &dev)
             .gather_to_root(&g, 0, 0)
             .map(|_| ())
-    }));
-    assert_eq!(out.len(), 3);
+    })) {
+        assert!(
+            matches!(
+                e,
+                Error::ShapeMismatch {
+                    op: TensorOp::GatherToRoot,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
     // Tracking that differs: the backward pass would wait for a gradient
     // that never comes.
-    let out = errors(world(2).run_each(|c| {
-        let g = HostCollective::new(c);
-        let x = Tensor::<2>::zeros([1, 2], &Device::flex().autodiff());
-        let x = if g.rank() == 0 { x.require_grad() } else { x };
-        x.gather_to_root(&g, 0, 0).map(|_| ())
-    }));
-    assert_eq!(out.len(), 2);
+    for scatter in [false, true] {
+        for e in errors(world(2).run_each(|c| {
+            let g = HostCollective::new(c);
+            let x = Tensor::<2>::zeros([1, 2], &Device::flex().autodiff());
+            let x = if g.rank() == 0 { x.require_grad() } else { x };
+            if scatter {
+                x.scatter_from_root(&g, 0, 0).map(|_| ())
+            } else {
+                x.gather_to_root(&g, 0, 0).map(|_| ())
+            }
+        })) {
+            assert!(
+                matches!(e, Error::TrackingMismatch { .. }),
+                "scatter {scatter}: {e:?}"
+            );
+        }
+    }
+}
+
+/// The scatter's other ranks may pass inputs of any length along the
+/// dimension: they are ignored, and their gradients are zeros of their
+/// shape.
+#[test]
+fn a_scatters_other_inputs_get_zero_gradients_of_their_shape() {
+    let out = world(3)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let me = g.rank();
+            let dev = Device::flex().autodiff();
+            let rows = [5, 2, 0][me];
+            let x = tensor(ramp(3 * rows, me), [rows, 3], &dev).require_grad();
+            let y = x.clone().scatter_from_root(&g, 0, 0)?;
+            let grads = try_backward(|| y.clone().mul_scalar(2.0).sum().backward())?;
+            let gx = x.grad(&grads).expect("a gradient");
+            Ok::<_, Error>((values(y), gx.dims(), values(gx)))
+        })
+        .unwrap();
+    // Rank 0's 5 rows in chunks of 2, 2 and 1.
+    let full = ramp(15, 0);
+    assert_eq!(out[0].0, full[..6].to_vec());
+    assert_eq!(out[1].0, full[6..12].to_vec());
+    assert_eq!(out[2].0, full[12..].to_vec());
+    assert_eq!(out[0].2, vec![2.0; 15]);
+    assert_eq!((out[1].1, out[1].2.clone()), ([2, 3], vec![0.0; 6]));
+    assert_eq!((out[2].1, out[2].2.clone()), ([0, 3], Vec::new()));
+}
+
+/// A 3-D tensor gathered along its middle axis.
+#[test]
+fn gather_to_root_along_a_middle_axis() {
+    let out = world(3)
+        .run(|c| {
+            let g = HostCollective::new(c);
+            let me = g.rank();
+            let v: Vec<f64> = (0..2 * (me + 1) * 2)
+                .map(|i| (100 * me + i) as f64)
+                .collect();
+            let x = Tensor::<3>::from_data(
+                TensorData::new(v, [2, me + 1, 2]),
+                (&Device::flex(), DType::F64),
+            );
+            let y = x.gather_to_root(&g, 2, 1)?;
+            Ok::<_, Error>((y.dims(), y.into_data().try_to_vec::<f64>().unwrap()))
+        })
+        .unwrap();
+    assert_eq!(out[0].0, [2, 0, 2]);
+    assert_eq!(out[2].0, [2, 6, 2]);
+    // Row-major [2, 6, 2]: for each leading index, rank 0's 1 row, rank
+    // 1's 2, rank 2's 3.
+    let mut want = Vec::new();
+    for a in 0..2 {
+        for (r, rows) in [(0usize, 1usize), (1, 2), (2, 3)] {
+            for k in 0..rows * 2 {
+                want.push((100 * r + a * rows * 2 + k) as f64);
+            }
+        }
+    }
+    assert_eq!(out[2].1, want);
 }
 
 proptest! {

@@ -64,7 +64,9 @@ const ONE: usize = 1;
 ///   lower rank's finding first). A pair where nothing pairs up (both only
 ///   send, both only receive, or forward messages meet only backward
 ///   ones) is [`PairProblem::Stuck`](crate::PairProblem::Stuck) on both
-///   ranks; two exchanges with different tags meeting is
+///   ranks (also when each is in fact waiting for another peer: a wait
+///   meets every peer it posted for); two exchanges with different tags
+///   meeting is
 ///   [`PairProblem::Tag`](crate::PairProblem::Tag). A peer that never
 ///   waits ends in the communicator's timeout.
 /// - The gradient sends of a backward pass (the adjoints of irecvs) are

@@ -305,6 +305,27 @@ fn generate(seed: u64) -> Program {
         steps.insert(at, Step::Ring);
         fault = fault.shifted(at);
     }
+    // Then, in one program of three that has one of issue 27's steps, the
+    // fault is aimed at one of them (the faults above are drawn before
+    // these steps exist).
+    let aims: Vec<usize> = (0..steps.len())
+        .filter(|&s| matches!(steps[s], Step::Rooted(_) | Step::RootedRows(_) | Step::Ring))
+        .collect();
+    if !aims.is_empty() && g.below(3) == 0 {
+        let step = aims[g.below(aims.len())];
+        let rank = g.below(n);
+        fault = match g.below(5) {
+            0 => Fault::Skip { rank, step },
+            1 => Fault::WrongOp { rank, step },
+            2 => Fault::Late { rank, step },
+            3 if sizeable(steps[step]) => Fault::WrongSize { rank, step },
+            _ => Fault::Panic {
+                rank,
+                step,
+                when: [When::Before, When::After][g.below(2)],
+            },
+        };
+    }
     Program {
         seed,
         polar,

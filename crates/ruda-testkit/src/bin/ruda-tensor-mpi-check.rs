@@ -280,7 +280,7 @@ fn issue_18_ops(
         let yv = y
             .clone()
             .into_data()
-            .to_vec::<f64>()
+            .try_to_vec::<f64>()
             .map_err(|e| format!("{e:?}"))?;
         if yv != [((me + n - 1) % n) as f64, 1.0] {
             return Err(format!("exchange ring received {yv:?}"));
@@ -292,7 +292,7 @@ fn issue_18_ops(
             .grad(&grads)
             .expect("a gradient back")
             .into_data()
-            .to_vec::<f64>()
+            .try_to_vec::<f64>()
             .map_err(|e| format!("{e:?}"))?;
         if gv != [2.0 * me as f64, 2.0] {
             return Err(format!("exchange ring gradient {gv:?}"));
