@@ -616,6 +616,40 @@ fn a_cycle_of_waits_through_a_third_rank_ends_in_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+/// A peer that panics instead of waiting: the waiting rank gets the
+/// transport's peer-failure error at once, not a hang or a timeout.
+#[test]
+fn a_peer_that_panics_is_reported_to_the_waiting_rank() {
+    let started = std::time::Instant::now();
+    let out = pair(|g| {
+        let ex = Exchange::new(g);
+        if g.rank() == 1 {
+            panic!("rank 1 fails before its wait");
+        }
+        ex.isend(Tensor::<1>::zeros([2], &Device::flex()), 1)?;
+        ex.irecv::<1>(1, &Device::flex())?.wait().map(|_| ())
+    });
+    assert!(
+        matches!(out[1], Err(RankError::Panicked(_))),
+        "{:?}",
+        out[1]
+    );
+    assert!(
+        matches!(
+            out[0],
+            Err(RankError::Failed(Error::Comm(
+                ruda_comm::CommError::PeerFailure { .. }
+            )))
+        ),
+        "{:?}",
+        out[0]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "before the 5 s deadline"
+    );
+}
+
 /// Nothing posted: a wait returns at once.
 #[test]
 fn waiting_with_nothing_posted_returns_at_once() {

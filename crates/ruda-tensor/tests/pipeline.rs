@@ -26,6 +26,19 @@ fn a_1f1b_pipeline_equals_the_serial_run_bit_for_bit() {
     }
 }
 
+/// Micro-batches of no rows (an empty batch): zero losses and zero
+/// gradients travel through every stage, and the pipeline still equals
+/// the serial run.
+#[test]
+fn empty_micro_batches_pass_through_the_pipeline() {
+    for stages in [2, 3] {
+        let serial = pipeline_model::train_serial(stages, 2, 0, 2);
+        let piped = pipeline_model::train_pipeline(stages, 2, 0, 2).unwrap();
+        assert_eq!(piped, serial, "{stages} stages");
+        assert_eq!(serial.losses, vec![0.0, 0.0]);
+    }
+}
+
 #[test]
 fn the_pipeline_on_a_device_world_equals_the_serial_run() {
     let serial = pipeline_model::train_serial(3, 4, 2, 2);
