@@ -604,11 +604,11 @@ fn main() -> ExitCode {
                 Ok(v) if v.agree && v.beats_persistence => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
                 Err(e @ (demo::DemoError::Grid { .. } | demo::DemoError::Processes { .. })) => {
-                    eprintln!("ruda demo: {e}");
+                    report_line(&format!("ruda demo: {e}"));
                     ExitCode::from(USAGE)
                 }
                 Err(e) => {
-                    eprintln!("ruda demo: {e}");
+                    report_line(&format!("ruda demo: {e}"));
                     ExitCode::FAILURE
                 }
             }
@@ -843,4 +843,15 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Print `line` to standard error in one write: under `mpirun` every
+/// process reports its own error to the same stream, and `eprintln!`
+/// writes a formatted message piece by piece, so two processes' lines
+/// could interleave mid-line (a CI run saw "ruda demo: ruda demo: …").
+fn report_line(line: &str) {
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(line);
+    buf.push('\n');
+    let _ = std::io::stderr().lock().write_all(buf.as_bytes());
 }
