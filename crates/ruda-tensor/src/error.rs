@@ -131,11 +131,13 @@ pub enum TensorOp {
     /// [`crate::TensorExt::scatter_from_root`]: the root's tensor split
     /// over the ranks.
     ScatterFromRoot,
+    /// [`crate::ddp::Overlap`]: gradients reduced during the backward pass.
+    DdpOverlap,
 }
 
 impl TensorOp {
     /// Every operation, in code order.
-    pub const ALL: [TensorOp; 50] = [
+    pub const ALL: [TensorOp; 51] = [
         TensorOp::AllGatherFloat,
         TensorOp::ReduceScatterSum,
         TensorOp::AllReduceSum,
@@ -186,6 +188,7 @@ impl TensorOp {
         TensorOp::Pipeline,
         TensorOp::GatherToRoot,
         TensorOp::ScatterFromRoot,
+        TensorOp::DdpOverlap,
     ];
 
     /// A small stable number for the operation (its index in [`TensorOp::ALL`]).
@@ -253,6 +256,7 @@ impl TensorOp {
             TensorOp::Pipeline => "pipeline::one_f_one_b",
             TensorOp::GatherToRoot => "gather_to_root",
             TensorOp::ScatterFromRoot => "scatter_from_root",
+            TensorOp::DdpOverlap => "ddp::Overlap",
         }
     }
 }

@@ -48,7 +48,7 @@ pub enum GradientReduction {
 
 impl GradientReduction {
     /// The words this rank's reduction contributes to the agreement.
-    fn words(self) -> [i64; 2] {
+    pub(super) fn words(self) -> [i64; 2] {
         match self {
             GradientReduction::Sum => [0, 0],
             GradientReduction::Mean => [1, 0],
@@ -265,7 +265,6 @@ pub(super) fn prepare<M: Module, G: Group>(
     op: TensorOp,
     variant: i64,
 ) -> Result<Prepared, Error> {
-    let me = group.rank();
     let mut visitor = Collect {
         grads: &mut grads,
         entries: Vec::new(),
@@ -286,6 +285,34 @@ pub(super) fn prepare<M: Module, G: Group>(
         buckets,
     };
     let agreed = structure::agree(group, header, &entries)?;
+    let scale = agreed_scale(group, op, reduction, &agreed)?;
+    for e in &mut entries {
+        let dtype = e.dtype;
+        e.data = e.data.take().map(|g| for_the_sum(g, scale, dtype));
+    }
+    Ok(Prepared {
+        entries,
+        variants: agreed.headers.iter().map(|w| w[2]).collect(),
+        used: agreed.used,
+        grads,
+    })
+}
+
+/// The factor this rank's gradients carry into the sum under `reduction`
+/// (`None`: unscaled), once the ranks agreed on the call: 1/ranks for a
+/// mean, samples/total for a weighted mean.
+///
+/// # Errors
+/// [`Error::ModuleMismatch`] with [`ModuleProblem::Reduction`] when a rank
+/// reduces another way; [`Error::EmptyBatch`] for a weighted mean over no
+/// samples.
+pub(super) fn agreed_scale<G: Group>(
+    group: &G,
+    op: TensorOp,
+    reduction: GradientReduction,
+    agreed: &structure::Agreed,
+) -> Result<Option<f64>, Error> {
+    let me = group.rank();
     let kind = agreed.headers[0][0];
     if let Some((r, w)) = agreed
         .headers
@@ -304,8 +331,7 @@ pub(super) fn prepare<M: Module, G: Group>(
             },
         });
     }
-    // The factor this rank's gradients carry into the sum.
-    let scale = match reduction {
+    Ok(match reduction {
         GradientReduction::Sum => None,
         // Scaled before the sum, not divided after: two f16 gradients of
         // 40000 sum to inf, their halves to 40000.
@@ -321,23 +347,17 @@ pub(super) fn prepare<M: Module, G: Group>(
             }
             Some(samples as f64 / total as f64)
         }
-    };
-    for e in &mut entries {
-        let dtype = e.dtype;
-        e.data = e.data.take().map(|g| {
-            let g = match scale.filter(|&s| s != 1.0) {
-                Some(s) => scaled(g, s, dtype),
-                None => g,
-            };
-            if g.dtype() == dtype { g } else { g.cast(dtype) }
-        });
-    }
-    Ok(Prepared {
-        entries,
-        variants: agreed.headers.iter().map(|w| w[2]).collect(),
-        used: agreed.used,
-        grads,
     })
+}
+
+/// This rank's gradient `g` ready for the sum: scaled by `scale` (see
+/// [`agreed_scale`]) and cast to the parameter's dtype `param`.
+pub(super) fn for_the_sum(g: Tensor<1>, scale: Option<f64>, param: DType) -> Tensor<1> {
+    let g = match scale.filter(|&s| s != 1.0) {
+        Some(s) => scaled(g, s, param),
+        None => g,
+    };
+    if g.dtype() == param { g } else { g.cast(param) }
 }
 
 /// Register `reduced` (flattened, in the parameter's dtype) as `entry`'s

@@ -226,27 +226,72 @@ pub(super) fn check_records<G: Group>(
     Ok(())
 }
 
-/// The dtypes of `entries` that some rank has data for, in order of first
-/// appearance (the same on every rank): one bucket, one collective each.
-pub(super) fn bucket_dtypes(entries: &[Entry], used: &[bool]) -> Vec<DType> {
+/// One collective of [`per_bucket`]'s sequence: the entries it carries
+/// (indices into the module's entries, in the module's order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Bucket {
+    /// The entries it carries.
+    pub members: Vec<usize>,
+    /// Whether its one member travels alone, in place (not concatenated).
+    pub alone: bool,
+}
+
+/// How [`per_bucket`] groups entries some rank has data for into
+/// collectives: per dtype (in order of first appearance), each parameter
+/// of `buckets.alone_bytes` or more alone, then the smaller ones
+/// concatenated into buckets of at most `buckets.bucket_bytes`, in the
+/// module's order. `entries[i]` is entry i's dtype and element count;
+/// the result depends only on agreed values, so it is the same on every
+/// rank.
+pub(super) fn plan(entries: &[(DType, usize)], used: &[bool], buckets: Buckets) -> Vec<Bucket> {
     let mut dtypes: Vec<DType> = Vec::new();
-    for (e, &u) in entries.iter().zip(used) {
-        if u && !dtypes.contains(&e.dtype) {
-            dtypes.push(e.dtype);
+    for (&(dtype, _), &u) in entries.iter().zip(used) {
+        if u && !dtypes.contains(&dtype) {
+            dtypes.push(dtype);
         }
     }
-    dtypes
+    let mut out = Vec::new();
+    for dtype in dtypes {
+        let size = dtype.size();
+        let of_dtype: Vec<usize> = (0..entries.len())
+            .filter(|&i| used[i] && entries[i].0 == dtype)
+            .collect();
+        let bytes_of = |i: usize| entries[i].1.saturating_mul(size);
+        let (alone, small): (Vec<usize>, Vec<usize>) = of_dtype
+            .into_iter()
+            .partition(|&i| bytes_of(i) >= buckets.alone_bytes);
+        out.extend(alone.into_iter().map(|i| Bucket {
+            members: alloc::vec![i],
+            alone: true,
+        }));
+        let mut members: Vec<usize> = Vec::new();
+        let mut bytes = 0usize;
+        let mut small = small.into_iter().peekable();
+        while let Some(i) = small.next() {
+            bytes = bytes.saturating_add(bytes_of(i));
+            members.push(i);
+            let full = small
+                .peek()
+                .is_none_or(|&next| bytes.saturating_add(bytes_of(next)) > buckets.bucket_bytes);
+            if full {
+                out.push(Bucket {
+                    members: core::mem::take(&mut members),
+                    alone: false,
+                });
+                bytes = 0;
+            }
+        }
+    }
+    out
 }
 
 /// Run `collective` on every entry some rank has data for (zeros where
 /// this rank has none), and hand each entry its result: `done(entry,
-/// result)`. The same sequence of collectives on every rank: per dtype (in
-/// order of first appearance), each parameter of `buckets.alone_bytes` or
-/// more alone (packing it would copy it twice: Burn's concatenation on
+/// result)`. The same sequence of collectives on every rank, as [`plan`]
+/// groups them (a parameter of `buckets.alone_bytes` or more travels
+/// alone: packing it would copy it twice, and Burn's concatenation on
 /// Flex moves about 1.3 GB/s, several times slower than the collective
-/// itself), then the smaller ones concatenated into buckets of at most
-/// `buckets.bucket_bytes`, in the module's order. Entries no rank has data
-/// for are dropped.
+/// itself). Entries no rank has data for are dropped.
 ///
 /// # Errors
 /// The collective's errors.
@@ -257,44 +302,29 @@ pub(super) fn per_bucket(
     mut collective: impl FnMut(Tensor<1>) -> Result<Tensor<1>, Error>,
     mut done: impl FnMut(Entry, Tensor<1>),
 ) -> Result<(), Error> {
-    let dtypes = bucket_dtypes(&entries, used);
-    let mut items: Vec<Entry> = entries
-        .into_iter()
-        .zip(used)
-        .filter_map(|(e, &u)| u.then_some(e))
-        .collect();
-    for dtype in dtypes {
-        let (of_dtype, rest): (Vec<Entry>, Vec<Entry>) =
-            items.into_iter().partition(|e| e.dtype == dtype);
-        items = rest;
-        let size = dtype.size();
-        let (alone, small): (Vec<Entry>, Vec<Entry>) = of_dtype
-            .into_iter()
-            .partition(|e| e.numel.saturating_mul(size) >= buckets.alone_bytes);
-        for mut e in alone {
-            let out = collective(take_data(&mut e))?;
-            done(e, out);
-        }
-        let mut bucket: Vec<Entry> = Vec::new();
-        let mut bytes = 0usize;
-        let mut small = small.into_iter().peekable();
-        while let Some(e) = small.next() {
-            bytes = bytes.saturating_add(e.numel.saturating_mul(size));
-            bucket.push(e);
-            let full = small.peek().is_none_or(|next| {
-                bytes.saturating_add(next.numel.saturating_mul(size)) > buckets.bucket_bytes
-            });
-            if full {
-                let flats: Vec<Tensor<1>> = bucket.iter_mut().map(take_data).collect();
-                let out = collective(Tensor::cat(flats, 0))?;
-                let mut start = 0;
-                for e in bucket.drain(..) {
-                    let len = e.numel;
-                    done(e, narrow_or_empty(&out, start, len));
-                    start += len;
-                }
-                bytes = 0;
+    let shapes: Vec<(DType, usize)> = entries.iter().map(|e| (e.dtype, e.numel)).collect();
+    let plan = plan(&shapes, used, buckets);
+    let mut items: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+    for bucket in plan {
+        let mut members: Vec<Entry> = bucket
+            .members
+            .iter()
+            .filter_map(|&i| items[i].take())
+            .collect();
+        if bucket.alone {
+            for mut e in members {
+                let out = collective(take_data(&mut e))?;
+                done(e, out);
             }
+            continue;
+        }
+        let flats: Vec<Tensor<1>> = members.iter_mut().map(take_data).collect();
+        let out = collective(Tensor::cat(flats, 0))?;
+        let mut start = 0;
+        for e in members {
+            let len = e.numel;
+            done(e, narrow_or_empty(&out, start, len));
+            start += len;
         }
     }
     Ok(())

@@ -1,0 +1,441 @@
+//! Gradient reduction overlapped with the backward pass (`ddp::Overlap`):
+//! the same training as `all_reduce_gradients_with` after `backward()`,
+//! bit for bit, on 1 to 8 ranks with uneven and empty shards, parameters
+//! unused on some ranks or on all, frozen parameters and every reduction;
+//! buckets reduced while the backward pass still runs; typed errors.
+
+mod common;
+
+use std::time::Duration;
+
+use burn_autodiff::Autodiff;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn_core as burn;
+use burn_flex::Flex;
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn_nn::{Linear, LinearConfig};
+use burn_optim::{AdamConfig, GradientsParams};
+use burn_tensor::{DType, Device, Tensor, TensorData};
+use proptest::prelude::*;
+use ruda_comm::{LocalWorld, RankError};
+use ruda_tensor::ddp::{
+    Buckets, GradientReduction, Overlap, OverlapReport, all_reduce_gradients_with,
+};
+use ruda_tensor::{DeviceWorld, Error, Group, HostCollective, ModuleProblem, TensorOp};
+
+const WIDTH: usize = 5;
+
+/// A residual MLP with a weight used twice, a layer only rank 0 uses, one
+/// no rank uses and a frozen one: every tensor has at most two uses.
+#[derive(Module, Debug)]
+struct Deep {
+    layers: Vec<Linear>,
+    tied: Linear,
+    only_rank0: Linear,
+    unused: Linear,
+    frozen: Linear,
+    head: Linear,
+}
+
+impl Deep {
+    fn new(device: &Device, depth: usize) -> Self {
+        let lin = |i, o| LinearConfig::new(i, o).init(device);
+        let net = Deep {
+            layers: (0..depth).map(|_| lin(WIDTH, WIDTH)).collect(),
+            tied: lin(WIDTH, WIDTH),
+            only_rank0: lin(WIDTH, WIDTH),
+            unused: lin(WIDTH, 3),
+            frozen: lin(WIDTH, WIDTH),
+            head: lin(WIDTH, 1),
+        }
+        .map(&mut Deterministic::default());
+        let frozen = net.frozen.clone().no_grad();
+        Deep { frozen, ..net }
+    }
+
+    /// `slow`: a backward step that sleeps this long after the first layer.
+    fn forward(&self, x: Tensor<2>, rank: usize, slow: Option<Duration>) -> Tensor<2> {
+        let mut h = x;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let mut y = layer.forward(h.clone());
+            if i == 0
+                && let Some(d) = slow
+            {
+                y = sleepy(y, d);
+            }
+            h = h + y.tanh();
+        }
+        h = self.tied.forward(self.tied.forward(h).tanh());
+        h = self.frozen.forward(h);
+        if rank == 0 {
+            h = h.clone() + self.only_rank0.forward(h).tanh();
+        }
+        self.head.forward(h)
+    }
+}
+
+/// Parameters from their position only: every rank starts equal.
+#[derive(Default)]
+struct Deterministic {
+    next: usize,
+}
+
+impl ModuleMapper for Deterministic {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let id = param.id;
+        let t = param.val();
+        let dims = t.dims();
+        let k = self.next;
+        self.next += 1;
+        let values: Vec<f64> = (0..dims.iter().product::<usize>())
+            .map(|i| ((i * 7 + k * 13) as f64 * 0.37).sin() * 0.5)
+            .collect();
+        let fresh =
+            Tensor::<D>::from_data(TensorData::new(values, dims), (&t.device(), DType::F64));
+        Param::initialized(id, fresh.require_grad())
+    }
+}
+
+/// Every float value of the net, as bits.
+fn bits(net: &Deep) -> Vec<u64> {
+    struct Read<'a>(&'a mut Vec<u64>);
+    impl ModuleVisitor for Read<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            let v = p.val().into_data().convert::<f64>();
+            self.0
+                .extend(v.try_to_vec::<f64>().unwrap().into_iter().map(f64::to_bits));
+        }
+    }
+    let mut out = Vec::new();
+    net.visit(&mut Read(&mut out));
+    out
+}
+
+/// The backward step of [`sleepy`].
+#[derive(Debug)]
+struct Sleep;
+
+impl Backward<Flex, 1> for Sleep {
+    type State = Duration;
+
+    fn backward(self, ops: Ops<Duration, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        std::thread::sleep(ops.state);
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| g);
+    }
+}
+
+/// `x`, with a backward step that sleeps `d`: a long backward pass.
+fn sleepy(x: Tensor<2>, d: Duration) -> Tensor<2> {
+    let (inner, guard) = x
+        .try_into_primitive::<Autodiff<Flex>>()
+        .expect("an Autodiff<Flex> tensor")
+        .into_parts();
+    let out = match Sleep
+        .prepare::<NoCheckpointing>([guard])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(d, inner),
+        OpsKind::UnTracked(prep) => prep.finish(inner),
+    };
+    Tensor::from_primitive::<Autodiff<Flex>>(out)
+}
+
+/// How gradients are reduced.
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// `all_reduce_gradients_with` after `backward()`.
+    Plain,
+    /// `Overlap`.
+    Overlapped,
+}
+
+/// One rank's training: the parameters (bits) after every step, and the
+/// overlap reports.
+fn train<G: Group>(
+    world: &G,
+    batch: usize,
+    steps: usize,
+    buckets: Buckets,
+    how: How,
+) -> Result<(Vec<Vec<u64>>, Vec<OverlapReport>), Error> {
+    // Balanced shards, empty ones where the batch has fewer rows than ranks.
+    let n = world.size();
+    let shards: Vec<usize> = (0..n)
+        .map(|r| batch / n + usize::from(r < batch % n))
+        .collect();
+    let me = world.rank();
+    let start: usize = shards[..me].iter().sum();
+    let rows = shards[me];
+    let device = Device::flex().autodiff();
+    let on = (&device, DType::F64);
+    let xs: Vec<f64> = (start * WIDTH..(start + rows) * WIDTH)
+        .map(|i| ((i * 31) % 17) as f64 / 17.0 - 0.5)
+        .collect();
+    let ys: Vec<f64> = (start..start + rows)
+        .map(|b| (b as f64 * 0.9).cos())
+        .collect();
+    let x = Tensor::<2>::from_data(TensorData::new(xs, [rows, WIDTH]), on);
+    let y = Tensor::<2>::from_data(TensorData::new(ys, [rows, 1]), on);
+    let mut net = Deep::new(&device, 3);
+    let mut optim = AdamConfig::new().init();
+    let mut overlap = match how {
+        How::Overlapped => Some(Overlap::with_buckets(world, buckets)?),
+        How::Plain => None,
+    };
+    let (mut record, mut reports) = (Vec::new(), Vec::new());
+    for s in 0..steps {
+        let all_full = shards.iter().all(|&r| r > 0);
+        let reduction = match s % 3 {
+            0 => GradientReduction::Sum,
+            1 if all_full => GradientReduction::Mean,
+            _ => GradientReduction::WeightedMean { samples: rows },
+        };
+        let loss = |net: &Deep| {
+            let err = net.forward(x.clone(), me, None) - y.clone();
+            let sq = (err.clone() * err).sum();
+            match reduction {
+                GradientReduction::Sum => sq.mul_scalar(1.0 / batch.max(1) as f64),
+                _ => sq.mul_scalar(1.0 / rows.max(1) as f64),
+            }
+        };
+        let grads = match overlap.as_mut() {
+            None => {
+                let grads = GradientsParams::from_grads(loss(&net).backward(), &net);
+                all_reduce_gradients_with(world, &net, grads, reduction, buckets)?
+            }
+            Some(o) => {
+                let step = o.attach(&net, reduction)?;
+                let l = loss(step.module());
+                let grads = step.backward(l)?;
+                reports.push(o.report().expect("a report after a step"));
+                grads
+            }
+        };
+        net = optim.step(0.01, net, grads);
+        record.push(bits(&net));
+    }
+    Ok((record, reports))
+}
+
+/// Both runs on `ranks` threads: every rank's record, plain and overlapped.
+type Records = Vec<Vec<Vec<u64>>>;
+
+fn both(ranks: usize, batch: usize, steps: usize, buckets: Buckets) -> (Records, Records) {
+    let run = |how| {
+        LocalWorld::new(ranks)
+            .run(|c| train(&HostCollective::new(c), batch, steps, buckets, how).map(|r| r.0))
+            .unwrap()
+    };
+    (run(How::Plain), run(How::Overlapped))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    /// Overlapped training equals plain data parallelism bit for bit,
+    /// every step (the first with the hooks at the end of the backward
+    /// pass, the later ones with them spread over it), on 1 to 8 ranks
+    /// with uneven and empty shards, per-parameter, packed and default
+    /// buckets.
+    #[test]
+    fn equals_the_plain_reduction_bit_for_bit(
+        ranks in 1usize..=8,
+        batch in 0usize..=11,
+        which in 0usize..3,
+    ) {
+        let buckets = [
+            Buckets::default(),
+            Buckets { alone_bytes: 0, bucket_bytes: 0 },
+            Buckets { alone_bytes: 200, bucket_bytes: 300 },
+        ][which];
+        let (plain, overlapped) = both(ranks, batch.max(1), 4, buckets);
+        prop_assert_eq!(&plain, &overlapped);
+        for rank in &overlapped {
+            prop_assert_eq!(rank, &overlapped[0], "replicas differ");
+        }
+    }
+}
+
+/// An empty global batch's edge: every shard empty under a weighted mean
+/// is the typed error on every rank, in both paths.
+#[test]
+fn no_samples_anywhere_is_an_empty_batch_on_every_rank() {
+    for how in [How::Plain, How::Overlapped] {
+        let errs = common::errors(LocalWorld::new(3).run_each(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let net = Deep::new(&device, 1);
+            let x = Tensor::<2>::zeros([0, WIDTH], (&device, DType::F64));
+            let reduction = GradientReduction::WeightedMean { samples: 0 };
+            match how {
+                How::Plain => {
+                    let loss = net.forward(x, world.rank(), None).sum();
+                    let grads = GradientsParams::from_grads(loss.backward(), &net);
+                    ruda_tensor::ddp::all_reduce_gradients(&world, &net, grads, reduction)
+                        .map(|_| ())
+                }
+                How::Overlapped => {
+                    let mut overlap = Overlap::new(&world)?;
+                    overlap.attach(&net, reduction).map(|_| ())
+                }
+            }
+        }));
+        assert!(
+            errs.iter().all(|e| matches!(e, Error::EmptyBatch { .. })),
+            "{how:?}: {errs:?}"
+        );
+    }
+}
+
+/// The hooks run inside the backward pass: with a backward pass held up
+/// for 400 ms after the first layer, from the second step on the buckets
+/// of the layers after it are reduced before the backward pass ends (the
+/// first step learns the depths: its hooks run at the end).
+#[test]
+fn buckets_are_reduced_while_the_backward_pass_runs() {
+    let reports = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let net = Deep::new(&device, 4);
+            let x = Tensor::<2>::ones([3, WIDTH], (&device, DType::F64));
+            // Every gradient in a bucket of its own.
+            let buckets = Buckets {
+                alone_bytes: 0,
+                bucket_bytes: 0,
+            };
+            let mut overlap = Overlap::with_buckets(&world, buckets)?;
+            let mut reports = Vec::new();
+            for _ in 0..3 {
+                let step = overlap.attach(&net, GradientReduction::Mean)?;
+                let slow = Some(Duration::from_millis(400));
+                let loss = step.module().forward(x.clone(), world.rank(), slow).sum();
+                step.backward(loss)?;
+                reports.push(overlap.report().unwrap());
+            }
+            Ok::<_, Error>(reports)
+        })
+        .unwrap();
+    for rank in &reports {
+        for (s, r) in rank.iter().enumerate() {
+            // layers (4 × 2), tied (2), only_rank0 (2), unused (2), head (2);
+            // the frozen layer takes no gradient.
+            assert_eq!(r.buckets, 16, "step {s}: {r:?}");
+            assert!(r.backward >= Duration::from_millis(400), "{r:?}");
+        }
+        // From the second step: at least the head, the tied layer and the
+        // last two layers (8 buckets) were reduced while the first layer's
+        // backward step slept (with every hook at the end of the backward
+        // pass, as in the first step, 2 at most were). The layers only
+        // rank 0 runs, or none, go last.
+        for r in &rank[1..] {
+            assert!(
+                r.reduced_during_backward >= 8,
+                "too few buckets reduced during the backward pass: {r:?}"
+            );
+        }
+    }
+}
+
+/// Ranks that reduce differently, or bucket differently, get the typed
+/// mismatch on every rank before any data moves.
+#[test]
+fn ranks_that_disagree_get_a_module_mismatch_on_every_rank() {
+    let errs = common::errors(common::pair(|world| {
+        let device = Device::flex().autodiff();
+        let net = Deep::new(&device, 1);
+        let reduction = if world.rank() == 0 {
+            GradientReduction::Sum
+        } else {
+            GradientReduction::Mean
+        };
+        Overlap::new(world)?.attach(&net, reduction).map(|_| ())
+    }));
+    for e in &errs {
+        assert!(
+            matches!(
+                e,
+                Error::ModuleMismatch {
+                    op: TensorOp::DdpOverlap,
+                    problem: ModuleProblem::Reduction { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+    let errs = common::errors(common::pair(|world| {
+        let device = Device::flex().autodiff();
+        let net = Deep::new(&device, 1);
+        let buckets = Buckets {
+            bucket_bytes: 100 + world.rank(),
+            ..Buckets::default()
+        };
+        Overlap::with_buckets(world, buckets)?
+            .attach(&net, GradientReduction::Sum)
+            .map(|_| ())
+    }));
+    for e in &errs {
+        assert!(
+            matches!(
+                e,
+                Error::ModuleMismatch {
+                    problem: ModuleProblem::Buckets { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+/// A rank that abandons its step after the forward pass (never runs the
+/// backward pass) leaves its peer a typed error within the deadline, not
+/// a hang; the abandoning rank's own call returns.
+#[test]
+fn a_peer_that_never_runs_its_backward_pass_is_a_typed_error() {
+    let started = std::time::Instant::now();
+    let out = LocalWorld::new(2)
+        .timeout(Duration::from_secs(2))
+        .run_each(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let net = Deep::new(&device, 2);
+            let mut overlap = Overlap::new(&world)?;
+            let step = overlap.attach(&net, GradientReduction::Mean)?;
+            let x = Tensor::<2>::ones([2, WIDTH], (&device, DType::F64));
+            let loss = step.module().forward(x, world.rank(), None).sum();
+            if world.rank() == 1 {
+                drop(step);
+                return Ok(None);
+            }
+            step.backward(loss).map(|_| Some(()))
+        });
+    assert!(matches!(out[1], Ok(None)), "{:?}", out[1]);
+    match &out[0] {
+        Err(RankError::Failed(Error::Comm(e))) => {
+            let text = e.to_string();
+            assert!(text.contains("ddp::Overlap"), "{text}");
+        }
+        other => panic!("rank 0: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+/// On a device-resident group the overlapped run equals the plain one too.
+#[test]
+fn equals_the_plain_reduction_on_a_device_world() {
+    for ranks in [1, 3] {
+        let run = |how| {
+            DeviceWorld::shared(ranks, Device::flex())
+                .run(|g, _| train(&g, 7, 4, Buckets::default(), how).map(|r| r.0))
+                .unwrap()
+        };
+        assert_eq!(run(How::Plain), run(How::Overlapped), "{ranks} ranks");
+    }
+}
