@@ -1,7 +1,8 @@
 //! `ruda demo` (the distributed spherical harmonic transforms on a 2 × 2
-//! grid) and the data-parallel example across two hosts of the namespace
-//! cluster (`scripts/cluster.sh`), 2 ranks on each: TCP between the hosts,
-//! shared memory within them, and the same verdicts as on one host.
+//! grid), the data-parallel example and the overlapped reduction's
+//! example across two hosts of the namespace cluster
+//! (`scripts/cluster.sh`), 2 ranks on each: TCP between the hosts, shared
+//! memory within them, and the same verdicts as on one host.
 //!
 //! Runs only with `RUDA_CLUSTER=1` (root; CI sets it). Feature `mpi`.
 #![cfg(feature = "mpi")]
@@ -11,7 +12,7 @@ use std::time::Duration;
 use ruda_testkit::cluster::Cluster;
 
 #[test]
-fn the_demo_and_the_ddp_example_across_two_hosts() {
+fn the_demo_and_the_ddp_examples_across_two_hosts() {
     let Some(c) = Cluster::up(2) else { return };
     let limit = Duration::from_secs(300);
     let demo = [
@@ -56,6 +57,26 @@ fn the_demo_and_the_ddp_example_across_two_hosts() {
     assert!(out.status.success(), "{text}{err}");
     assert!(
         text.contains("equal to the serial run: 4 (one MPI process per rank"),
+        "{text}{err}"
+    );
+    // Gradients reduced during the backward pass (ddp::Overlap) equal the
+    // reduction after it, bit for bit, across the hosts too.
+    let overlap = ddp.with_file_name("ddp_overlap");
+    let args = [
+        "--layers", "3", "--width", "64", "--batch", "8", "--steps", "3",
+    ];
+    let out = c.mpirun(
+        4,
+        &[],
+        overlap.to_str().expect("a UTF-8 path"),
+        &args,
+        limit,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}{err}");
+    assert!(
+        text.contains("4 ranks") && text.contains("parameters equal bit for bit: true"),
         "{text}{err}"
     );
 }

@@ -342,6 +342,62 @@ fn buckets_are_reduced_while_the_backward_pass_runs() {
     }
 }
 
+/// A plain chain of layers.
+#[derive(Module, Debug)]
+struct Chain {
+    layers: Vec<Linear>,
+}
+
+/// With the small parameters of every layer packed into one bucket (the
+/// biases) and the large ones alone (the weights), the weights of the
+/// layers after a held-up first layer are still reduced during the
+/// backward pass: a bucket goes when its earliest parameter is ready, so
+/// the packed one goes last instead of holding up the others.
+#[test]
+fn a_bucket_spanning_many_layers_does_not_hold_up_the_others() {
+    let reports = LocalWorld::new(2)
+        .run(|c| {
+            let world = HostCollective::new(c);
+            let device = Device::flex().autodiff();
+            let net = Chain {
+                layers: (0..4)
+                    .map(|_| LinearConfig::new(WIDTH, WIDTH).init(&device))
+                    .collect(),
+            }
+            .map(&mut Deterministic::default());
+            let x = Tensor::<2>::ones([3, WIDTH], (&device, DType::F64));
+            // Weights (200 bytes) alone, biases (40 bytes) in one bucket.
+            let buckets = Buckets {
+                alone_bytes: 100,
+                bucket_bytes: 1 << 20,
+            };
+            let mut overlap = Overlap::with_buckets(&world, buckets)?;
+            let mut reports = Vec::new();
+            for _ in 0..3 {
+                let step = overlap.attach(&net, GradientReduction::Mean)?;
+                let mut h = x.clone();
+                for (i, layer) in step.module().layers.iter().enumerate() {
+                    h = layer.forward(h);
+                    if i == 0 {
+                        h = sleepy(h, Duration::from_millis(400));
+                    }
+                    h = h.tanh();
+                }
+                step.backward(h.sum())?;
+                reports.push(overlap.report().unwrap());
+            }
+            Ok::<_, Error>(reports)
+        })
+        .unwrap();
+    for rank in &reports {
+        for r in &rank[1..] {
+            assert_eq!(r.buckets, 5, "{r:?}");
+            // The last two layers' weights at least.
+            assert!(r.reduced_during_backward >= 2, "{r:?}");
+        }
+    }
+}
+
 /// Ranks that reduce differently, or bucket differently, get the typed
 /// mismatch on every rank before any data moves.
 #[test]

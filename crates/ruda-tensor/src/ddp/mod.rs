@@ -24,6 +24,11 @@
 //! statistics of the global batch (every rank's shard), with exact
 //! gradients: the model then equals the serial one on the whole batch.
 //!
+//! **Communication during the backward pass**: [`Overlap`] in place of
+//! step 2 reduces each bucket as soon as the backward pass has finished
+//! its gradients, while it goes on with the earlier layers, with the same
+//! result bit for bit ([`Overlap::report`] says how much was hidden).
+//!
 //! **Sharded optimizer state** (ZeRO stages 1 and 2): [`Sharded::step`]
 //! in place of [`step`] gives each parameter one owner rank, which alone
 //! steps it and holds its optimizer state (1/n of Adam's per rank), and

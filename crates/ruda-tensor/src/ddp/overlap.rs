@@ -261,8 +261,11 @@ impl<G: Group> Overlap<G> {
         }
         let shapes: Vec<(DType, usize)> = entries.iter().map(|e| (e.dtype, e.numel)).collect();
         let mut plan = structure::plan(&shapes, &agreed.used, self.buckets);
-        // The last layers' gradients come first: their buckets go first;
-        // but a bucket with a gradient that did not come on every rank
+        // The last layers' gradients come first: a bucket is ready when
+        // its first parameter's gradient is, so the bucket whose first
+        // parameter is the latest in the module goes first (the small
+        // parameters of many layers packed together go when the earliest
+        // of them is ready); but a bucket with a gradient that did not come on every rank
         // last step (a layer some rank skips) goes last, where waiting for
         // it holds up no other (its ranks learn it is missing only when
         // their backward pass ends). The same order on every rank: the
@@ -277,7 +280,7 @@ impl<G: Group> Overlap<G> {
             let late = everywhere
                 .as_ref()
                 .is_some_and(|e| b.members.iter().any(|&i| !e[i]));
-            (late, core::cmp::Reverse(b.members.iter().copied().max()))
+            (late, core::cmp::Reverse(b.members.iter().copied().min()))
         });
 
         let (tx, rx) = channel();
