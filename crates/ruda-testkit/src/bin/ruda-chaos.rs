@@ -19,9 +19,11 @@ use std::fmt;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use burn_core::module::Param;
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use ruda_bench::mix;
 use ruda_comm::{CommError, Communicator, LocalWorld, PeerFailureCause, RankError, ReduceOp};
+use ruda_tensor::ddp::{GradientReduction, Overlap};
 use ruda_tensor::ops::{LinearOp, Role, apply};
 use ruda_tensor::{Error, Exchange, Group, ProcessGrid, TensorExt, TensorOp, recv, try_backward};
 
@@ -70,6 +72,9 @@ enum Step {
     /// `gather_to_root` at the group's last rank (uneven rows), then
     /// `scatter_from_root` back in balanced chunks.
     RootedRows(Axis),
+    /// A data-parallel gradient reduction during the backward pass
+    /// (`ddp::Overlap`) of a one-parameter module over the world.
+    Overlap,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +331,27 @@ fn generate(seed: u64) -> Program {
             },
         };
     }
+    // Then issue 27's overlapped reduction, in one program of four (drawn
+    // after every other draw), with the fault aimed at it in one of two.
+    if g.below(4) == 0 {
+        let at = g.below(steps.len());
+        steps.insert(at, Step::Overlap);
+        fault = fault.shifted(at);
+        if g.below(2) == 0 {
+            let rank = g.below(n);
+            fault = match g.below(5) {
+                0 => Fault::Skip { rank, step: at },
+                1 => Fault::WrongOp { rank, step: at },
+                2 => Fault::Late { rank, step: at },
+                3 => Fault::WrongSize { rank, step: at },
+                _ => Fault::Panic {
+                    rank,
+                    step: at,
+                    when: [When::Before, When::After][g.below(2)],
+                },
+            };
+        }
+    }
     Program {
         seed,
         polar,
@@ -351,6 +377,7 @@ fn sizeable(s: Step) -> bool {
             | Step::Extremum(_)
             | Step::Rooted(_)
             | Step::RootedRows(_)
+            | Step::Overlap
     )
 }
 
@@ -570,6 +597,29 @@ fn run_rank<C: Communicator + fmt::Debug + 'static>(
                     // alone still has a backward pass.
                     Some((y.clone() * y).sum() + leaf(vec![0.0], [1, 1]).sum())
                 }
+            }
+            Step::Overlap => {
+                // One parameter, the same on every rank (its size is what
+                // a wrong size changes), a loss over this rank's rows.
+                let w = grid.world();
+                let cols = inner(3) + extra;
+                let rows = if no_rows { 0 } else { 2 };
+                let value = tensor(ramp(cols, 7), [1, cols], &dev).require_grad();
+                let param = Param::from_tensor(value);
+                let mut overlap = Overlap::new(w)?;
+                let step = overlap.attach(&param, GradientReduction::Sum)?;
+                let x = tensor(ramp(rows * cols, me), [rows, cols], &dev);
+                let loss = (x * step.module().val()).sum();
+                let grads = step.backward(loss)?;
+                // The reduced gradient (the same on every rank) joins the
+                // loss as a value, with a tracked zero so that a loss of
+                // this step alone still has a backward pass.
+                let g = match grads.get::<2>(param.id) {
+                    Some(g) => g.sum().into_data().convert::<f64>().try_to_vec::<f64>(),
+                    None => Ok(vec![0.0]),
+                }
+                .expect("f64");
+                Some(tensor(g, [1], &dev) + leaf(vec![0.0], [1, 1]).sum())
             }
             Step::Tripwire => {
                 let panic_on = match prog.fault {
