@@ -150,6 +150,18 @@ impl Fault {
         }
     }
 
+    /// The step the fault hits, if any.
+    fn at_step(&self) -> Option<usize> {
+        match *self {
+            Fault::None => None,
+            Fault::Panic { step, .. }
+            | Fault::Skip { step, .. }
+            | Fault::WrongSize { step, .. }
+            | Fault::WrongOp { step, .. }
+            | Fault::Late { step, .. } => Some(step),
+        }
+    }
+
     fn at(&self, rank: usize, step: usize) -> Option<Fault> {
         let hit = match *self {
             Fault::None => false,
@@ -866,8 +878,14 @@ fn main() -> std::process::ExitCode {
     }
     let mut by_kind: std::collections::BTreeMap<&str, (u64, Duration)> = Default::default();
     let mut worst = (Duration::ZERO, 0u64);
+    // Programs with an overlapped reduction, and those with the fault at it.
+    let mut overlaps = (0u64, 0u64);
     for i in 0..a.programs {
         let prog = generate(a.seed.wrapping_add(i));
+        if let Some(at) = prog.steps.iter().position(|&s| s == Step::Overlap) {
+            overlaps.0 += 1;
+            overlaps.1 += u64::from(prog.fault.at_step() == Some(at));
+        }
         let (tx, rx) = mpsc::channel();
         let (p2, t) = (prog.clone(), a.timeout);
         std::thread::spawn(move || {
@@ -906,6 +924,10 @@ fn main() -> std::process::ExitCode {
             w.as_secs_f64()
         );
     }
+    println!(
+        "  overlapped reductions in {} programs, the fault at it in {}",
+        overlaps.0, overlaps.1
+    );
     std::process::ExitCode::SUCCESS
 }
 
