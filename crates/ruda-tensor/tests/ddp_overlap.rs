@@ -495,3 +495,65 @@ fn equals_the_plain_reduction_on_a_device_world() {
         assert_eq!(run(How::Plain), run(How::Overlapped), "{ranks} ranks");
     }
 }
+
+/// One half-precision parameter.
+#[derive(Module, Debug)]
+struct Half {
+    w: Param<Tensor<1>>,
+}
+
+/// Half-precision gradients whose sum overflows the dtype but whose mean
+/// fits: the overlapped `Mean` scales before the sum as the plain one
+/// does, finite and the same bits, in f16 and bf16 on 2 and 3 ranks.
+#[test]
+fn half_precision_means_equal_the_plain_reduction() {
+    for (dtype, big) in [(DType::F16, 40000.0f64), (DType::BF16, 2.0e38)] {
+        for ranks in [2usize, 3] {
+            let run = |how: How| {
+                LocalWorld::new(ranks)
+                    .run(|c| {
+                        let world = HostCollective::new(c);
+                        let device = Device::flex().autodiff();
+                        let w = Tensor::<1>::zeros([4], (&device, dtype)).require_grad();
+                        let m = Half {
+                            w: Param::from_tensor(w),
+                        };
+                        let r = world.rank() as f64;
+                        let coef = Tensor::<1>::from_data(
+                            TensorData::new(vec![big, -big, big * (1.0 - 0.01 * r), 1.5], [4]),
+                            (&device, DType::F64),
+                        )
+                        .cast(dtype);
+                        let loss = |m: &Half| (m.w.val() * coef.clone()).sum();
+                        let grads = match how {
+                            How::Plain => {
+                                let g = GradientsParams::from_grads(loss(&m).backward(), &m);
+                                ruda_tensor::ddp::all_reduce_gradients(
+                                    &world,
+                                    &m,
+                                    g,
+                                    GradientReduction::Mean,
+                                )?
+                            }
+                            How::Overlapped => {
+                                let mut o = Overlap::new(&world)?;
+                                let step = o.attach(&m, GradientReduction::Mean)?;
+                                let l = loss(step.module());
+                                step.backward(l)?
+                            }
+                        };
+                        let g = grads.get::<1>(m.w.id).expect("a gradient");
+                        assert_eq!(g.dtype(), dtype);
+                        Ok::<_, Error>(g.into_data().convert::<f64>().try_to_vec::<f64>().unwrap())
+                    })
+                    .unwrap()
+            };
+            let (plain, overlapped) = (run(How::Plain), run(How::Overlapped));
+            assert_eq!(plain, overlapped, "{dtype:?} {ranks} ranks");
+            assert!(
+                overlapped.iter().flatten().all(|g| g.is_finite()),
+                "{dtype:?} {ranks} ranks: {overlapped:?}"
+            );
+        }
+    }
+}
