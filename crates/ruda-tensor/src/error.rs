@@ -773,6 +773,14 @@ pub enum Error {
         /// The reduction.
         reduce: ruda_comm::ReduceOp,
     },
+    /// A [`crate::ddp::Overlap`] step that cannot go on.
+    #[error("ddp::Overlap on rank {rank}: {problem}")]
+    Overlap {
+        /// The reporting rank.
+        rank: usize,
+        /// What went wrong.
+        problem: OverlapProblem,
+    },
     /// The two ranks of a [`crate::TensorExt::send`] / [`crate::recv`] pair
     /// disagree; reported on both of them.
     #[error(
@@ -901,6 +909,67 @@ impl fmt::Display for PostedCounts {
             "{} forward and {} backward sends, {} forward and {} backward receives",
             self.forward_sends, self.backward_sends, self.forward_receives, self.backward_receives
         )
+    }
+}
+
+/// Why a [`crate::ddp::Overlap`] step cannot go on ([`Error::Overlap`]).
+///
+/// # Example
+/// ```
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_tensor::{Device, Tensor};
+/// use ruda_tensor::prelude::*;
+/// use ruda_tensor::OverlapProblem;
+/// use ruda_tensor::ddp::{GradientReduction, Overlap};
+///
+/// let out = LocalWorld::new(2).run_each(|c| {
+///     let world = HostCollective::new(c);
+///     let device = Device::flex().autodiff();
+///     let model: Linear = LinearConfig::new(2, 1).init(&device);
+///     let mut overlap = Overlap::new(&world)?;
+///     let step = overlap.attach(&model, GradientReduction::Sum)?;
+///     // The loss of the model itself, not of `step.module()`: no gradient
+///     // reaches the reduction.
+///     let loss = model.forward(Tensor::<2>::ones([1, 2], &device)).sum();
+///     step.backward(loss).map(|_| ())
+/// });
+/// for r in out {
+///     let e = r.unwrap_err().into_error().unwrap();
+///     assert!(matches!(e, Error::Overlap { problem: OverlapProblem::NoGradients, .. }));
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverlapProblem {
+    /// An earlier step of this `Overlap` failed or was abandoned, so its
+    /// communicator may be out of step with the other ranks': make a new
+    /// one on every rank (after loading a checkpoint).
+    Unusable,
+    /// No gradient of the module reached the reduction on any rank: the
+    /// loss was not computed from [`crate::ddp::Attached::module`] (or no
+    /// trainable parameter takes part in it).
+    NoGradients,
+    /// The reducing thread could not be started.
+    Thread {
+        /// The operating system's reason.
+        kind: std::io::ErrorKind,
+    },
+}
+
+impl fmt::Display for OverlapProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverlapProblem::Unusable => write!(
+                f,
+                "an earlier step failed or was abandoned; make a new Overlap on every rank"
+            ),
+            OverlapProblem::NoGradients => write!(
+                f,
+                "no gradient of the module reached the reduction on any rank: compute the loss from Attached::module()"
+            ),
+            OverlapProblem::Thread { kind } => {
+                write!(f, "the reducing thread could not be started: {kind}")
+            }
+        }
     }
 }
 

@@ -92,8 +92,8 @@ pub use collective::{
 };
 pub use device::{DeviceGroup, DeviceWorld};
 pub use error::{
-    CallId, CountProblem, Error, LookupProblem, ModuleProblem, PairProblem, PostedCounts,
-    PrimitiveError, ShapeProblem, TensorCollectiveError, TensorOp,
+    CallId, CountProblem, Error, LookupProblem, ModuleProblem, OverlapProblem, PairProblem,
+    PostedCounts, PrimitiveError, ShapeProblem, TensorCollectiveError, TensorOp,
 };
 #[cfg(feature = "tensor-api")]
 pub use exchange::{Exchange, Incoming};

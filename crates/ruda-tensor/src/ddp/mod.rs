@@ -26,8 +26,10 @@
 //!
 //! **Communication during the backward pass**: [`Overlap`] in place of
 //! step 2 reduces each bucket as soon as the backward pass has finished
-//! its gradients, while it goes on with the earlier layers, with the same
-//! result bit for bit ([`Overlap::report`] says how much was hidden).
+//! its gradients, while it goes on with the earlier layers; the result is
+//! the same bits for the same local gradients, and the local gradients
+//! are the same bits unless a tensor of the model has three or more uses
+//! (see [`Overlap`]); [`Overlap::report`] says how much was hidden.
 //!
 //! **Sharded optimizer state** (ZeRO stages 1 and 2): [`Sharded::step`]
 //! in place of [`step`] gives each parameter one owner rank, which alone

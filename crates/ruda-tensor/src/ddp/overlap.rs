@@ -4,6 +4,7 @@
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::any::Any;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use core::time::Duration;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -17,7 +18,7 @@ use super::buckets::Buckets;
 use super::gradients::{GradientReduction, agreed_scale, for_the_sum};
 use super::structure::{self, Bucket, Entry, Header, narrow_or_empty};
 use super::tap::{Message, Tap, Tapped};
-use crate::error::{Error, TensorOp};
+use crate::error::{Error, OverlapProblem, TensorOp};
 use crate::group::Group;
 use crate::methods::TensorExt;
 use crate::route::routed;
@@ -43,34 +44,52 @@ const POLL: Duration = Duration::from_millis(20);
 /// [`Attached::backward`] returns the reduced gradients, ready for the
 /// optimizer, when both are done.
 ///
-/// **The same gradients, bit for bit, as [`super::all_reduce_gradients_with`]**
-/// after `backward()` with the same [`Buckets`] and reduction: the same
-/// buckets, each reduced by the same collective (they start in reverse
-/// order; a collective's result does not depend on when it starts). The
-/// local gradients are Burn's own, from a graph with the hooks in it: a
-/// hook runs at the depth of the layer that used its parameter, and so
-/// the backward pass takes every step of the plain graph in the same
-/// order, except that a tensor used by three or more operations sums its
-/// gradient contributions in the order their steps run, which hooks can
-/// change where they make an operation deeper (a hook's depth is learned
-/// from the previous step's loss, spread evenly over the parameters):
-/// such a gradient can then differ in its last bits from the plain
-/// graph's. A model whose tensors have at most two uses each (chains,
-/// residual blocks, weights used twice) gets the same bits.
+/// **Where the hooks run.** Burn runs the backward pass by depth in the
+/// graph, deepest first. The first step learns the depth of the loss (its
+/// hooks run at the end of the backward pass: no overlap yet); later steps
+/// spread the hooks evenly over that depth in the module's order, which
+/// puts each near the step of the layer that uses it when the module
+/// declares its layers in the order its forward pass uses them. A hook
+/// always runs after every use of its parameter, wherever it is placed.
 ///
-/// The first step learns the depth of the loss in Burn's tape, so its hooks
-/// run only at the end of the backward pass (no overlap yet); from the
-/// second step on they run where their gradients are ready.
+/// **Bits.** Each bucket is reduced by the same collective as in
+/// [`super::all_reduce_gradients_with`] with the same [`Buckets`] and
+/// reduction (they start in another order; a collective's result does not
+/// depend on when it starts), so for the same local gradients the result
+/// is the same bits; the buckets are grouped alike once the same
+/// parameters have gradients as in the last step (a parameter that starts
+/// to have one is reduced alone at the end of its first step, which can
+/// change the last bits where the transport's sum depends on the message
+/// size: MPI across hosts with 3 or more of them). The local gradients are
+/// Burn's, from a graph with the hooks in it: where a hook lies deeper
+/// than its layer's other input, the layer's steps move deeper too, and a
+/// tensor used by **three or more** operations, whose gradient Burn sums
+/// in the order their steps run, can then get its parts summed in another
+/// order — differing in its last bits. Models whose tensors have at most
+/// two uses (chains, residual blocks, a weight used twice) get the same
+/// bits as after `backward()` (tested); attention blocks, whose input feeds
+/// the query, key and value projections and a residual, are in the other
+/// case.
 ///
 /// The reducing thread uses a communicator of its own
 /// ([`Group::split`] of the group, made by [`Overlap::new`]), so collectives
 /// of the model's own backward pass on `group` (a domain-decomposed
 /// layer, a [`super::SyncBatchNorm`]) never meet the gradients' buckets.
+/// Its collectives start when this rank's gradients are ready, so their
+/// deadline (the group's) also covers the time the slowest peer still
+/// needs for its backward pass.
 ///
 /// A parameter without a gradient on some ranks counts as zeros there; one
 /// without a gradient on every rank (unused, frozen) stays without one, as
 /// after [`super::all_reduce_gradients`] (the ranks compare which
-/// gradients came in one small exchange after the backward pass).
+/// gradients came in one small exchange after the backward pass). One
+/// tensor that appears twice in the module (a layer cloned into two
+/// fields) gets one hook and the sum of both uses' gradients, once, as
+/// after `backward()`.
+///
+/// After a failed or abandoned step the `Overlap` refuses further steps
+/// ([`crate::OverlapProblem::Unusable`]): its communicator may be out of
+/// step with the other ranks'.
 ///
 /// # Example
 /// ```
@@ -108,15 +127,46 @@ pub struct Overlap<G: Group> {
     /// The reducing thread's communicator.
     comm: G,
     buckets: Buckets,
-    /// The depth of the last backward pass's loss (0: none yet).
-    loss_depth: Arc<AtomicUsize>,
-    /// Untracked anchors: `ladder[k]` has depth `k`.
-    ladder: Vec<Tensor<1>>,
+    /// The depth of the first step's loss (0: no step yet). Learned once,
+    /// from the step without anchors: later losses lie deeper where hooks
+    /// made layers deeper, and learning from them would feed on itself.
+    loss_depth: usize,
+    /// Untracked anchors on one device: `ladder.1[k]` has depth `k`.
+    ladder: Option<(Device, Vec<Tensor<1>>)>,
     /// The last finished step's report.
-    report: Arc<std::sync::Mutex<Option<OverlapReport>>>,
-    /// Which gradients came on every rank in the last finished step (the
-    /// same on every rank: from the exchange after it).
-    everywhere: Arc<std::sync::Mutex<Option<Vec<bool>>>>,
+    report: Option<OverlapReport>,
+    /// Which gradients came in the last finished step (the same on every
+    /// rank: from the exchange after it).
+    history: Option<History>,
+    /// A step failed or was abandoned.
+    failed: bool,
+}
+
+/// Which gradients came in a finished step, on some rank and on every
+/// rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct History {
+    used: Vec<bool>,
+    everywhere: Vec<bool>,
+}
+
+impl History {
+    /// A word that differs when two histories differ (almost surely).
+    fn word(history: Option<&History>) -> i64 {
+        match history {
+            None => 0,
+            Some(h) => {
+                let bits: Vec<u64> = h
+                    .used
+                    .iter()
+                    .chain(&h.everywhere)
+                    .map(|&b| u64::from(b))
+                    .collect();
+                // Never 0 (no history), whatever the hash.
+                (crate::shape_hash::mix(&bits) | 1) as i64
+            }
+        }
+    }
 }
 
 impl<G: Group> Overlap<G> {
@@ -158,22 +208,20 @@ impl<G: Group> Overlap<G> {
     ///     .unwrap();
     /// ```
     pub fn with_buckets(group: &G, buckets: Buckets) -> Result<Self, Error> {
+        // Every rank passes a colour, so every rank gets a group.
         let comm = group
             .split(Some(0), group.rank() as i32)
             .map_err(|e| e.in_named_call(TensorOp::DdpOverlap.name()))?
-            .ok_or_else(|| Error::Backend {
-                op: TensorOp::DdpOverlap,
-                rank: group.rank(),
-                message: "splitting the group with every rank in gave no group".into(),
-            })?;
+            .expect("a split in which every rank has a colour gives every rank a group");
         Ok(Overlap {
             group: group.clone(),
             comm,
             buckets,
-            loss_depth: Arc::new(AtomicUsize::new(0)),
-            ladder: Vec::new(),
-            report: Arc::default(),
-            everywhere: Arc::default(),
+            loss_depth: 0,
+            ladder: None,
+            report: None,
+            history: None,
+            failed: false,
         })
     }
 
@@ -182,12 +230,16 @@ impl<G: Group> Overlap<G> {
     /// does), start the reducing thread, and return a copy of `module`
     /// whose trainable float parameters are hooked (a cheap copy: the
     /// parameters' values are shared). Run the forward pass on
-    /// [`Attached::module`], then [`Attached::backward`].
+    /// [`Attached::module`], then [`Attached::backward`]. The step borrows
+    /// the `Overlap`, so two steps cannot share its communicator.
     ///
     /// # Errors
     /// [`Error::ModuleMismatch`] on every rank when the replicas' modules,
     /// reductions or buckets differ; [`Error::EmptyBatch`] for a weighted
-    /// mean over no samples; the group's errors.
+    /// mean over no samples; [`Error::Overlap`] after a failed step
+    /// ([`OverlapProblem::Unusable`]) or when the thread cannot start;
+    /// [`Error::UnsupportedTensor`] for parameters on a backend ruda does
+    /// not run on; the group's errors.
     ///
     /// # Example
     /// See [`Overlap`].
@@ -195,7 +247,17 @@ impl<G: Group> Overlap<G> {
         &mut self,
         module: &M,
         reduction: GradientReduction,
-    ) -> Result<Attached<M, G>, Error> {
+    ) -> Result<Attached<'_, M, G>, Error> {
+        if self.failed {
+            return Err(Error::Overlap {
+                rank: self.group.rank(),
+                problem: OverlapProblem::Unusable,
+            });
+        }
+        // A step counts as failed until it returns its gradients: a rank
+        // may fail after its peers agreed, and their communicators are then
+        // no longer in step with this one's.
+        self.failed = true;
         self.start(module, reduction)
             .map_err(|e| e.in_named_call(TensorOp::DdpOverlap.name()))
     }
@@ -227,10 +289,7 @@ impl<G: Group> Overlap<G> {
     /// }).unwrap();
     /// ```
     pub fn report(&self) -> Option<OverlapReport> {
-        *self
-            .report
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.report
     }
 
     /// [`Overlap::attach`], with errors as its steps report them.
@@ -238,48 +297,69 @@ impl<G: Group> Overlap<G> {
         &mut self,
         module: &M,
         reduction: GradientReduction,
-    ) -> Result<Attached<M, G>, Error> {
+    ) -> Result<Attached<'_, M, G>, Error> {
         let op = TensorOp::DdpOverlap;
+        let me = self.group.rank();
         let mut visitor = Describe {
             entries: Vec::new(),
             trainable: Vec::new(),
+            seen: Vec::new(),
         };
         module.visit(&mut visitor);
         let Describe {
             mut entries,
             trainable,
+            ..
         } = visitor;
+        let history = self
+            .history
+            .take()
+            .filter(|h| h.used.len() == entries.len());
         let header = Header {
             op,
-            words: [reduction.words()[0], reduction.words()[1], 0],
+            words: [
+                reduction.words()[0],
+                reduction.words()[1],
+                History::word(history.as_ref()),
+            ],
             buckets: self.buckets,
         };
         let agreed = structure::agree(&self.group, header, &entries)?;
         let scale = agreed_scale(&self.group, op, reduction, &agreed)?;
+        // Every rank sees every rank's history word: where they differ
+        // (a rank missed the end of a step), every rank drops its history.
+        let history =
+            history.filter(|_| agreed.headers.iter().all(|w| w[2] == agreed.headers[0][2]));
         for e in &mut entries {
             e.data = None;
         }
+        // Planned: trained on some rank now, and (after a step) with a
+        // gradient on some rank last time, as the plain reduction plans
+        // for the gradients there are.
+        let planned: Vec<bool> = match &history {
+            Some(h) => agreed
+                .used
+                .iter()
+                .zip(&h.used)
+                .map(|(&t, &u)| t && u)
+                .collect(),
+            None => agreed.used.clone(),
+        };
         let shapes: Vec<(DType, usize)> = entries.iter().map(|e| (e.dtype, e.numel)).collect();
-        let mut plan = structure::plan(&shapes, &agreed.used, self.buckets);
+        let mut plan = structure::plan(&shapes, &planned, self.buckets);
         // The last layers' gradients come first: a bucket is ready when
         // its first parameter's gradient is, so the bucket whose first
         // parameter is the latest in the module goes first (the small
         // parameters of many layers packed together go when the earliest
-        // of them is ready); but a bucket with a gradient that did not come on every rank
-        // last step (a layer some rank skips) goes last, where waiting for
-        // it holds up no other (its ranks learn it is missing only when
-        // their backward pass ends). The same order on every rank: the
-        // history is from the exchange after the last step.
-        let everywhere = self
-            .everywhere
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .filter(|e| e.len() == entries.len());
+        // of them is ready); but a bucket with a gradient that did not come
+        // on every rank last step (a layer some rank skips) goes last,
+        // where waiting for it holds up no other (its ranks learn it is
+        // missing only when their backward pass ends). The same order on
+        // every rank: the history is agreed.
         plan.sort_by_key(|b| {
-            let late = everywhere
+            let late = history
                 .as_ref()
-                .is_some_and(|e| b.members.iter().any(|&i| !e[i]));
+                .is_some_and(|h| b.members.iter().any(|&i| !h.everywhere[i]));
             (late, core::cmp::Reverse(b.members.iter().copied().min()))
         });
 
@@ -301,44 +381,44 @@ impl<G: Group> Overlap<G> {
             cancel: cancel.clone(),
         };
         let handle = std::thread::Builder::new()
-            .name(alloc::format!("ruda-overlap-{}", self.group.rank()))
+            .name(alloc::format!("ruda-overlap-{me}"))
             .spawn(move || worker.run())
-            .map_err(|e| Error::Backend {
-                op,
-                rank: self.group.rank(),
-                message: alloc::format!("cannot start the reducing thread: {e}"),
+            .map_err(|e| Error::Overlap {
+                rank: me,
+                problem: OverlapProblem::Thread { kind: e.kind() },
             })?;
 
-        // Taps at depths spread over the last loss's depth, in the
+        // Taps at depths spread over the first loss's depth, in the
         // module's order (the first parameters are used first).
         let count = trainable.iter().filter(|&&t| t).count();
-        let loss_depth = self.loss_depth.load(Ordering::Relaxed);
         let mut mapper = Hook {
             next: 0,
             position: 0,
             count,
-            loss_depth,
+            loss_depth: self.loss_depth,
             trainable: &trainable,
             tx: tx.clone(),
             ladder: &mut self.ladder,
+            tapped: Vec::new(),
             failed: None,
         };
         let hooked = module.clone().map(&mut mapper);
         let failed = mapper.failed.take();
         let attached = Attached {
             module: hooked,
-            group: self.group.clone(),
             entries,
+            planned,
             tx,
             cancel,
             worker: Some(handle),
-            loss_depth: self.loss_depth.clone(),
             done,
             buckets,
-            report: self.report.clone(),
-            everywhere: self.everywhere.clone(),
+            depth: Arc::new(AtomicUsize::new(0)),
+            trained: agreed.used.iter().any(|&u| u),
+            overlap: self,
         };
         match failed {
+            // Dropping the step stops its thread and marks the failure.
             Some(e) => Err(e),
             None => Ok(attached),
         }
@@ -347,6 +427,9 @@ impl<G: Group> Overlap<G> {
 
 /// How much of one step's reduction [`Overlap`] hid behind its backward
 /// pass ([`Overlap::report`]).
+///
+/// # Example
+/// See [`Overlap::report`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OverlapReport {
     /// Collectives the step's gradients took.
@@ -358,38 +441,67 @@ pub struct OverlapReport {
     /// The time from the end of the backward pass until every bucket was
     /// reduced: the communication left exposed.
     pub exposed: Duration,
+    /// The depth of the loss in Burn's graph that places the hooks
+    /// (learned from the first step).
+    pub loss_depth: usize,
 }
 
 /// One step of [`Overlap`]: the hooked module and the reducing thread.
 ///
 /// Dropping it without [`Attached::backward`] abandons the step: the
-/// thread stops (peers in the step then report a timeout or a peer
-/// failure from its collectives).
-pub struct Attached<M, G: Group> {
+/// thread stops, its peers' reductions end at the group's deadline, and
+/// the `Overlap` refuses further steps.
+///
+/// A step borrows its `Overlap`, so a second step cannot start while one
+/// is alive (their reductions would share a communicator):
+///
+/// ```compile_fail
+/// use burn_nn::{Linear, LinearConfig};
+/// use burn_tensor::Device;
+/// use ruda_comm::LocalWorld;
+/// use ruda_tensor::HostCollective;
+/// use ruda_tensor::ddp::{GradientReduction, Overlap};
+///
+/// LocalWorld::new(1).run(|comm| {
+///     let world = HostCollective::new(comm);
+///     let model: Linear = LinearConfig::new(2, 1).init(&Device::flex().autodiff());
+///     let mut overlap = Overlap::new(&world)?;
+///     let first = overlap.attach(&model, GradientReduction::Sum)?;
+///     let second = overlap.attach(&model, GradientReduction::Sum)?; // `overlap` is borrowed
+///     drop((first, second));
+///     Ok::<_, ruda_tensor::Error>(())
+/// }).unwrap();
+/// ```
+#[must_use = "a step must end with Attached::backward, or its peers wait until the deadline"]
+pub struct Attached<'a, M, G: Group> {
+    overlap: &'a mut Overlap<G>,
     module: M,
-    group: G,
     entries: Vec<Entry>,
+    /// The parameters the thread's buckets carry.
+    planned: Vec<bool>,
     tx: Sender<Message>,
     cancel: Arc<AtomicBool>,
     worker: Option<JoinHandle<Option<Result<Reduced, Error>>>>,
-    loss_depth: Arc<AtomicUsize>,
     /// Buckets the thread has reduced so far.
     done: Arc<AtomicUsize>,
     buckets: usize,
-    report: Arc<std::sync::Mutex<Option<OverlapReport>>>,
-    everywhere: Arc<std::sync::Mutex<Option<Vec<bool>>>>,
+    /// The loss's depth, from the probe.
+    depth: Arc<AtomicUsize>,
+    /// Whether some rank trains some parameter.
+    trained: bool,
 }
 
-impl<M, G: Group> core::fmt::Debug for Attached<M, G> {
+impl<M, G: Group> core::fmt::Debug for Attached<'_, M, G> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Attached")
-            .field("rank", &self.group.rank())
+            .field("rank", &self.overlap.group.rank())
             .field("params", &self.entries.len())
+            .field("buckets", &self.buckets)
             .finish_non_exhaustive()
     }
 }
 
-impl<M: Module, G: Group> Attached<M, G> {
+impl<M: Module, G: Group> Attached<'_, M, G> {
     /// The hooked copy of the module: run the forward pass on it.
     ///
     /// # Example
@@ -408,29 +520,29 @@ impl<M: Module, G: Group> Attached<M, G> {
     /// [`crate::try_backward`]); the reducing thread's collectives' errors
     /// (a peer that stopped or never ran its backward pass: a timeout at
     /// the group's deadline); [`Error::Record`] when a peer is in another
-    /// call.
+    /// call; [`Error::Overlap`] with [`OverlapProblem::NoGradients`] on
+    /// every rank when no gradient of the module came on any rank (a loss
+    /// not computed from [`Attached::module`]). After an error the
+    /// `Overlap` refuses further steps.
     ///
     /// # Example
     /// See [`Overlap`].
     pub fn backward<const D: usize>(mut self, loss: Tensor<D>) -> Result<GradientsParams, Error> {
-        let result = self.run(loss);
-        result.map_err(|e| e.in_named_call(TensorOp::DdpOverlap.name()))
+        self.run(loss)
+            .map_err(|e| e.in_named_call(TensorOp::DdpOverlap.name()))
     }
 
     /// [`Attached::backward`], with errors as its steps report them.
     fn run<const D: usize>(&mut self, loss: Tensor<D>) -> Result<GradientsParams, Error> {
-        let depth = self.loss_depth.clone();
+        let depth = self.depth.clone();
         let probed = routed!(loss, D, burn_tensor::Float, |B, t| {
             Ok::<_, Error>(<B as Tapped>::probe(t, depth))
         });
         let started = std::time::Instant::now();
         let backward = probed.and_then(|l| crate::try_backward(|| l.backward()));
-        if let Err(e) = backward {
-            self.stop();
-            return Err(e);
-        }
         let ended = std::time::Instant::now();
         let reduced_during_backward = self.done.load(Ordering::Acquire);
+        backward?;
         // Gradients that have not come never will (unused parameters).
         let _ = self.tx.send(Message::Flush);
         let reduced = match self.worker.take().map(JoinHandle::join) {
@@ -439,26 +551,34 @@ impl<M: Module, G: Group> Attached<M, G> {
             // Not cancelled, so the thread always answers.
             _ => unreachable!("the reducing thread ran to its end"),
         };
-        *self
-            .report
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(OverlapReport {
-            buckets: self.buckets,
-            reduced_during_backward,
-            backward: ended - started,
-            exposed: ended.elapsed(),
-        });
-        let (used, everywhere) = arrivals(&self.group, &reduced.arrived)?;
-        *self
-            .everywhere
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(everywhere);
-        let mut grads = GradientsParams::new();
         let Reduced {
             mut results,
+            mut slots,
             arrived,
             own,
         } = reduced;
+        let me = self.overlap.group.rank();
+        let (used, everywhere) = arrivals(&self.overlap.group, &arrived)?;
+        if self.trained && !used.iter().any(|&u| u) {
+            return Err(Error::Overlap {
+                rank: me,
+                problem: OverlapProblem::NoGradients,
+            });
+        }
+        // Gradients the buckets did not plan for (a parameter without one
+        // anywhere last step): each alone, in the module's order, the
+        // same on every rank (from the exchange).
+        for i in 0..used.len() {
+            if used[i] && !self.planned[i] {
+                let (numel, dtype) = (self.entries[i].numel, self.entries[i].dtype);
+                let data = slots[i]
+                    .take()
+                    .unwrap_or_else(|| Tensor::zeros([numel], (&self.entries[i].device, dtype)));
+                results[i] = Some(data.all_reduce(&self.overlap.comm)?);
+            }
+        }
+        let exposed = ended.elapsed();
+        let mut grads = GradientsParams::new();
         for (i, entry) in core::mem::take(&mut self.entries).into_iter().enumerate() {
             if !used[i] {
                 continue;
@@ -469,23 +589,28 @@ impl<M: Module, G: Group> Attached<M, G> {
                 restore(t, &mut grads);
             }
         }
-        Ok(grads)
-    }
-
-    /// Tell the thread to stop and wait for it (bounded: a collective it
-    /// is in ends by the group's deadline).
-    fn stop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
-        if let Some(handle) = self.worker.take() {
-            let _ = handle.join();
+        if self.overlap.loss_depth == 0 {
+            self.overlap.loss_depth = self.depth.load(Ordering::Relaxed);
         }
+        self.overlap.failed = false;
+        self.overlap.history = Some(History { used, everywhere });
+        self.overlap.report = Some(OverlapReport {
+            buckets: self.buckets,
+            reduced_during_backward,
+            backward: ended - started,
+            exposed,
+            loss_depth: self.overlap.loss_depth,
+        });
+        Ok(grads)
     }
 }
 
-impl<M, G: Group> Drop for Attached<M, G> {
+impl<M, G: Group> Drop for Attached<'_, M, G> {
     fn drop(&mut self) {
         // Cleanup only (a peer learns of this rank's absence from its
-        // collectives' deadlines, never from this).
+        // collectives' deadlines, never from this): a thread still
+        // waiting for gradients stops; one in a collective ends with it
+        // (by the group's deadline).
         self.cancel.store(true, Ordering::Relaxed);
         if let Some(handle) = self.worker.take() {
             let _ = handle.join();
@@ -524,17 +649,21 @@ fn arrivals<G: Group>(group: &G, arrived: &[bool]) -> Result<(Vec<bool>, Vec<boo
 }
 
 /// Every float parameter of a module, in visiting order, and whether it
-/// takes a gradient here.
+/// takes a gradient here (a second appearance of one tensor takes none:
+/// the first carries the sum of both uses, as after `backward()`).
 struct Describe {
     entries: Vec<Entry>,
     trainable: Vec<bool>,
+    seen: Vec<u64>,
 }
 
 impl ModuleVisitor for Describe {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let id = param.id;
         let value = param.val();
-        let trainable = value.is_require_grad();
+        let node = node_of(&value);
+        let repeat = node.is_some_and(|n| self.seen.contains(&n));
+        let trainable = value.is_require_grad() && !repeat;
         let dims = value.dims();
         let mut entry = Entry::new::<D>(id, &value, None);
         // What the agreement reads as "some rank has data": here, whether
@@ -542,11 +671,14 @@ impl ModuleVisitor for Describe {
         if trainable {
             entry.data = Some(Tensor::zeros([0], (&entry.device, entry.dtype)));
         }
-        entry.restore = Some(Box::new(
-            move |t: Tensor<1>, grads: &mut GradientsParams| {
-                grads.register::<D>(id, crate::reshape(t, dims));
-            },
-        ));
+        if !repeat {
+            self.seen.extend(node);
+            entry.restore = Some(Box::new(
+                move |t: Tensor<1>, grads: &mut GradientsParams| {
+                    grads.register::<D>(id, crate::reshape(t, dims));
+                },
+            ));
+        }
         self.entries.push(entry);
         self.trainable.push(trainable);
     }
@@ -562,7 +694,10 @@ struct Hook<'a> {
     loss_depth: usize,
     trainable: &'a [bool],
     tx: Sender<Message>,
-    ladder: &'a mut Vec<Tensor<1>>,
+    ladder: &'a mut Option<(Device, Vec<Tensor<1>>)>,
+    /// The tapped values so far, by the graph node of the value (one
+    /// tensor in two places gets one tapped value).
+    tapped: Vec<(u64, Box<dyn Any>)>,
     failed: Option<Error>,
 }
 
@@ -584,15 +719,15 @@ impl Hook<'_> {
         if depth < 2 {
             return Ok(None);
         }
-        if self.ladder.is_empty() {
-            self.ladder.push(Tensor::<1>::zeros([1], device));
+        if self.ladder.as_ref().is_none_or(|(d, _)| d != device) {
+            *self.ladder = Some((device.clone(), alloc::vec![Tensor::<1>::zeros([1], device)]));
         }
-        while self.ladder.len() < depth {
-            let last = self.ladder[self.ladder.len() - 1].clone();
-            let next = deeper(last)?;
-            self.ladder.push(next);
+        let (_, ladder) = self.ladder.as_mut().expect("made above");
+        while ladder.len() < depth {
+            let next = deeper(ladder[ladder.len() - 1].clone())?;
+            ladder.push(next);
         }
-        Ok(Some(self.ladder[depth - 1].clone()))
+        Ok(Some(ladder[depth - 1].clone()))
     }
 }
 
@@ -600,7 +735,22 @@ impl ModuleMapper for Hook<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let index = self.next;
         self.next += 1;
-        if !self.trainable.get(index).copied().unwrap_or(false) || self.failed.is_some() {
+        if self.failed.is_some() {
+            return param;
+        }
+        let node = node_of(&param.val());
+        if let Some((_, t)) = self.tapped.iter().find(|(n, _)| Some(*n) == node) {
+            // The same tensor again: the same tapped value, so that its
+            // one tap gets the sum of every use's gradient.
+            return match t.downcast_ref::<Tensor<D>>() {
+                Some(t) => {
+                    let t = t.clone();
+                    param.map(|_| t)
+                }
+                None => param,
+            };
+        }
+        if !self.trainable.get(index).copied().unwrap_or(false) {
             return param;
         }
         let depth = self.depth(self.position);
@@ -610,15 +760,16 @@ impl ModuleMapper for Hook<'_> {
                 index,
                 tx: self.tx.clone(),
             };
-            let anchor = match self.anchor(&value.device(), depth) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.failed = Some(e);
-                    return value;
+            let tapped = self
+                .anchor(&value.device(), depth)
+                .and_then(|anchor| tap_tensor(value.clone(), anchor, tap));
+            match tapped {
+                Ok(t) => {
+                    if let Some(n) = node {
+                        self.tapped.push((n, Box::new(t.clone())));
+                    }
+                    t
                 }
-            };
-            match tap_tensor(value.clone(), anchor, tap) {
-                Ok(t) => t,
                 Err(e) => {
                     self.failed = Some(e);
                     value
@@ -626,6 +777,19 @@ impl ModuleMapper for Hook<'_> {
             }
         })
     }
+}
+
+/// The graph node of `x`'s value (see [`Tapped::node`]).
+fn node_of<const D: usize>(x: &Tensor<D>) -> Option<u64> {
+    let mut node = None;
+    let mut routed = |x: Tensor<D>| -> Result<Tensor<D>, Error> {
+        routed!(x, D, burn_tensor::Float, |B, t| {
+            node = <B as Tapped>::node(&t);
+            Ok::<_, Error>(t)
+        })
+    };
+    let _ = routed(x.clone());
+    node
 }
 
 /// `x` one level deeper (see [`Tapped::deeper`]).
@@ -651,9 +815,10 @@ fn tap_tensor<const D: usize>(
 
 /// What the reducing thread hands back.
 struct Reduced {
-    /// Each parameter's reduced gradient, flattened, in its dtype (`None`
-    /// for parameters no rank trains).
+    /// Each planned parameter's reduced gradient, flattened, in its dtype.
     results: Vec<Option<Tensor<1>>>,
+    /// This rank's gradients that no bucket carried (scaled, cast).
+    slots: Vec<Option<Tensor<1>>>,
     /// Whether this rank's gradient came for each parameter.
     arrived: Vec<bool>,
     /// The dtype this rank's gradient had (where it came).
@@ -678,6 +843,28 @@ struct Worker<G> {
 }
 
 impl<G: Group> Worker<G> {
+    /// Take one message, if one comes within [`POLL`]; `true` once the
+    /// backward pass is over.
+    fn receive(
+        &self,
+        slots: &mut [Option<Tensor<1>>],
+        arrived: &mut [bool],
+        own: &mut [DType],
+    ) -> bool {
+        match self.rx.recv_timeout(POLL) {
+            Ok(Message::Grad { index, grad }) if index < arrived.len() && !arrived[index] => {
+                arrived[index] = true;
+                if !self.ignore {
+                    own[index] = grad.dtype();
+                    slots[index] = Some(for_the_sum(*grad, self.scale, self.metas[index].1));
+                }
+                false
+            }
+            Ok(Message::Grad { .. }) | Err(RecvTimeoutError::Timeout) => false,
+            Ok(Message::Flush) | Err(RecvTimeoutError::Disconnected) => true,
+        }
+    }
+
     /// Reduce every bucket; `None` when the step was abandoned.
     fn run(self) -> Option<Result<Reduced, Error>> {
         let n = self.metas.len();
@@ -688,19 +875,7 @@ impl<G: Group> Worker<G> {
         let mut flushed = false;
         for bucket in &self.plan {
             while !flushed && bucket.members.iter().any(|&i| !arrived[i]) {
-                match self.rx.recv_timeout(POLL) {
-                    Ok(Message::Grad { index, grad }) if index < n && !arrived[index] => {
-                        arrived[index] = true;
-                        if !self.ignore {
-                            own[index] = grad.dtype();
-                            slots[index] =
-                                Some(for_the_sum(*grad, self.scale, self.metas[index].1));
-                        }
-                    }
-                    Ok(Message::Grad { .. }) => {}
-                    Ok(Message::Flush) | Err(RecvTimeoutError::Disconnected) => flushed = true,
-                    Err(RecvTimeoutError::Timeout) => {}
-                }
+                flushed = self.receive(&mut slots, &mut arrived, &mut own);
                 if self.cancel.load(Ordering::Relaxed) {
                     return None;
                 }
@@ -739,12 +914,20 @@ impl<G: Group> Worker<G> {
                 start += len;
             }
         }
+        // Gradients no bucket carries (not planned for) may still come.
+        while !flushed {
+            flushed = self.receive(&mut slots, &mut arrived, &mut own);
+            if self.cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+        }
         if self.ignore {
             // Waited for, never counted.
             arrived.iter_mut().for_each(|a| *a = false);
         }
         Some(Ok(Reduced {
             results,
+            slots,
             arrived,
             own,
         }))

@@ -56,6 +56,10 @@ pub(super) trait Tapped: Backend {
     /// depth is one more than `anchor`'s, if given and deeper than `x`.
     fn tap(x: FloatTensor<Self>, anchor: Option<FloatTensor<Self>>, tap: Tap) -> FloatTensor<Self>;
 
+    /// The id of `x`'s node in the autodiff graph (`None` on a plain
+    /// backend): two parameters with the same node are one tensor.
+    fn node(x: &FloatTensor<Self>) -> Option<u64>;
+
     /// `x` one level deeper in the graph (an untracked `x` stays untracked:
     /// the anchors of [`Tapped::tap`]).
     fn deeper(x: FloatTensor<Self>) -> FloatTensor<Self>;
@@ -68,6 +72,10 @@ pub(super) trait Tapped: Backend {
 impl<B: PlainBackend> Tapped for B {
     fn tap(x: FloatTensor<Self>, _: Option<FloatTensor<Self>>, _: Tap) -> FloatTensor<Self> {
         x
+    }
+
+    fn node(_: &FloatTensor<Self>) -> Option<u64> {
+        None
     }
 
     fn deeper(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -142,6 +150,10 @@ where
                 OpsKind::UnTracked(prep) => prep.finish(inner),
             },
         }
+    }
+
+    fn node(x: &FloatTensor<Self>) -> Option<u64> {
+        Some(x.id().value)
     }
 
     fn deeper(x: FloatTensor<Self>) -> FloatTensor<Self> {
