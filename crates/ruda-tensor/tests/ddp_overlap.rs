@@ -5,6 +5,8 @@
 //! buckets reduced while the backward pass still runs; typed errors.
 
 mod common;
+#[path = "../examples/ddp_model/mod.rs"]
+mod ddp_model;
 
 use std::time::Duration;
 
@@ -16,10 +18,12 @@ use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_core as burn;
 use burn_flex::Flex;
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, Param};
 use burn_nn::{Linear, LinearConfig};
 use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::{DType, Device, Tensor, TensorData};
+use common::param_bits as bits;
+use ddp_model::Deterministic;
 use proptest::prelude::*;
 use ruda_comm::{LocalWorld, RankError};
 use ruda_tensor::ddp::{
@@ -78,43 +82,6 @@ impl Deep {
         }
         self.head.forward(h)
     }
-}
-
-/// Parameters from their position only: every rank starts equal.
-#[derive(Default)]
-struct Deterministic {
-    next: usize,
-}
-
-impl ModuleMapper for Deterministic {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let id = param.id;
-        let t = param.val();
-        let dims = t.dims();
-        let k = self.next;
-        self.next += 1;
-        let values: Vec<f64> = (0..dims.iter().product::<usize>())
-            .map(|i| ((i * 7 + k * 13) as f64 * 0.37).sin() * 0.5)
-            .collect();
-        let fresh =
-            Tensor::<D>::from_data(TensorData::new(values, dims), (&t.device(), DType::F64));
-        Param::initialized(id, fresh.require_grad())
-    }
-}
-
-/// Every float value of the net, as bits.
-fn bits(net: &Deep) -> Vec<u64> {
-    struct Read<'a>(&'a mut Vec<u64>);
-    impl ModuleVisitor for Read<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-            let v = p.val().into_data().convert::<f64>();
-            self.0
-                .extend(v.try_to_vec::<f64>().unwrap().into_iter().map(f64::to_bits));
-        }
-    }
-    let mut out = Vec::new();
-    net.visit(&mut Read(&mut out));
-    out
 }
 
 /// The backward step of [`sleepy`].
@@ -455,6 +422,20 @@ fn ranks_that_disagree_get_a_module_mismatch_on_every_rank() {
     }
 }
 
+/// Asserts that an `attach` was refused as [`OverlapProblem::Unusable`].
+fn assert_unusable(attached: &Result<(), Error>) {
+    assert!(
+        matches!(
+            attached,
+            Err(Error::Overlap {
+                problem: OverlapProblem::Unusable,
+                ..
+            })
+        ),
+        "{attached:?}"
+    );
+}
+
 /// A rank that abandons its step after the forward pass (never runs the
 /// backward pass) leaves its peer a typed error within the deadline, not
 /// a hang; the abandoning rank's own call returns.
@@ -475,31 +456,13 @@ fn a_peer_that_never_runs_its_backward_pass_is_a_typed_error() {
                 drop(step);
                 // An abandoned step leaves the Overlap unusable.
                 let again = overlap.attach(&net, GradientReduction::Mean).map(|_| ());
-                assert!(
-                    matches!(
-                        again,
-                        Err(Error::Overlap {
-                            problem: OverlapProblem::Unusable,
-                            ..
-                        })
-                    ),
-                    "{again:?}"
-                );
+                assert_unusable(&again);
                 return Ok(None);
             }
             let result = step.backward(loss).map(|_| Some(()));
             // So does a failed one.
             let again = overlap.attach(&net, GradientReduction::Mean).map(|_| ());
-            assert!(
-                matches!(
-                    again,
-                    Err(Error::Overlap {
-                        problem: OverlapProblem::Unusable,
-                        ..
-                    })
-                ),
-                "{again:?}"
-            );
+            assert_unusable(&again);
             result
         });
     assert!(matches!(out[1], Ok(None)), "{:?}", out[1]);

@@ -3,14 +3,16 @@
 //! and device-resident groups), each parameter's optimizer state lives on
 //! exactly one rank, and ranks that shard differently get a typed error.
 
+mod common;
 #[path = "../examples/ddp_model/mod.rs"]
 mod ddp_model;
 
 use burn_core as burn;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, Param};
 use burn_optim::{AdamConfig, GradientsParams};
 use burn_tensor::{DType, Device, Tensor, TensorData};
+use common::param_bits as bits;
 use ddp_model::{CHANNELS, LENGTH, Net};
 use ruda_comm::{Communicator, LocalWorld, RankError};
 use ruda_tensor::ddp::{Buckets, GradientReduction, Sharded, ZeroStage, check_replicas, step};
@@ -24,21 +26,6 @@ enum How {
     Zero(ZeroStage),
     /// A stage with transfers cut into runs of at most this many bytes.
     Chunked(ZeroStage, usize),
-}
-
-/// Every float value of the net, as bits.
-fn bits(net: &Net) -> Vec<u64> {
-    struct Read<'a>(&'a mut Vec<u64>);
-    impl ModuleVisitor for Read<'_> {
-        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-            let v = p.val().into_data().convert::<f64>();
-            self.0
-                .extend(v.try_to_vec::<f64>().unwrap().into_iter().map(f64::to_bits));
-        }
-    }
-    let mut out = Vec::new();
-    net.visit(&mut Read(&mut out));
-    out
 }
 
 /// One rank's training: every step's parameters (bits) and, at the end,

@@ -56,7 +56,7 @@ impl Net {
 /// model, so that every rank (and the serial run) starts from the same
 /// model without sharing a tensor between ranks.
 #[derive(Default)]
-struct Deterministic {
+pub struct Deterministic {
     next: usize,
 }
 

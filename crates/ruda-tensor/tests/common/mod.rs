@@ -291,3 +291,20 @@ pub fn pair<R: Send + std::fmt::Debug>(
         .timeout(Duration::from_secs(5))
         .run_each(|c| f(&ruda_tensor::HostCollective::new(c)))
 }
+
+/// Every float parameter value of `module`, in visiting order, as f64 bits
+/// (exact comparisons of whole models).
+pub fn param_bits<M: burn_core::module::Module>(module: &M) -> Vec<u64> {
+    use burn_core::module::{ModuleVisitor, Param};
+    struct Read<'a>(&'a mut Vec<u64>);
+    impl ModuleVisitor for Read<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<burn_tensor::Tensor<D>>) {
+            let v = p.val().into_data().convert::<f64>();
+            self.0
+                .extend(v.try_to_vec::<f64>().unwrap().into_iter().map(f64::to_bits));
+        }
+    }
+    let mut out = Vec::new();
+    module.visit(&mut Read(&mut out));
+    out
+}
