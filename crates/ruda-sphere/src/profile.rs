@@ -6,9 +6,13 @@
 //! leave out is Burn's own tensor work (reshapes, permutations,
 //! allocations) between the kernels.
 //!
-//! The clocks are process-wide: `profile` calls are serialised, and a
-//! transform running on another thread during one is counted too. Outside
-//! `profile` a kernel pays one relaxed atomic load per stage.
+//! The clocks are per thread: a `profile` call counts the stages of the
+//! transforms that run on its own thread inside its closure (a transform
+//! its closure hands to another thread is not counted), so threads may
+//! profile at the same time — the ranks of a world, each around its part
+//! of a distributed transform, waiting for one another — without seeing
+//! each other's stages or waiting for each other's calls. Outside
+//! `profile` a kernel pays one thread-local read per stage.
 //!
 //! # Example
 //! ```
@@ -24,9 +28,8 @@
 //! # Ok::<(), ruda_sphere::SphereError>(())
 //! ```
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::cell::Cell;
 use core::time::Duration;
-use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 /// A stage of the serial transforms' work.
@@ -85,102 +88,121 @@ impl StageTimes {
     }
 }
 
-static ON: AtomicBool = AtomicBool::new(false);
-static NANOS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 std::thread_local! {
-    /// Whether this thread is inside a [`profile`] call.
-    static INSIDE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    /// How many [`profile`] calls this thread is inside.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// This thread's time in each stage while profiling, in nanoseconds.
+    static NANOS: Cell<[u64; 4]> = const { Cell::new([0; 4]) };
 }
 
-fn snapshot() -> [u64; 4] {
-    core::array::from_fn(|i| NANOS[i].load(Ordering::Relaxed))
-}
-
-/// Run `f` with the stage clocks on; its result and the stages' times. A
+/// Run `f` with the stage clocks of this thread on; its result and the
+/// time each stage of the transforms it ran on this thread took. A
 /// `profile` inside `f` returns the stages' times during its own closure
-/// (and they count towards the outer call's too).
+/// (and they count towards the outer call's too). Other threads' calls
+/// neither wait for this one nor count towards it.
 pub fn profile<R>(f: impl FnOnce() -> R) -> (R, StageTimes) {
-    if INSIDE.with(core::cell::Cell::get) {
-        let before = snapshot();
-        let out = f();
-        let after = snapshot();
-        let mut times = StageTimes::default();
-        for ((t, a), b) in times.nanos.iter_mut().zip(after).zip(before) {
-            *t = a.saturating_sub(b);
-        }
-        return (out, times);
-    }
-    // A panic in an earlier `f` leaves nothing to repair: the counters are
-    // reset below.
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-    for n in &NANOS {
-        n.store(0, Ordering::Relaxed);
-    }
-    ON.store(true, Ordering::SeqCst);
-    INSIDE.with(|i| i.set(true));
-    struct Off;
-    impl Drop for Off {
+    /// Leaves the call's depth as it found it, also when `f` unwinds.
+    struct Depth;
+    impl Drop for Depth {
         fn drop(&mut self) {
-            ON.store(false, Ordering::SeqCst);
-            INSIDE.with(|i| i.set(false));
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
         }
     }
-    let off = Off;
+    DEPTH.with(|d| d.set(d.get().saturating_add(1)));
+    let depth = Depth;
+    let before = NANOS.with(Cell::get);
     let out = f();
-    drop(off);
+    let after = NANOS.with(Cell::get);
+    drop(depth);
     let mut times = StageTimes::default();
-    for (t, n) in times.nanos.iter_mut().zip(&NANOS) {
-        *t = n.load(Ordering::Relaxed);
+    for ((t, a), b) in times.nanos.iter_mut().zip(after).zip(before) {
+        *t = a.saturating_sub(b);
     }
     (out, times)
 }
 
-/// `f`'s result, its time added to `stage` while profiling.
+/// `f`'s result, its time added to `stage` while this thread profiles.
 pub(crate) fn timed<R>(stage: Stage, f: impl FnOnce() -> R) -> R {
-    if !ON.load(Ordering::Relaxed) {
+    if DEPTH.with(Cell::get) == 0 {
         return f();
     }
     let start = Instant::now();
     let out = f();
     let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    NANOS[stage.index()].fetch_add(spent, Ordering::Relaxed);
+    NANOS.with(|n| {
+        let mut all = n.get();
+        all[stage.index()] = all[stage.index()].saturating_add(spent);
+        n.set(all);
+    });
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Barrier, mpsc};
 
-    // Other unit tests of this crate may run transforms at the same time
-    // (the fourier tests use the orders-first layout and record `Reorder`
-    // while the clocks are on), so only lower bounds are asserted here.
+    fn sleep_in(stage: Stage, ms: u64) {
+        timed(stage, || std::thread::sleep(Duration::from_millis(ms)));
+    }
+
     #[test]
     fn a_stage_is_timed_inside_profile_and_not_outside() {
-        {
-            let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-            NANOS[Stage::Legendre.index()].store(0, Ordering::SeqCst);
-            timed(Stage::Legendre, || {
-                std::thread::sleep(Duration::from_millis(1))
-            });
-            assert_eq!(NANOS[Stage::Legendre.index()].load(Ordering::SeqCst), 0);
-        }
+        sleep_in(Stage::Legendre, 2);
+        let ((), none) = profile(|| {});
+        assert_eq!(none, StageTimes::default(), "time outside profile counted");
         let (inner, outer) = profile(|| {
-            timed(Stage::Reorder, || {
-                std::thread::sleep(Duration::from_millis(3))
-            });
-            let ((), inner) = profile(|| {
-                timed(Stage::Legendre, || {
-                    std::thread::sleep(Duration::from_millis(2))
-                });
-            });
+            sleep_in(Stage::Reorder, 3);
+            let ((), inner) = profile(|| sleep_in(Stage::Legendre, 2));
             inner
         });
         assert!(outer.get(Stage::Reorder) >= Duration::from_millis(3));
         assert!(outer.get(Stage::Legendre) >= Duration::from_millis(2));
+        assert_eq!(inner.get(Stage::Reorder), Duration::ZERO);
         assert!(inner.get(Stage::Legendre) >= Duration::from_millis(2));
         assert!(outer.total() >= inner.total());
-        assert!(!ON.load(Ordering::SeqCst), "the clocks are off again");
+        assert_eq!(DEPTH.with(Cell::get), 0, "the clocks are off again");
+    }
+
+    /// Two threads profile at once, each waiting inside its closure for
+    /// the other (as two ranks of a world profiling their parts of a
+    /// distributed transform do): both finish (one process-wide profile at
+    /// a time deadlocked here), and each counts only its own stages.
+    #[test]
+    fn threads_that_wait_for_each_other_can_profile_at_once() {
+        let barrier = Arc::new(Barrier::new(2));
+        let (tx, rx) = mpsc::channel();
+        for (stage, ms) in [(Stage::Fourier, 30), (Stage::Legendre, 60)] {
+            let (barrier, tx) = (barrier.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let ((), times) = profile(|| {
+                    barrier.wait();
+                    sleep_in(stage, ms);
+                    barrier.wait();
+                });
+                let _ = tx.send((stage, ms, times));
+            });
+        }
+        for _ in 0..2 {
+            let (stage, ms, times) = rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("both profiles end (no deadlock)");
+            assert!(times.get(stage) >= Duration::from_millis(ms), "{times:?}");
+            assert_eq!(
+                times.total(),
+                times.get(stage),
+                "{stage:?} counted another thread's: {times:?}"
+            );
+        }
+    }
+
+    /// A closure that unwinds leaves the clocks off.
+    #[test]
+    fn a_panic_inside_profile_leaves_the_clocks_off() {
+        let r = std::panic::catch_unwind(|| profile(|| panic!("inside")));
+        assert!(r.is_err());
+        assert_eq!(DEPTH.with(Cell::get), 0);
+        sleep_in(Stage::Fourier, 1);
+        assert_eq!(NANOS.with(Cell::get), [0; 4], "timed outside profile");
     }
 }
