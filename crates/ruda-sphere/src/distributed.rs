@@ -27,17 +27,34 @@ use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError, SphereLayout};
 
-/// Check that every rank passes the same number of fields (one small
-/// all-gather), so that a mismatch is the same error on every rank rather
-/// than a failure inside a primitive.
-fn check_lead<G: Group>(
+/// Agree on the inputs before any data moves (one small all-gather):
+/// `local` is this rank's own verdict on its input (its flattened tensor
+/// and leading dimensions, or the typed error its shape or dtype gave). A
+/// rank whose input was refused returns its own error; its peers return
+/// [`SphereError::PeerInput`] naming it, instead of waiting for it in a
+/// collective; ranks that pass different numbers of fields all get
+/// [`SphereError::LeadingDims`].
+fn agree_inputs<G: Group, T>(
     grid: &ProcessGrid<G>,
     op: &'static str,
-    lead: &[usize],
-) -> Result<(), SphereError> {
-    let fields = i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX);
+    local: Result<(T, Vec<usize>), SphereError>,
+) -> Result<(T, Vec<usize>), SphereError> {
+    let fields = match &local {
+        Ok((_, lead)) => i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX),
+        // No rank has a negative number of fields: the refusal's mark.
+        Err(_) => -1,
+    };
     let world = grid.world();
     let all = world.exchange_words(&[fields])?;
+    let local = local?;
+    let offenders: Vec<usize> = (0..all.len()).filter(|&r| all[r] < 0).collect();
+    if !offenders.is_empty() {
+        return Err(SphereError::PeerInput {
+            op,
+            rank: world.rank(),
+            offenders,
+        });
+    }
     if all.iter().any(|&n| n != fields) {
         return Err(SphereError::LeadingDims {
             op,
@@ -45,7 +62,7 @@ fn check_lead<G: Group>(
             sizes: all.into_iter().map(|n| n.max(0) as usize).collect(),
         });
     }
-    Ok(())
+    Ok(local)
 }
 
 fn layout_of<G: Group>(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<SphereLayout, SphereError> {
@@ -98,13 +115,16 @@ impl<G: Group> Part<G> {
         x: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
         let (l, s) = (&self.layout, self.layout.spec());
-        check_rank::<D, E>(op, 1)?;
         let patch = [l.lat_range().len(), l.lon_range().len()];
-        let (x, lead) = flatten_field(op, l.world_rank(), x, patch)?;
-        check_components(op, l.world_rank(), self.stage.kind(), &lead, &patch)?;
-        check_dtype(op, x.dtype())?;
+        let local = check_rank::<D, E>(op, 1)
+            .and_then(|()| flatten_field(op, l.world_rank(), x, patch))
+            .and_then(|(x, lead)| {
+                check_components(op, l.world_rank(), self.stage.kind(), &lead, &patch)?;
+                check_dtype(op, x.dtype())?;
+                Ok((x, lead))
+            });
         let g = &self.grid;
-        check_lead(g, op, &lead)?;
+        let (x, lead) = agree_inputs(g, op, local)?;
         // [b, lat, lon]: longitudes whole, this rank's latitudes split
         // over the azimuth ranks.
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
@@ -134,18 +154,21 @@ impl<G: Group> Part<G> {
     ) -> Result<Tensor<E>, SphereError> {
         let (l, s) = (&self.layout, self.layout.spec());
         let g = &self.grid;
-        check_rank::<D, E>(op, -1)?;
         let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()]];
-        let (c, lead) = flatten_coefficients(op, l.world_rank(), c, block)?;
-        check_components(
-            op,
-            l.world_rank(),
-            self.stage.kind(),
-            &lead,
-            &[block[0], block[1], 2],
-        )?;
-        check_dtype(op, c.dtype())?;
-        check_lead(g, op, &lead)?;
+        let local = check_rank::<D, E>(op, -1)
+            .and_then(|()| flatten_coefficients(op, l.world_rank(), c, block))
+            .and_then(|(c, lead)| {
+                check_components(
+                    op,
+                    l.world_rank(),
+                    self.stage.kind(),
+                    &lead,
+                    &[block[0], block[1], 2],
+                )?;
+                check_dtype(op, c.dtype())?;
+                Ok((c, lead))
+            });
+        let (c, lead) = agree_inputs(g, op, local)?;
         // [m, l, b, 2] with all degrees of this rank's orders (backward:
         // reduce-scatter).
         let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
@@ -224,9 +247,11 @@ impl<G: Group> DistributedRealSht<G> {
     ///
     /// # Errors
     /// As [`RealSht::forward`](crate::RealSht::forward) (naming this rank),
-    /// [`SphereError::LeadingDims`] on every rank when the ranks pass
-    /// different numbers of fields, and [`SphereError::Primitive`] when a
-    /// primitive fails.
+    /// on the ranks whose input is refused, and [`SphereError::PeerInput`]
+    /// naming them on the others (the ranks agree on their inputs before
+    /// any data moves); [`SphereError::LeadingDims`] on every rank when the
+    /// ranks pass different numbers of fields, and
+    /// [`SphereError::Primitive`] when a primitive fails.
     pub fn forward<const D: usize, const E: usize>(
         &self,
         x: Tensor<D>,

@@ -112,6 +112,20 @@ pub enum SphereError {
         /// Every rank's product of leading dimensions.
         sizes: Vec<usize>,
     },
+    /// Other ranks of a distributed transform passed an input of the wrong
+    /// shape or dtype (each of them gets its own typed error): this rank's
+    /// input was fine, and no data moved.
+    #[error(
+        "{op} on rank {rank}: rank(s) {offenders:?} passed an input of the wrong shape or dtype (each reports its own error); no data moved"
+    )]
+    PeerInput {
+        /// The transform.
+        op: &'static str,
+        /// This rank in the world.
+        rank: usize,
+        /// The world ranks whose input was refused.
+        offenders: Vec<usize>,
+    },
     /// A setting of a solver or a model is out of its range.
     #[error("{what} = {value}: must be {expected}")]
     Setting {

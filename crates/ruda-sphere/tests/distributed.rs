@@ -587,3 +587,65 @@ fn ranks_passing_different_leading_dimensions_fail_on_every_rank() {
         }
     }
 }
+
+/// One rank's patch or block has the wrong shape, or a dtype the transform
+/// refuses: that rank gets its own typed error and every other rank gets
+/// `PeerInput` naming it, promptly (the ranks agree on their inputs before
+/// the first collective; before, the peers waited in it until the rank's
+/// exit was seen as a failure), forward and inverse, on 2×1, 1×2 and 2×2
+/// grids.
+#[test]
+fn a_rank_with_a_bad_input_is_named_by_every_other_rank() {
+    let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular).unwrap();
+    for (polar, azimuth) in [(2, 1), (1, 2), (2, 2)] {
+        for bad_dtype in [false, true] {
+            let n = polar * azimuth;
+            let bad = n - 1;
+            let started = std::time::Instant::now();
+            let results = LocalWorld::new(n)
+                .timeout(std::time::Duration::from_secs(30))
+                .run(|comm| {
+                    let grid = ProcessGrid::new(comm, polar, azimuth)?;
+                    let me = grid.world().rank();
+                    let sht = DistributedRealSht::new(&grid, spec)?;
+                    let isht = DistributedInverseRealSht::new(&grid, spec)?;
+                    let (lat, lon) = (
+                        sht.layout().lat_range().len(),
+                        sht.layout().lon_range().len(),
+                    );
+                    let (l, m) = (sht.layout().l_range().len(), sht.layout().orders().len());
+                    let wrong = usize::from(me == bad && !bad_dtype);
+                    let dtype = if me == bad && bad_dtype {
+                        DType::F16
+                    } else {
+                        DType::F64
+                    };
+                    let x = Tensor::<3>::zeros([2, lat + wrong, lon], (&Device::flex(), dtype));
+                    let forward = sht.forward::<3, 4>(x).map(|_| ()).unwrap_err();
+                    let c = Tensor::<4>::zeros([2, l, m + wrong, 2], (&Device::flex(), dtype));
+                    let inverse = isht.forward::<4, 3>(c).map(|_| ()).unwrap_err();
+                    Ok::<_, SphereError>((forward, inverse))
+                })
+                .unwrap();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{polar}x{azimuth}: the ranks waited"
+            );
+            for (rank, (f, i)) in results.iter().enumerate() {
+                for e in [f, i] {
+                    let ok = if rank == bad && bad_dtype {
+                        matches!(e, SphereError::DType { .. })
+                    } else if rank == bad {
+                        matches!(e, SphereError::Shape { .. })
+                    } else {
+                        matches!(e, SphereError::PeerInput { rank: r, offenders, .. } if *r == rank && offenders == &[bad])
+                    };
+                    assert!(
+                        ok,
+                        "{polar}x{azimuth} rank {rank} (bad dtype {bad_dtype}): {e}"
+                    );
+                }
+            }
+        }
+    }
+}
