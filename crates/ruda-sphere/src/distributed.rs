@@ -45,8 +45,10 @@ fn agree_inputs<G: Group, T>(
         Err(_) => -1,
     };
     let world = grid.world();
-    let all = world.exchange_words(&[fields])?;
+    let all = world.exchange_words(&[fields]);
+    // A refused input is this rank's error even when the exchange fails.
     let local = local?;
+    let all = all?;
     let offenders: Vec<usize> = (0..all.len()).filter(|&r| all[r] < 0).collect();
     if !offenders.is_empty() {
         return Err(SphereError::PeerInput {

@@ -68,9 +68,12 @@ impl<G: Group> DistributedRealVectorSht<G> {
     ///
     /// # Errors
     /// As [`RealVectorSht::forward`](crate::RealVectorSht::forward) (naming
-    /// this rank), [`SphereError::LeadingDims`] on every rank when the
-    /// ranks pass different numbers of fields, and
-    /// [`SphereError::Primitive`] when a primitive fails.
+    /// this rank) on the ranks whose input is refused, and
+    /// [`SphereError::PeerInput`] naming them on the others (the ranks
+    /// agree on their inputs before any data moves);
+    /// [`SphereError::LeadingDims`] on every rank when the ranks pass
+    /// different numbers of fields, and [`SphereError::Primitive`] when a
+    /// primitive fails.
     pub fn forward<const D: usize, const E: usize>(
         &self,
         x: Tensor<D>,

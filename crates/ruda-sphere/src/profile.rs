@@ -11,7 +11,11 @@
 //! its closure hands to another thread is not counted), so threads may
 //! profile at the same time — the ranks of a world, each around its part
 //! of a distributed transform, waiting for one another — without seeing
-//! each other's stages or waiting for each other's calls. Outside
+//! each other's stages or waiting for each other's calls. Around a
+//! distributed transform the stages leave out the time spent in its
+//! collectives too. On a rayon worker (a `profile` inside a parallel
+//! iterator) the worker may run another item's transform while it waits
+//! inside a stage, and that transform's stages then count as well. Outside
 //! `profile` a kernel pays one thread-local read per stage.
 //!
 //! # Example

@@ -43,18 +43,21 @@ pub trait SphereTransforms {
     /// Scalar synthesis: `[b, l, m, 2]` to `[b, lat, lon]`.
     ///
     /// # Errors
-    /// As [`InverseRealSht::forward`].
+    /// As [`InverseRealSht::forward`] (and
+    /// [`crate::DistributedInverseRealSht::forward`]).
     fn isht(&self, c: Tensor<4>) -> Result<Tensor<3>, SphereError>;
     /// Vector analysis: tangential fields `[b, 2, lat, lon]` to spheroidal
     /// and toroidal coefficients `[b, 2, l, m, 2]`.
     ///
     /// # Errors
-    /// As [`RealVectorSht::forward`].
+    /// As [`RealVectorSht::forward`] (and
+    /// [`crate::DistributedRealVectorSht::forward`]).
     fn vsht(&self, x: Tensor<4>) -> Result<Tensor<5>, SphereError>;
     /// Vector synthesis: `[b, 2, l, m, 2]` to `[b, 2, lat, lon]`.
     ///
     /// # Errors
-    /// As [`InverseRealVectorSht::forward`].
+    /// As [`InverseRealVectorSht::forward`] (and
+    /// [`crate::DistributedInverseRealVectorSht::forward`]).
     fn ivsht(&self, c: Tensor<5>) -> Result<Tensor<4>, SphereError>;
     /// The sum over every rank of `x` (itself serially); differentiable.
     ///
