@@ -484,18 +484,53 @@ fn run_demo(
     demo::run_on(cfg, transport, out)
 }
 
+/// A demo's error, and whether this process has already written it to
+/// stderr.
+struct Failure {
+    error: demo::DemoError,
+    reported: bool,
+}
+
+impl From<demo::DemoError> for Failure {
+    fn from(error: demo::DemoError) -> Self {
+        Failure {
+            error,
+            reported: false,
+        }
+    }
+}
+
 /// The shallow-water job on threads, or on MPI processes when started by
 /// `mpirun`.
 fn run_swe_demo(
     cfg: &ruda_cli::swe_demo::SweDemoConfig,
     out: &mut impl Write,
-) -> Result<ruda_cli::swe_demo::SweVerdict, demo::DemoError> {
+) -> Result<ruda_cli::swe_demo::SweVerdict, Failure> {
     #[cfg(feature = "mpi")]
     if under_mpirun() {
-        let (_mpi, world) = start_mpi()?;
-        return ruda_cli::swe_demo::run_mpi(cfg, world, out);
+        let (mpi, world) = start_mpi()?;
+        // A second handle on the world, made by every rank now, for the
+        // barrier after a failure below.
+        let done = mpi.world().map_err(|e| demo::DemoError::Rank {
+            grid: "mpi".into(),
+            rank: 0,
+            message: e.to_string(),
+        })?;
+        return ruda_cli::swe_demo::run_mpi(cfg, world, out).map_err(|error| {
+            // Every rank fails at the same step (the run spreads a failure),
+            // but mpirun ends the whole job as soon as the first process
+            // exits with an error: each rank writes its report, then waits
+            // (until the group's deadline at most) for the others to have
+            // written theirs.
+            report_line(&format!("ruda demo: {error}"));
+            let _ = ruda_comm::Communicator::barrier(&done);
+            Failure {
+                error,
+                reported: true,
+            }
+        });
     }
-    ruda_cli::swe_demo::run(cfg, out)
+    Ok(ruda_cli::swe_demo::run(cfg, out)?)
 }
 
 /// Why `ruda bench` measured nothing.
@@ -603,13 +638,16 @@ fn main() -> ExitCode {
             match run_swe_demo(&cfg, &mut out) {
                 Ok(v) if v.agree && v.beats_persistence => ExitCode::SUCCESS,
                 Ok(_) => ExitCode::FAILURE,
-                Err(e @ (demo::DemoError::Grid { .. } | demo::DemoError::Processes { .. })) => {
-                    report_line(&format!("ruda demo: {e}"));
-                    ExitCode::from(USAGE)
-                }
-                Err(e) => {
-                    report_line(&format!("ruda demo: {e}"));
-                    ExitCode::FAILURE
+                Err(Failure { error, reported }) => {
+                    if !reported {
+                        report_line(&format!("ruda demo: {error}"));
+                    }
+                    match error {
+                        demo::DemoError::Grid { .. } | demo::DemoError::Processes { .. } => {
+                            ExitCode::from(USAGE)
+                        }
+                        _ => ExitCode::FAILURE,
+                    }
                 }
             }
         }
