@@ -149,7 +149,7 @@ enum Command {
 enum BenchTarget {
     /// Time the spherical harmonic transform (forward + inverse) serially
     /// and on process grids of threads, with the share of time spent in
-    /// communication and, with --torch-harmonics and --ducc0, those
+    /// communication and, with --torch-harmonics, --ducc0 and --shtns, those
     /// libraries on the same machine in the same run.
     Sht(ShtArgs),
     /// Time the shallow-water workload: a step of the spectral solver and
@@ -248,6 +248,11 @@ struct ShtArgs {
     /// interpreter.
     #[arg(long, value_name = "PYTHON")]
     ducc0: Option<PathBuf>,
+    /// Also time SHTns (analys + synth; with --vector spat_to_SHsphtor +
+    /// SHsphtor_to_spat) with this Python interpreter (pip install shtns,
+    /// with libfftw3-dev; f64 only).
+    #[arg(long, value_name = "PYTHON")]
+    shtns: Option<PathBuf>,
     /// Time the vector transforms instead: each channel a tangential field
     /// of two components (torch-harmonics' RealVectorSHT, ducc0's spin 1)
     #[arg(long)]
@@ -321,6 +326,7 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
             &args.timing.torch_harmonics,
         ),
         (sht_bench::Anchor::Ducc0, &args.ducc0),
+        (sht_bench::Anchor::Shtns, &args.shtns),
     ];
     for (anchor, python) in anchors {
         if let Some(python) = python

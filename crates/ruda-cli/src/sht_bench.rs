@@ -32,14 +32,19 @@ pub const TORCH_HARMONICS_SCRIPT: &str = include_str!("../scripts/sht_bench_torc
 /// The ducc0 timing script (run with `--ducc0 PYTHON`).
 pub const DUCC0_SCRIPT: &str = include_str!("../scripts/sht_bench_ducc0.py");
 
+/// The SHTns timing script (run with `--shtns PYTHON`).
+pub const SHTNS_SCRIPT: &str = include_str!("../scripts/sht_bench_shtns.py");
+
 /// A reference implementation timed beside ruda-sphere in the same run, by
 /// a Python script given an interpreter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Anchor {
     /// torch-harmonics 0.9.3 (the conventions' reference).
     TorchHarmonics,
-    /// ducc0 (the fastest CPU transform).
+    /// ducc0 (a fast CPU transform; the wheel from PyPI).
     Ducc0,
+    /// SHTns (the fastest CPU transform; f64 only: its rows are f64).
+    Shtns,
 }
 
 impl Anchor {
@@ -48,13 +53,18 @@ impl Anchor {
         match self {
             Anchor::TorchHarmonics => "torch-harmonics",
             Anchor::Ducc0 => "ducc0",
+            Anchor::Shtns => "SHTns",
         }
     }
+
+    /// Every anchor, in the table's column order.
+    pub const ALL: [Anchor; 3] = [Anchor::TorchHarmonics, Anchor::Ducc0, Anchor::Shtns];
 
     fn script(self) -> &'static str {
         match self {
             Anchor::TorchHarmonics => TORCH_HARMONICS_SCRIPT,
             Anchor::Ducc0 => DUCC0_SCRIPT,
+            Anchor::Shtns => SHTNS_SCRIPT,
         }
     }
 }
@@ -132,6 +142,8 @@ pub struct ShtRow {
     pub vs_torch_harmonics: Option<f64>,
     /// ducc0's time divided by this time (when it ran).
     pub vs_ducc0: Option<f64>,
+    /// SHTns' time divided by this time (when it ran; f64 rows only).
+    pub vs_shtns: Option<f64>,
     /// Largest `|isht(sht(x)) − x|` relative to `max |x|` for a band-limited
     /// field (`None` for torch-harmonics).
     pub round_trip_err: Option<f64>,
@@ -155,6 +167,33 @@ pub struct StageSplit {
     pub host_copies: f64,
     /// The rest: Burn's tensor work between the kernels.
     pub other: f64,
+    /// The Legendre stage's rate in GFLOP/s, counting the multiply-adds of
+    /// every (order, degree, latitude pair, column) once per direction as
+    /// two operations (work left out next to the poles counts as done).
+    pub legendre_gflops: f64,
+}
+
+impl ShtRow {
+    /// The ratio column of `anchor`.
+    fn vs_mut(&mut self, anchor: Anchor) -> &mut Option<f64> {
+        match anchor {
+            Anchor::TorchHarmonics => &mut self.vs_torch_harmonics,
+            Anchor::Ducc0 => &mut self.vs_ducc0,
+            Anchor::Shtns => &mut self.vs_shtns,
+        }
+    }
+}
+
+/// The nominal operations of a serial forward + inverse Legendre stage:
+/// per direction, per order `m`, degree `l ≥ m`, latitude pair (the
+/// equator counts as one) and column, one multiply-add (two operations).
+pub fn legendre_flops(spec: ShtSpec, channels: usize, vector: bool) -> f64 {
+    let (l, m) = (spec.lmax() as f64, spec.mmax() as f64);
+    // Σ_{m < mmax} (lmax − m), for mmax ≤ lmax.
+    let pairs = m * l - m * (m - 1.0) / 2.0;
+    let cols = 2.0 * channels as f64 * if vector { 2.0 } else { 1.0 };
+    let half = spec.nlat().div_ceil(2) as f64;
+    2.0 * 2.0 * pairs * half * cols
 }
 
 /// Why the benchmark could not run.
@@ -179,7 +218,7 @@ pub enum ShtBenchError {
     /// A grid or size that cannot be benchmarked.
     #[error("{0}")]
     Config(#[from] SphereError),
-    /// An anchor's script failed (`name`: `torch-harmonics` or `ducc0`).
+    /// An anchor's script failed (`name`: `torch-harmonics`, `ducc0` or `SHTns`).
     #[error("{name} script: {message}")]
     Anchor {
         /// The anchor.
@@ -416,6 +455,8 @@ fn serial_timing(
     ] {
         *v /= n;
     }
+    split.legendre_gflops =
+        legendre_flops(spec, cfg.channels, cfg.vector) / (split.legendre * 1e-3) / 1e9;
     let y = last.expect("at least one iteration").into_data();
     let y: Vec<f64> = match dtype {
         DType::F32 => y
@@ -517,6 +558,7 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     vs_serial: serial / time_ms,
                     vs_torch_harmonics: None,
                     vs_ducc0: None,
+                    vs_shtns: None,
                     round_trip_err: Some(rel),
                     wrong: rel.is_nan() || rel > tolerance(dtype),
                     stages,
@@ -578,7 +620,7 @@ pub fn add_anchor(
         .map_err(|e| fail(format!("writing {}: {e}", script.display())))?;
     let sizes: Vec<String> = cfg.sizes.iter().map(|(h, w)| format!("{h}x{w}")).collect();
     let dtypes: Vec<&str> = cfg.dtypes.iter().map(|&d| dtype_name(d)).collect();
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = threads();
     let out = Command::new(python)
         .arg(&script)
         .args(["--sizes", &sizes.join(",")])
@@ -608,47 +650,39 @@ pub fn add_anchor(
             .find(|r| key(r) && r.run == "serial")
             .map_or(f64::NAN, |r| r.time_ms);
         for r in rows.iter_mut().filter(|r| key(r)) {
-            let ratio = Some(t.ms / r.time_ms);
-            match anchor {
-                Anchor::TorchHarmonics => r.vs_torch_harmonics = ratio,
-                Anchor::Ducc0 => r.vs_ducc0 = ratio,
-            }
+            *r.vs_mut(anchor) = Some(t.ms / r.time_ms);
         }
         let at = rows.iter().rposition(key).map_or(rows.len(), |i| i + 1);
         let dtype = if t.dtype == "f32" { "f32" } else { "f64" };
         // The anchor's own row: its ratio to itself is 1, its ratio to an
         // anchor timed earlier is filled in here, to one timed later then.
-        let other_name = match anchor {
-            Anchor::TorchHarmonics => Anchor::Ducc0.name(),
-            Anchor::Ducc0 => Anchor::TorchHarmonics.name(),
+        let mut own = ShtRow {
+            nlat: t.nlat,
+            nlon: t.nlon,
+            lmax: t.lmax,
+            dtype,
+            run: anchor.name().into(),
+            ranks: t.threads,
+            time_ms: t.ms,
+            comm_share: 0.0,
+            vs_serial: serial / t.ms,
+            vs_torch_harmonics: None,
+            vs_ducc0: None,
+            vs_shtns: None,
+            round_trip_err: None,
+            wrong: false,
+            stages: None,
         };
-        let other = rows
-            .iter()
-            .find(|r| key(r) && r.run == other_name)
-            .map(|r| r.time_ms / t.ms);
-        let (vs_th, vs_ducc0) = match anchor {
-            Anchor::TorchHarmonics => (Some(1.0), other),
-            Anchor::Ducc0 => (other, Some(1.0)),
-        };
-        rows.insert(
-            at,
-            ShtRow {
-                nlat: t.nlat,
-                nlon: t.nlon,
-                lmax: t.lmax,
-                dtype,
-                run: anchor.name().into(),
-                ranks: t.threads,
-                time_ms: t.ms,
-                comm_share: 0.0,
-                vs_serial: serial / t.ms,
-                vs_torch_harmonics: vs_th,
-                vs_ducc0,
-                round_trip_err: None,
-                wrong: false,
-                stages: None,
-            },
-        );
+        for other in Anchor::ALL {
+            *own.vs_mut(other) = if other == anchor {
+                Some(1.0)
+            } else {
+                rows.iter()
+                    .find(|r| key(r) && r.run == other.name())
+                    .map(|r| r.time_ms / t.ms)
+            };
+        }
+        rows.insert(at, own);
     }
     Ok(())
 }
@@ -673,7 +707,7 @@ pub fn print_table(
     )?;
     writeln!(
         out,
-        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>9} {:>10}",
+        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10}",
         "grid",
         "lmax",
         "dtype",
@@ -684,12 +718,13 @@ pub fn print_table(
         "vs serial",
         "vs th",
         "vs ducc0",
+        "vs SHTns",
         "round trip"
     )?;
     for r in rows {
         writeln!(
             out,
-            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>9} {:>10}",
+            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>9} {:>9} {:>10}",
             format!("{}x{}", r.nlat, r.nlon),
             r.lmax,
             r.dtype,
@@ -701,6 +736,7 @@ pub fn print_table(
             r.vs_torch_harmonics
                 .map_or("-".into(), |v| format!("{v:.2}")),
             r.vs_ducc0.map_or("-".into(), |v| format!("{v:.2}")),
+            r.vs_shtns.map_or("-".into(), |v| format!("{v:.2}")),
             match (r.round_trip_err, r.wrong) {
                 (None, _) => "-".into(),
                 (Some(e), false) => format!("{e:.1e}"),
@@ -710,16 +746,152 @@ pub fn print_table(
     }
     writeln!(
         out,
-        "# vs serial, vs th, vs ducc0: the serial ruda-sphere time, torch-harmonics' time, ducc0's time, divided by this row's (above 1: this row is faster)"
+        "# vs serial, vs th, vs ducc0, vs SHTns: the serial ruda-sphere time, torch-harmonics', ducc0's, SHTns' time (SHTns: f64 only), divided by this row's (above 1: this row is faster)"
+    )?;
+    let peak = fma_peak_gflops(threads());
+    writeln!(
+        out,
+        "# Legendre kernels: {} (RUDA_SPHERE_KERNEL lowers it); this machine's measured FMA peak: {peak:.1} GFLOP/s on {} threads",
+        ruda_sphere::kernel_level().name(),
+        threads()
     )?;
     for r in rows {
         if let Some(s) = r.stages {
             writeln!(
                 out,
-                "# serial {}x{} {}, ms: fft {:.1}, reorder {:.1}, legendre {:.1}, host copies {:.1}, other (Burn tensor work) {:.1}",
-                r.nlat, r.nlon, r.dtype, s.fft, s.reorder, s.legendre, s.host_copies, s.other
+                "# serial {}x{} {}, ms: fft {:.1}, reorder {:.1}, legendre {:.1} ({:.1} GFLOP/s, {:.0} % of the FMA peak), host copies {:.1}, other (Burn tensor work) {:.1}",
+                r.nlat,
+                r.nlon,
+                r.dtype,
+                s.fft,
+                s.reorder,
+                s.legendre,
+                s.legendre_gflops,
+                100.0 * s.legendre_gflops / peak,
+                s.host_copies,
+                s.other
             )?;
         }
     }
     Ok(())
+}
+
+/// The threads the transforms and the anchors use: this machine's cores.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// This machine's fused multiply-add rate on `threads` threads at the
+/// Legendre kernels' level ([`ruda_sphere::kernel_level`]), in GFLOP/s
+/// (a multiply-add counts two): independent chains of multiply-adds in
+/// registers, the best of three runs of about 30 ms. The roofline the
+/// Legendre stage's rate is reported against.
+pub fn fma_peak_gflops(threads: usize) -> f64 {
+    /// Multiply-add steps per chain and run.
+    const STEPS: u64 = 20_000_000;
+    let one = |seed: f64| -> f64 {
+        #[cfg(target_arch = "x86_64")]
+        match ruda_sphere::kernel_level() {
+            ruda_sphere::KernelLevel::Avx512 => {
+                // SAFETY: `chains_avx512` requires AVX-512F and FMA; the
+                // kernel level is `Avx512` only when the CPU reports both
+                // (`KernelLevel::detected`).
+                return unsafe { chains_avx512(STEPS, seed) };
+            }
+            ruda_sphere::KernelLevel::Avx2 => {
+                // SAFETY: `chains_avx2` requires AVX2 and FMA; the kernel
+                // level is `Avx2` or above only when the CPU reports both.
+                return unsafe { chains_avx2(STEPS, seed) };
+            }
+            ruda_sphere::KernelLevel::Portable => {}
+        }
+        chains::<false>(STEPS, seed)
+    };
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let sums: Vec<f64> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads.max(1))
+                .map(|i| s.spawn(move || one(1.0 + i as f64 * 1e-3)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(f64::NAN))
+                .collect()
+        });
+        std::hint::black_box(sums);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let flops = threads.max(1) as f64 * STEPS as f64 * (CHAINS * 8) as f64 * 2.0;
+    flops / best / 1e9
+}
+
+/// Independent chains of eight lanes in the peak loops: twelve 256-bit or
+/// six 512-bit registers, enough to cover the multiply-add latency.
+const CHAINS: usize = 6;
+
+/// `steps` rounds of one multiply-add on each lane of [`CHAINS`] chains,
+/// without fused multiply-adds.
+fn chains<const FMA: bool>(steps: u64, seed: f64) -> f64 {
+    let (a, b) = (
+        std::hint::black_box(0.999_999_9),
+        std::hint::black_box(1e-9),
+    );
+    let mut acc = [seed; CHAINS * 8];
+    for _ in 0..steps {
+        for v in acc.iter_mut() {
+            *v = if FMA { v.mul_add(a, b) } else { *v * a + b };
+        }
+    }
+    acc.iter().sum()
+}
+
+/// [`chains`] in 256-bit fused multiply-adds (the compiler keeps the
+/// scalar form of a lane-by-lane `mul_add`, so the vector instructions
+/// are named).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn chains_avx2(steps: u64, seed: f64) -> f64 {
+    use std::arch::x86_64::*;
+    let (a, b) = (
+        _mm256_set1_pd(std::hint::black_box(0.999_999_9)),
+        _mm256_set1_pd(std::hint::black_box(1e-9)),
+    );
+    let mut acc = [_mm256_set1_pd(seed); 2 * CHAINS];
+    for _ in 0..steps {
+        for v in acc.iter_mut() {
+            *v = _mm256_fmadd_pd(*v, a, b);
+        }
+    }
+    let mut lanes = [0.0f64; 4];
+    let mut sum = 0.0;
+    for v in acc {
+        // SAFETY: `lanes` holds four f64, what one 256-bit store writes;
+        // `storeu` takes any alignment.
+        unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), v) };
+        sum += lanes.iter().sum::<f64>();
+    }
+    sum
+}
+
+/// [`chains`] in 512-bit fused multiply-adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn chains_avx512(steps: u64, seed: f64) -> f64 {
+    use std::arch::x86_64::*;
+    let (a, b) = (
+        _mm512_set1_pd(std::hint::black_box(0.999_999_9)),
+        _mm512_set1_pd(std::hint::black_box(1e-9)),
+    );
+    let mut acc = [_mm512_set1_pd(seed); CHAINS];
+    for _ in 0..steps {
+        for v in acc.iter_mut() {
+            *v = _mm512_fmadd_pd(*v, a, b);
+        }
+    }
+    let mut sum = 0.0;
+    for v in acc {
+        sum += _mm512_reduce_add_pd(v);
+    }
+    sum
 }

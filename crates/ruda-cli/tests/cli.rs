@@ -523,6 +523,11 @@ fn bench_sht_times_and_checks_every_configuration() {
         text.contains("# serial 9x16 f64, ms: fft ") && text.contains("legendre"),
         "{text}"
     );
+    // With the Legendre stage's rate against this machine's measured peak.
+    assert!(
+        text.contains("GFLOP/s, ") && text.contains("measured FMA peak: "),
+        "{text}"
+    );
     // Without a usable Python, --torch-harmonics fails with a clear message.
     let out = ruda(&[
         "bench",
@@ -557,6 +562,87 @@ fn bench_sht_times_and_checks_every_configuration() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ducc0 script"));
+    // The same for --shtns.
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--sizes",
+        "9x16",
+        "--dtype",
+        "f64",
+        "--grids",
+        "1x1",
+        "--iters",
+        "1",
+        "--shtns",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SHTns script"));
+}
+
+/// An anchor's timings land in their own row and in every other row's
+/// ratio column: an interpreter that prints SHTns' answer (f64 only)
+/// without running it, so that the placement is checked where SHTns is
+/// not installed.
+#[test]
+fn bench_sht_places_an_anchors_timings_beside_rudas() {
+    let dir = std::env::temp_dir().join(format!("ruda-fake-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let python = dir.join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\necho '[{\"nlat\": 9, \"nlon\": 16, \"lmax\": 5, \"dtype\": \"f64\", \"threads\": 2, \"ms\": 2.5}]'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = ruda(&[
+        "bench",
+        "sht",
+        "--sizes",
+        "9x16",
+        "--dtype",
+        "f32,f64",
+        "--grids",
+        "1x1",
+        "--iters",
+        "1",
+        "--json",
+        "--shtns",
+        python.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = rows.as_array().unwrap();
+    let runs: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["dtype"].as_str().unwrap(), r["run"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [("f32", "serial"), ("f64", "serial"), ("f64", "SHTns")],
+        "SHTns' row follows ruda's f64 rows"
+    );
+    let (f32_serial, f64_serial, shtns) = (&rows[0], &rows[1], &rows[2]);
+    assert!(
+        f32_serial["vs_shtns"].is_null(),
+        "no f32 SHTns: {f32_serial}"
+    );
+    let t = f64_serial["time_ms"].as_f64().unwrap();
+    let vs = f64_serial["vs_shtns"].as_f64().unwrap();
+    assert!((vs - 2.5 / t).abs() < 1e-9 * vs, "{f64_serial}");
+    assert_eq!(shtns["vs_shtns"], 1.0);
+    assert_eq!(shtns["time_ms"], 2.5);
+    assert!((shtns["vs_serial"].as_f64().unwrap() - t / 2.5).abs() < 1e-9);
+    assert!(shtns["vs_ducc0"].is_null() && shtns["round_trip_err"].is_null());
+    // The serial row's Legendre rate is reported.
+    assert!(f64_serial["stages"]["legendre_gflops"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

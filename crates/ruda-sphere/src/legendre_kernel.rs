@@ -27,6 +27,8 @@ use core::ops::Range;
 
 use rayon::prelude::*;
 
+use crate::kernel_level::{KernelLevel, kernel_level};
+
 /// The functions a [`Recurrence`] generates for the column of order `m`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seeds {
@@ -66,6 +68,9 @@ pub struct Recurrence {
     /// for `l` from `m + 2` (`a` for `l = m + 1` is `sqrt(2m + 3)`).
     a: Vec<Vec<f64>>,
     b: Vec<Vec<f64>>,
+    /// Per column, the walked latitudes its kernels visit
+    /// ([`polar_range`]).
+    active: Vec<Range<usize>>,
 }
 
 impl Recurrence {
@@ -180,7 +185,14 @@ impl Recurrence {
                 })
                 .unzip()
         };
-        let (a, b) = starts.iter().map(|&m| coeffs(m)).unzip();
+        let (a, b): (Vec<Vec<f64>>, Vec<Vec<f64>>) = starts.iter().map(|&m| coeffs(m)).unzip();
+        let active = (0..orders.len())
+            .into_par_iter()
+            .map(|i| {
+                let seeds = &seeds[i * walked..(i + 1) * walked];
+                polar_range(starts[i], lmax, &xs, seeds, &a[i], &b[i])
+            })
+            .collect();
         Recurrence {
             lmax,
             orders: orders.to_vec(),
@@ -192,6 +204,7 @@ impl Recurrence {
             seeds,
             a,
             b,
+            active,
         }
     }
 
@@ -216,39 +229,53 @@ impl Recurrence {
         self.x.len()
     }
 
-    /// Walk the degrees of the `i`-th listed order in groups of up to
-    /// [`GROUP`] consecutive degrees: `visit(l, ps)` with `ps[j][k] =
-    /// P̄_{l+j}^m(x_{lats.start + k})` over the walked latitudes `lats` (of
-    /// the northern half, or of an unpaired band), `l` from `m`. A group
-    /// lets the kernels read each latitude's values once for several
-    /// degrees; a block of latitudes ([`LAT_BLOCK`]) lets them keep those
-    /// values in the L1 cache for every degree.
+    /// The walked latitudes (of the northern half, or of an unpaired band)
+    /// that the `i`-th listed order's kernels visit: those outside, next
+    /// to the poles, have every function of the order below
+    /// [`POLAR_THRESHOLD`] ([`polar_range`]).
+    pub(crate) fn active(&self, i: usize) -> Range<usize> {
+        self.active[i].clone()
+    }
+
+    /// Walk the degrees of the `i`-th listed order in groups of `G`
+    /// consecutive degrees (the last one shorter) over the walked latitudes
+    /// `lats` (at most [`LAT_BLOCK`] of them): `visit(l, ps, len)` with
+    /// `ps[j][k] = P̄_{l+j}^m(x_{lats.start + k})` for `k < len`, `l` from
+    /// `m`. A group lets the kernels read each latitude's values once for
+    /// several degrees; a block of latitudes keeps those values in the L1
+    /// cache for every degree. The values live in a ring of `G` rows on
+    /// the stack: a group's first two degrees are made from the last two
+    /// rows of the group before, in place.
     #[inline(always)]
-    fn degree_groups<const FMA: bool>(
+    fn degree_groups<const FMA: bool, const G: usize>(
         &self,
         i: usize,
         lats: Range<usize>,
-        mut visit: impl FnMut(usize, &[Vec<f64>]),
+        mut visit: impl FnMut(usize, &[[f64; LAT_BLOCK]], usize),
     ) {
+        const { assert!(G >= 3, "a ring of three rows or more") };
         let m = self.starts[i];
-        if m >= self.lmax || lats.is_empty() {
+        let len = lats.len();
+        if m >= self.lmax || len == 0 {
             return;
         }
+        assert!(len <= LAT_BLOCK, "a block of latitudes at most");
         let half = self.half();
         let seed = &self.seeds[i * half + lats.start..i * half + lats.end];
-        let x = &self.x[lats.clone()];
-        let len = lats.len();
-        let mut group = vec![vec![0.0; len]; GROUP];
-        // P̄_{l−2} and P̄_{l−1} before the group's first degree `l`.
-        let (mut before2, mut before1) = (vec![0.0; len], vec![0.0; len]);
+        let mut x = [0.0; LAT_BLOCK];
+        x[..len].copy_from_slice(&self.x[lats]);
+        let x = &x[..len];
+        let mut ring = [[0.0f64; LAT_BLOCK]; G];
+        let (a, b) = (&self.a[i], &self.b[i]);
         let mut l = m;
         while l < self.lmax {
-            let n = (self.lmax - l).min(GROUP);
+            let n = (self.lmax - l).min(G);
             for j in 0..n {
                 let d = l + j;
-                let (done, rest) = group.split_at_mut(j);
-                let p = &mut rest[0];
-                let p1 = if j >= 1 { &done[j - 1] } else { &before1 };
+                let [p, p1, p2] = ring
+                    .get_disjoint_mut([j, (j + G - 1) % G, (j + G - 2) % G])
+                    .expect("three distinct rows of a ring of three or more");
+                let (p, p1, p2) = (&mut p[..len], &p1[..len], &p2[..len]);
                 if d == m {
                     p.copy_from_slice(seed);
                 } else if d == m + 1 {
@@ -257,24 +284,13 @@ impl Recurrence {
                         *q = c * x * q1;
                     }
                 } else {
-                    let p2 = match j {
-                        0 => &before2,
-                        1 => &before1,
-                        _ => &done[j - 2],
-                    };
-                    let (a, b) = (self.a[i][d - m - 2], self.b[i][d - m - 2]);
+                    let (a, b) = (a[d - m - 2], b[d - m - 2]);
                     for (((q, &q1), &q2), &x) in p.iter_mut().zip(p1).zip(p2).zip(x) {
                         *q = madd::<FMA>(a * x, q1, -b * q2);
                     }
                 }
             }
-            visit(l, &group[..n]);
-            if n >= 2 {
-                before2.copy_from_slice(&group[n - 2]);
-            } else {
-                before2.copy_from_slice(&before1);
-            }
-            before1.copy_from_slice(&group[n - 1]);
+            visit(l, &ring[..n], len);
             l += n;
         }
     }
@@ -283,9 +299,10 @@ impl Recurrence {
     /// order `[lmax, nlat]` (zero for degrees below the column's start),
     /// times the quadrature weights when `weighted`, over every latitude
     /// (a mirrored pair's southern row from its northern one by the
-    /// parity `(−1)^{l+m}`). What the kernels sum on the fly, written out
-    /// for the batched matmuls of backends other than Flex
-    /// ([`crate::on_device`]): O(orders · lmax · nlat) values.
+    /// parity `(−1)^{l+m}`; no latitude left out next to the poles). What
+    /// the kernels sum on the fly, written out for the batched matmuls of
+    /// backends other than Flex ([`crate::on_device`]): O(orders · lmax ·
+    /// nlat) values.
     pub fn table(&self, weighted: bool) -> Vec<f64> {
         let (nlat, lmax) = (self.nlat, self.lmax);
         let mut out = vec![0.0; self.orders.len() * lmax * nlat];
@@ -293,21 +310,25 @@ impl Recurrence {
             .enumerate()
             .for_each(|(i, t)| {
                 let m = self.starts[i];
-                self.degree_groups::<false>(i, 0..self.half(), |l, ps| {
-                    for (j, p) in ps.iter().enumerate() {
-                        let d = l + j;
-                        let sign = if (d + m).is_multiple_of(2) { 1.0 } else { -1.0 };
-                        let row = &mut t[d * nlat..(d + 1) * nlat];
-                        for (k, &v) in p.iter().enumerate() {
-                            let v = if weighted { self.w[k] * v } else { v };
-                            row[k] = v;
-                            let mirror = nlat - 1 - k;
-                            if self.paired && mirror != k {
-                                row[mirror] = sign * v;
+                for k0 in (0..self.half()).step_by(LAT_BLOCK) {
+                    let k1 = (k0 + LAT_BLOCK).min(self.half());
+                    self.degree_groups::<false, 4>(i, k0..k1, |l, ps, len| {
+                        for (j, p) in ps.iter().enumerate() {
+                            let d = l + j;
+                            let sign = if (d + m).is_multiple_of(2) { 1.0 } else { -1.0 };
+                            let row = &mut t[d * nlat..(d + 1) * nlat];
+                            for (kk, &v) in p[..len].iter().enumerate() {
+                                let k = k0 + kk;
+                                let v = if weighted { self.w[k] * v } else { v };
+                                row[k] = v;
+                                let mirror = nlat - 1 - k;
+                                if self.paired && mirror != k {
+                                    row[mirror] = sign * v;
+                                }
                             }
                         }
-                    }
-                });
+                    });
+                }
             });
         out
     }
@@ -345,7 +366,7 @@ impl Recurrence {
     }
 
     /// The analysis of the `i`-th listed order: `s` its `[nlat, cols]`
-    /// values, `o` its `[lmax, cols]` result.
+    /// values, `o` its `[lmax, cols]` result (added to: zeros on entry).
     pub(crate) fn analysis_order(
         &self,
         i: usize,
@@ -354,11 +375,11 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        self.order(Direction::Analysis, i, s, o, cols, weighted);
+        self.order_at(kernel_level(), Direction::Analysis, i, s, o, cols, weighted);
     }
 
     /// The synthesis of the `i`-th listed order: `a` its `[lmax, cols]`
-    /// coefficients, `o` its `[nlat, cols]` result.
+    /// coefficients, `o` its `[nlat, cols]` result (every row written).
     pub(crate) fn synthesis_order(
         &self,
         i: usize,
@@ -367,13 +388,23 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        self.order(Direction::Synthesis, i, a, o, cols, weighted);
+        self.order_at(
+            kernel_level(),
+            Direction::Synthesis,
+            i,
+            a,
+            o,
+            cols,
+            weighted,
+        );
     }
 
-    /// One order in `direction`, by the kernel compiled for AVX2 with fused
-    /// multiply-adds where this CPU has them.
-    fn order(
+    /// One order in `direction` by the kernel compiled for `level` (or the
+    /// best below it that this CPU runs).
+    #[allow(clippy::too_many_arguments)]
+    fn order_at(
         &self,
+        level: KernelLevel,
         direction: Direction,
         i: usize,
         input: &[f64],
@@ -381,20 +412,34 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
+        let level = level.min(KernelLevel::detected());
         #[cfg(target_arch = "x86_64")]
-        if fma_available() {
-            // SAFETY: `order_fma` requires AVX2 and FMA, and
-            // `fma_available` has just detected both on this CPU.
-            unsafe { self.order_fma(direction, i, input, o, cols, weighted) };
-            return;
+        match level {
+            KernelLevel::Avx512 => {
+                // SAFETY: `order_avx512` requires AVX-512F, AVX2 and FMA;
+                // `level` is at most `KernelLevel::detected()`, which is
+                // `Avx512` only when the CPU reports all three.
+                unsafe { self.order_avx512(direction, i, input, o, cols, weighted) };
+                return;
+            }
+            KernelLevel::Avx2 => {
+                // SAFETY: `order_avx2` requires AVX2 and FMA; `level` is at
+                // most `KernelLevel::detected()`, which is `Avx2` or above
+                // only when the CPU reports both.
+                unsafe { self.order_avx2(direction, i, input, o, cols, weighted) };
+                return;
+            }
+            KernelLevel::Portable => {}
         }
-        self.order_impl::<false>(direction, i, input, o, cols, weighted);
+        let _ = level;
+        self.order_impl::<false, 4>(direction, i, input, o, cols, weighted);
     }
 
-    /// [`Recurrence::order`] compiled for AVX2 with fused multiply-adds.
+    /// [`Recurrence::order_impl`] compiled for AVX2 with fused
+    /// multiply-adds: four degrees per register tile (16 registers).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn order_fma(
+    fn order_avx2(
         &self,
         direction: Direction,
         i: usize,
@@ -403,11 +448,27 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        self.order_impl::<true>(direction, i, input, o, cols, weighted);
+        self.order_impl::<true, 4>(direction, i, input, o, cols, weighted);
+    }
+
+    /// [`Recurrence::order_impl`] compiled for AVX-512F with fused
+    /// multiply-adds: eight degrees per register tile (32 registers).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn order_avx512(
+        &self,
+        direction: Direction,
+        i: usize,
+        input: &[f64],
+        o: &mut [f64],
+        cols: usize,
+        weighted: bool,
+    ) {
+        self.order_impl::<true, 8>(direction, i, input, o, cols, weighted);
     }
 
     #[inline(always)]
-    fn order_impl<const FMA: bool>(
+    fn order_impl<const FMA: bool, const G: usize>(
         &self,
         direction: Direction,
         i: usize,
@@ -417,13 +478,15 @@ impl Recurrence {
         weighted: bool,
     ) {
         match direction {
-            Direction::Analysis => self.analysis_order_impl::<FMA>(i, input, o, cols, weighted),
-            Direction::Synthesis => self.synthesis_order_impl::<FMA>(i, input, o, cols, weighted),
+            Direction::Analysis => self.analysis_order_impl::<FMA, G>(i, input, o, cols, weighted),
+            Direction::Synthesis => {
+                self.synthesis_order_impl::<FMA, G>(i, input, o, cols, weighted)
+            }
         }
     }
 
     #[inline(always)]
-    fn analysis_order_impl<const FMA: bool>(
+    fn analysis_order_impl<const FMA: bool, const G: usize>(
         &self,
         i: usize,
         s: &[f64],
@@ -431,40 +494,51 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        let (nlat, half) = (self.nlat, self.half());
-        // Weighted sums (even) and differences (odd) of mirrored rows.
-        let mut even = vec![0.0; half * cols];
-        let mut odd = vec![0.0; half * cols];
-        for k in 0..half {
+        let nlat = self.nlat;
+        let act = self.active(i);
+        let m = self.starts[i];
+        if act.is_empty() || cols == 0 {
+            return;
+        }
+        // Weighted sums (even) and differences (odd) of mirrored rows, for
+        // the latitudes visited.
+        let mut even = vec![0.0; act.len() * cols];
+        let mut odd = vec![0.0; act.len() * cols];
+        for (r, k) in act.clone().enumerate() {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
-            for c in 0..cols {
-                let n = s[k * cols + c];
-                if !self.paired {
-                    // Both parities read the latitude itself.
-                    even[k * cols + c] = w * n;
-                    odd[k * cols + c] = w * n;
-                    continue;
+            let (e, d) = (
+                &mut even[r * cols..(r + 1) * cols],
+                &mut odd[r * cols..(r + 1) * cols],
+            );
+            let north = &s[k * cols..(k + 1) * cols];
+            if !self.paired {
+                // Both parities read the latitude itself.
+                for ((e, d), &n) in e.iter_mut().zip(d.iter_mut()).zip(north) {
+                    *e = w * n;
+                    *d = w * n;
                 }
-                let sth = s[mirror * cols + c];
-                if mirror == k {
-                    even[k * cols + c] = w * n;
-                } else {
-                    even[k * cols + c] = w * (n + sth);
-                    odd[k * cols + c] = w * (n - sth);
+            } else if mirror == k {
+                for (e, &n) in e.iter_mut().zip(north) {
+                    *e = w * n;
+                }
+            } else {
+                let south = &s[mirror * cols..(mirror + 1) * cols];
+                for (((e, d), &n), &sth) in e.iter_mut().zip(d.iter_mut()).zip(north).zip(south) {
+                    *e = w * (n + sth);
+                    *d = w * (n - sth);
                 }
             }
         }
-        let m = self.starts[i];
         // Each block of latitudes through every degree, its sums added to
         // the rows.
-        let block = LAT_BLOCK;
-        for k0 in (0..half).step_by(block) {
-            let k1 = (k0 + block).min(half);
-            let (even, odd) = (&even[k0 * cols..k1 * cols], &odd[k0 * cols..k1 * cols]);
-            self.degree_groups::<FMA>(i, k0..k1, |l, ps| {
-                // Degrees l, l + 2 read one parity's rows, l + 1, l + 3
-                // the other's.
+        for k0 in act.clone().step_by(LAT_BLOCK) {
+            let k1 = (k0 + LAT_BLOCK).min(act.end);
+            let at = (k0 - act.start) * cols..(k1 - act.start) * cols;
+            let (even, odd) = (&even[at.clone()], &odd[at]);
+            self.degree_groups::<FMA, G>(i, k0..k1, |l, ps, len| {
+                // Degrees l, l + 2, … read one parity's rows, l + 1, l + 3,
+                // … the other's.
                 let (first, second) = if (l + m).is_multiple_of(2) {
                     (even, odd)
                 } else {
@@ -472,25 +546,22 @@ impl Recurrence {
                 };
                 let rows = &mut o[l * cols..(l + ps.len()) * cols];
                 let mut c0 = 0;
-                if ps.len() == GROUP {
+                if ps.len() == G {
                     while c0 + LANES <= cols {
-                        analysis_block::<FMA>(ps, first, second, cols, c0, rows);
+                        analysis_tile::<FMA, G>(ps, len, first, second, cols, c0, rows);
                         c0 += LANES;
                     }
                 }
-                // The columns past the register blocks, summed over the
-                // block's latitudes as `analysis_block` sums (from zero,
-                // then added to the row): a column's result does not
-                // depend on which path it took. One chain per column, the
-                // latitudes inside: measured faster at 1 and 16 fields than
-                // latitudes outside with a scratch row (721x1440, 75 vs
-                // 87 ms at 1 field).
+                // The columns past the register tiles (and a short group),
+                // summed over the block's latitudes as `analysis_tile` sums
+                // (from zero, then added to the row): a column's result
+                // does not depend on which path it took.
                 for (j, p) in ps.iter().enumerate() {
                     let src = if j % 2 == 0 { first } else { second };
                     let row = &mut rows[j * cols..(j + 1) * cols];
                     for (c, r) in row.iter_mut().enumerate().skip(c0) {
                         let mut acc = 0.0;
-                        for (k, &pk) in p.iter().enumerate() {
+                        for (k, &pk) in p[..len].iter().enumerate() {
                             acc = madd::<FMA>(pk, src[k * cols + c], acc);
                         }
                         *r += acc;
@@ -501,7 +572,7 @@ impl Recurrence {
     }
 
     #[inline(always)]
-    fn synthesis_order_impl<const FMA: bool>(
+    fn synthesis_order_impl<const FMA: bool, const G: usize>(
         &self,
         i: usize,
         a: &[f64],
@@ -509,17 +580,29 @@ impl Recurrence {
         cols: usize,
         weighted: bool,
     ) {
-        let (nlat, half) = (self.nlat, self.half());
-        let mut even = vec![0.0; half * cols];
-        let mut odd = vec![0.0; half * cols];
+        let nlat = self.nlat;
+        let act = self.active(i);
         let m = self.starts[i];
+        // Latitudes left out (and their mirrors) are zero.
+        let half = self.half();
+        for k in (0..act.start).chain(act.end..half) {
+            o[k * cols..(k + 1) * cols].fill(0.0);
+            let mirror = nlat - 1 - k;
+            if self.paired && mirror != k {
+                o[mirror * cols..(mirror + 1) * cols].fill(0.0);
+            }
+        }
+        if act.is_empty() || cols == 0 {
+            return;
+        }
+        let mut even = vec![0.0; act.len() * cols];
+        let mut odd = vec![0.0; act.len() * cols];
         // Each block of latitudes through every degree.
-        let block = LAT_BLOCK;
-        for k0 in (0..half).step_by(block) {
-            let k1 = (k0 + block).min(half);
-            let ev = &mut even[k0 * cols..k1 * cols];
-            let od = &mut odd[k0 * cols..k1 * cols];
-            self.degree_groups::<FMA>(i, k0..k1, |l, ps| {
+        for k0 in act.clone().step_by(LAT_BLOCK) {
+            let k1 = (k0 + LAT_BLOCK).min(act.end);
+            let at = (k0 - act.start) * cols..(k1 - act.start) * cols;
+            let (ev, od) = (&mut even[at.clone()], &mut odd[at]);
+            self.degree_groups::<FMA, G>(i, k0..k1, |l, ps, len| {
                 let (first, second): (&mut [f64], &mut [f64]) = if (l + m).is_multiple_of(2) {
                     (&mut *ev, &mut *od)
                 } else {
@@ -527,9 +610,9 @@ impl Recurrence {
                 };
                 let coefs = &a[l * cols..(l + ps.len()) * cols];
                 let mut c0 = 0;
-                if ps.len() == GROUP {
+                if ps.len() == G {
                     while c0 + LANES <= cols {
-                        synthesis_block::<FMA>(ps, coefs, cols, c0, first, second);
+                        synthesis_tile::<FMA, G>(ps, len, coefs, cols, c0, first, second);
                         c0 += LANES;
                     }
                 }
@@ -540,7 +623,7 @@ impl Recurrence {
                         &mut *second
                     };
                     let coef = &coefs[j * cols..(j + 1) * cols];
-                    for (k, &pk) in p.iter().enumerate() {
+                    for (k, &pk) in p[..len].iter().enumerate() {
                         for c in c0..cols {
                             dst[k * cols + c] = madd::<FMA>(pk, coef[c], dst[k * cols + c]);
                         }
@@ -548,11 +631,14 @@ impl Recurrence {
                 }
             });
         }
-        for k in 0..half {
+        for (r, k) in act.enumerate() {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
-            for c in 0..cols {
-                let (e, d) = (even[k * cols + c], odd[k * cols + c]);
+            let (e, d) = (
+                &even[r * cols..(r + 1) * cols],
+                &odd[r * cols..(r + 1) * cols],
+            );
+            for (c, (&e, &d)) in e.iter().zip(d).enumerate() {
                 o[k * cols + c] = w * (e + d);
                 if self.paired && mirror != k {
                     o[mirror * cols + c] = w * (e - d);
@@ -560,6 +646,62 @@ impl Recurrence {
             }
         }
     }
+}
+
+/// Where a column's functions are all negligible: below this magnitude
+/// (a tenth of f64's unit roundoff, against functions of order one), a
+/// latitude next to a pole is left out of the column's kernels (SHTns'
+/// `polar_opt`, ducc0's per-ring `mlim`). What is left out of a result is
+/// at most `POLAR_THRESHOLD · Σ_k |w_k s_k|` (analysis) or
+/// `POLAR_THRESHOLD · Σ_l |a_l|` (synthesis): round-off of those sums.
+pub(crate) const POLAR_THRESHOLD: f64 = 1e-17;
+
+/// The walked latitudes of column `i` that are not negligible: from each
+/// end of the walked range inwards, a latitude where every function the
+/// recurrence computes (the same recurrence from the same seed as the
+/// kernels) is below [`POLAR_THRESHOLD`] in magnitude is left out, until
+/// one that is not. Only latitudes checked are left out, so the range is
+/// exact whatever the functions do in between. Costs at most the work it
+/// saves one transform, once, when the recurrence is made.
+fn polar_range(
+    m: usize,
+    lmax: usize,
+    x: &[f64],
+    seeds: &[f64],
+    a: &[f64],
+    b: &[f64],
+) -> Range<usize> {
+    let negligible = |k: usize| -> bool {
+        if m >= lmax {
+            return true;
+        }
+        let (xk, seed) = (x[k], seeds[k]);
+        if seed.abs() >= POLAR_THRESHOLD || seed.is_nan() {
+            return false;
+        }
+        let (mut p2, mut p1) = (0.0, seed);
+        for d in m + 1..lmax {
+            let p = if d == m + 1 {
+                ((2 * m + 3) as f64).sqrt() * xk * p1
+            } else {
+                a[d - m - 2] * xk * p1 - b[d - m - 2] * p2
+            };
+            if p.abs() >= POLAR_THRESHOLD || p.is_nan() {
+                return false;
+            }
+            (p2, p1) = (p1, p);
+        }
+        true
+    };
+    let mut lo = 0;
+    while lo < x.len() && negligible(lo) {
+        lo += 1;
+    }
+    let mut hi = x.len();
+    while hi > lo && negligible(hi - 1) {
+        hi -= 1;
+    }
+    lo..hi
 }
 
 /// `a b + c`: fused (one rounding) when `FMA`, for the kernels compiled
@@ -570,12 +712,6 @@ fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
-/// Whether this CPU has AVX2 and FMA (detected once, then cached by std).
-#[cfg(target_arch = "x86_64")]
-fn fma_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-}
-
 /// Which kernel of an order.
 #[derive(Clone, Copy, Debug)]
 enum Direction {
@@ -583,23 +719,21 @@ enum Direction {
     Synthesis,
 }
 
-/// Degrees per pass over an order's latitudes.
-const GROUP: usize = 4;
-
-/// Columns per register block of the kernels' inner loops.
+/// Columns per register tile of the kernels' inner loops.
 const LANES: usize = 8;
 
 /// Latitudes per block of an order's kernel: for up to 8 columns (4
 /// fields) the block's rows of both parities and the recurrence's values
-/// (a group and the two degrees before it) stay within 23 KB, under a
-/// core's L1 data cache, while every degree is walked over them (for many
-/// more columns they spill to L2, as the whole band did before blocks).
-/// Fixed, not fitted to the column count, so that a field's coefficients
-/// do not depend on how many fields share the batch (each block's sums
-/// are added to the rows in turn).
+/// (a ring of up to eight degrees) stay within 24 KB, under a core's L1
+/// data cache, while every degree is walked over them (for many more
+/// columns they spill to L2, as the whole band did before blocks). Fixed,
+/// not fitted to the column count, so that a field's coefficients do not
+/// depend on how many fields share the batch (each block's sums are added
+/// to the rows in turn).
 const LAT_BLOCK: usize = 128;
 
-/// `LANES` columns from `c0` of row `k` of a `[half, cols]` block.
+/// `LANES` columns from `c0` of row `k` of a `[rows, cols]` block.
+#[inline(always)]
 fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
     let at = k * cols + c0;
     block[at..at + LANES]
@@ -607,28 +741,31 @@ fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
         .expect("LANES columns from c0 fit in the row")
 }
 
-/// Analysis of a full group of degrees on `LANES` columns from `c0`: the
-/// four rows' sums stay in registers while each latitude's values of both
-/// parities are read once.
-// `k` indexes the four degrees' values and both parities' rows at once.
+/// Analysis of a full group of `G` degrees on `LANES` columns from `c0`
+/// over the block's first `len` latitudes: the group's sums stay in
+/// registers while each latitude's values of both parities are read once.
+// `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn analysis_block<const FMA: bool>(
-    ps: &[Vec<f64>],
+fn analysis_tile<const FMA: bool, const G: usize>(
+    ps: &[[f64; LAT_BLOCK]],
+    len: usize,
     first: &[f64],
     second: &[f64],
     cols: usize,
     c0: usize,
     rows: &mut [f64],
 ) {
-    let mut acc = [[0.0f64; LANES]; GROUP];
-    for k in 0..ps[0].len() {
+    let ps: &[[f64; LAT_BLOCK]; G] = ps.try_into().expect("a full group");
+    let len = len.min(LAT_BLOCK);
+    let mut acc = [[0.0f64; LANES]; G];
+    for k in 0..len {
         let (f, s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
-        for (j, row) in acc.iter_mut().enumerate() {
+        for j in 0..G {
             let pk = ps[j][k];
             let src = if j % 2 == 0 { &f } else { &s };
-            for (r, &v) in row.iter_mut().zip(src) {
-                *r = madd::<FMA>(pk, v, *r);
+            for c in 0..LANES {
+                acc[j][c] = madd::<FMA>(pk, src[c], acc[j][c]);
             }
         }
     }
@@ -642,28 +779,32 @@ fn analysis_block<const FMA: bool>(
     }
 }
 
-/// Synthesis of a full group of degrees on `LANES` columns from `c0`: the
-/// group's coefficients stay in registers while each latitude's rows of
-/// both parities are read and written once.
-// `k` indexes the four degrees' values and both parities' rows at once.
+/// Synthesis of a full group of `G` degrees on `LANES` columns from `c0`
+/// over the block's first `len` latitudes: the group's coefficients stay
+/// in registers while each latitude's rows of both parities are read and
+/// written once.
+// `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn synthesis_block<const FMA: bool>(
-    ps: &[Vec<f64>],
+fn synthesis_tile<const FMA: bool, const G: usize>(
+    ps: &[[f64; LAT_BLOCK]],
+    len: usize,
     coefs: &[f64],
     cols: usize,
     c0: usize,
     first: &mut [f64],
     second: &mut [f64],
 ) {
-    let coef: [[f64; LANES]; GROUP] = core::array::from_fn(|j| lanes(coefs, cols, j, c0));
-    for k in 0..ps[0].len() {
+    let ps: &[[f64; LAT_BLOCK]; G] = ps.try_into().expect("a full group");
+    let len = len.min(LAT_BLOCK);
+    let coef: [[f64; LANES]; G] = core::array::from_fn(|j| lanes(coefs, cols, j, c0));
+    for k in 0..len {
         let (mut f, mut s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
-        for (j, cj) in coef.iter().enumerate() {
+        for j in 0..G {
             let pk = ps[j][k];
             let dst = if j % 2 == 0 { &mut f } else { &mut s };
-            for (d, &v) in dst.iter_mut().zip(cj) {
-                *d = madd::<FMA>(pk, v, *d);
+            for c in 0..LANES {
+                dst[c] = madd::<FMA>(pk, coef[j][c], dst[c]);
             }
         }
         let at = k * cols + c0;
@@ -923,42 +1064,196 @@ mod tests {
         }
     }
 
-    /// The kernels compiled without FMA (the path of CPUs without it) give
-    /// what the dispatched ones give, to rounding, for both kinds of seeds,
-    /// paired and unpaired latitudes, weighted or not. (On a CPU without
-    /// AVX2 and FMA both sides are the plain path.)
+    /// Polar optimisation: at high orders the latitudes next to the poles
+    /// are left out (checked: a large share of them), and both kernels
+    /// still equal the full table products (which leave nothing out) to
+    /// round-off of the sums (twice the worst-case bound of a sum of `n`
+    /// terms, `n u Σ|terms|`) plus what [`POLAR_THRESHOLD`] promises (at most the
+    /// threshold times the sum of the inputs' magnitudes), on the whole
+    /// grid and on a band next to a pole, for both kinds of functions.
     #[test]
-    fn the_plain_and_fused_multiply_add_paths_agree() {
-        let q = Latitudes::new(23, LatitudeGrid::Equiangular).unwrap();
-        let lmax = 12;
-        let orders: Vec<usize> = (0..lmax).collect();
-        let cols = LANES + 3;
-        for (seeds, paired, lats) in [
-            (Seeds::Plain, true, 0..23),
-            (Seeds::OverSine, true, 0..23),
-            (Seeds::Plain, false, 3..14),
-            (Seeds::OverSine, false, 0..9),
+    fn latitudes_left_out_next_to_the_poles_change_results_by_round_off() {
+        let nlat = 721;
+        let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
+        let lmax = 361;
+        let orders = [0usize, 200, 300, 350, 360];
+        let cols = LANES + 1;
+        for (lats, seeds) in [
+            (0..nlat, Seeds::Plain),
+            (0..nlat, Seeds::OverSine),
+            (600..nlat, Seeds::Plain),
         ] {
+            let paired = lats == (0..nlat);
             let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
             let nk = lats.len();
             let rec = Recurrence::new(&orders, lmax, x, w, true, seeds, paired);
-            let s = field(nk * cols, 5);
-            let a = field(lmax * cols, 6);
-            for weighted in [true, false] {
-                for (i, _) in orders.iter().enumerate() {
-                    let what = format!("{seeds:?} paired {paired} weighted {weighted} order {i}");
-                    let (mut plain, mut dispatched) =
-                        (vec![0.0; lmax * cols], vec![0.0; lmax * cols]);
-                    rec.analysis_order_impl::<false>(i, &s, &mut plain, cols, weighted);
-                    rec.analysis_order(i, &s, &mut dispatched, cols, weighted);
-                    for (p, d) in plain.iter().zip(&dispatched) {
-                        assert!((p - d).abs() < 1e-12, "analysis {what}: {p} vs {d}");
+            let walked = rec.half();
+            // Order 0 keeps every latitude (but a pole, where the order-0
+            // column of the derivative functions, P̄_l^1, is exactly 0).
+            let kept = rec.active(0);
+            assert!(
+                kept.start <= 1 && kept.end >= walked - 1,
+                "order 0 keeps {kept:?}"
+            );
+            let left_out = walked - rec.active(orders.len() - 1).len();
+            assert!(
+                left_out * 4 > walked,
+                "{lats:?} {seeds:?}: order 360 leaves out {left_out} of {walked} latitudes"
+            );
+            let t = rec.table(false);
+            let s = field(orders.len() * nk * cols, 11);
+            let a = field(orders.len() * lmax * cols, 12);
+            // The portable kernels walk the recurrence as the table does
+            // (no fused multiply-adds): the functions are the same bits,
+            // only the sums differ, each by at most `n u Σ|terms|`.
+            let mut got_a = vec![0.0; orders.len() * lmax * cols];
+            let mut got_s = vec![0.0; orders.len() * nk * cols];
+            for i in 0..orders.len() {
+                let (o, input) = (
+                    &mut got_a[i * lmax * cols..(i + 1) * lmax * cols],
+                    &s[i * nk * cols..(i + 1) * nk * cols],
+                );
+                rec.order_at(
+                    KernelLevel::Portable,
+                    Direction::Analysis,
+                    i,
+                    input,
+                    o,
+                    cols,
+                    false,
+                );
+                let (o, input) = (
+                    &mut got_s[i * nk * cols..(i + 1) * nk * cols],
+                    &a[i * lmax * cols..(i + 1) * lmax * cols],
+                );
+                rec.order_at(
+                    KernelLevel::Portable,
+                    Direction::Synthesis,
+                    i,
+                    input,
+                    o,
+                    cols,
+                    false,
+                );
+            }
+            for i in 0..orders.len() {
+                let t = &t[i * lmax * nk..(i + 1) * lmax * nk];
+                for l in 0..lmax {
+                    for c in 0..cols {
+                        let terms = (0..nk).map(|k| t[l * nk + k] * s[(i * nk + k) * cols + c]);
+                        let scale: f64 = terms.clone().map(f64::abs).sum();
+                        let want: f64 = terms.sum();
+                        let got = got_a[(i * lmax + l) * cols + c];
+                        let inputs: f64 = (0..nk).map(|k| s[(i * nk + k) * cols + c].abs()).sum();
+                        let bound = nk as f64 * f64::EPSILON * scale + POLAR_THRESHOLD * inputs;
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "{lats:?} {seeds:?} analysis m {} l {l}: {got} vs {want} (scale {scale})",
+                            orders[i]
+                        );
                     }
-                    let (mut plain, mut dispatched) = (vec![0.0; nk * cols], vec![0.0; nk * cols]);
-                    rec.synthesis_order_impl::<false>(i, &a, &mut plain, cols, weighted);
-                    rec.synthesis_order(i, &a, &mut dispatched, cols, weighted);
-                    for (p, d) in plain.iter().zip(&dispatched) {
-                        assert!((p - d).abs() < 1e-12, "synthesis {what}: {p} vs {d}");
+                }
+                for k in 0..nk {
+                    for c in 0..cols {
+                        let terms = (0..lmax).map(|l| t[l * nk + k] * a[(i * lmax + l) * cols + c]);
+                        let scale: f64 = terms.clone().map(f64::abs).sum();
+                        let want: f64 = terms.sum();
+                        let got = got_s[(i * nk + k) * cols + c];
+                        let inputs: f64 =
+                            (0..lmax).map(|l| a[(i * lmax + l) * cols + c].abs()).sum();
+                        let bound = lmax as f64 * f64::EPSILON * scale + POLAR_THRESHOLD * inputs;
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "{lats:?} {seeds:?} synthesis m {} k {k}: {got} vs {want} (scale {scale})",
+                            orders[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every kernel level this CPU runs (the portable one, AVX2, AVX-512)
+    /// gives what the portable one gives, to rounding, and the levels with
+    /// fused multiply-adds give each other's bits (they differ only in how
+    /// many degrees share a register tile): both kinds of seeds, paired and
+    /// unpaired latitudes, weighted or not, full tiles of eight and of four
+    /// degrees and the short groups after them, register tiles of columns
+    /// and the columns past them. (On a CPU without AVX2 and FMA only the
+    /// portable level runs.)
+    #[test]
+    fn every_kernel_level_agrees() {
+        let q = Latitudes::new(23, LatitudeGrid::Equiangular).unwrap();
+        let lmax = 13;
+        let orders: Vec<usize> = (0..lmax).collect();
+        for cols in [LANES + 3, 2 * LANES + 1, 2] {
+            for (seeds, paired, lats) in [
+                (Seeds::Plain, true, 0..23),
+                (Seeds::OverSine, true, 0..23),
+                (Seeds::Plain, false, 3..14),
+                (Seeds::OverSine, false, 0..9),
+            ] {
+                let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
+                let nk = lats.len();
+                let rec = Recurrence::new(&orders, lmax, x, w, true, seeds, paired);
+                let s = field(nk * cols, 5);
+                let a = field(lmax * cols, 6);
+                for weighted in [true, false] {
+                    for (i, _) in orders.iter().enumerate() {
+                        let what = format!(
+                            "{seeds:?} paired {paired} weighted {weighted} order {i} cols {cols}"
+                        );
+                        let run = |level: KernelLevel| {
+                            let mut ana = vec![0.0; lmax * cols];
+                            rec.order_at(
+                                level,
+                                Direction::Analysis,
+                                i,
+                                &s,
+                                &mut ana,
+                                cols,
+                                weighted,
+                            );
+                            // Synthesis writes every row: start from garbage.
+                            let mut syn = field(nk * cols, 9);
+                            rec.order_at(
+                                level,
+                                Direction::Synthesis,
+                                i,
+                                &a,
+                                &mut syn,
+                                cols,
+                                weighted,
+                            );
+                            (ana, syn)
+                        };
+                        let (plain_a, plain_s) = run(KernelLevel::Portable);
+                        let mut fused: Option<(Vec<f64>, Vec<f64>)> = None;
+                        for level in KernelLevel::available() {
+                            let (ga, gs) = run(level);
+                            for (p, d) in plain_a.iter().zip(&ga).chain(plain_s.iter().zip(&gs)) {
+                                assert!((p - d).abs() < 1e-12, "{level:?} {what}: {p} vs {d}");
+                            }
+                            if level >= KernelLevel::Avx2 {
+                                let bits =
+                                    |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                                match &fused {
+                                    None => fused = Some((ga, gs)),
+                                    Some((fa, fs)) => {
+                                        assert_eq!(
+                                            bits(fa),
+                                            bits(&ga),
+                                            "analysis {level:?} {what}"
+                                        );
+                                        assert_eq!(
+                                            bits(fs),
+                                            bits(&gs),
+                                            "synthesis {level:?} {what}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
             }

@@ -72,6 +72,7 @@ mod fft_plans;
 pub mod fourier;
 mod fused;
 mod fused_vector;
+mod kernel_level;
 mod layout;
 mod legendre;
 mod legendre_fly;
@@ -122,6 +123,7 @@ pub mod testing {
 pub use distributed::{DistributedInverseRealSht, DistributedRealSht};
 pub use distributed_vector::{DistributedInverseRealVectorSht, DistributedRealVectorSht};
 pub use error::SphereError;
+pub use kernel_level::{KernelLevel, kernel_level};
 pub use layout::SphereLayout;
 pub use legendre::legendre_table;
 pub use quadrature::{LatitudeGrid, Latitudes};
