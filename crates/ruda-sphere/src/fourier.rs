@@ -203,6 +203,69 @@ impl Modes {
         }
     }
 
+    /// The forward kernel straight into one block per order (the fused
+    /// transforms' analysis): for `input` of `fields × k_len` rows of
+    /// `nlon` values, order `m`'s block is `[k, fields, 2]` in f64, the
+    /// layout the Legendre kernel reads. No spectral buffer of every row is
+    /// made: each task transforms the rows of a run of latitudes and
+    /// writes every order's values of them, a contiguous piece of each
+    /// block. Orders in their natural sequence.
+    pub(crate) fn forward_orders<T: FftNum + Into<f64>>(
+        &self,
+        input: &[T],
+        fields: usize,
+        k_len: usize,
+    ) -> Vec<Vec<f64>> {
+        let (n, mmax) = (self.nlon, self.mmax);
+        debug_assert_eq!(input.len(), fields * k_len * n);
+        let cols = 2 * fields;
+        let mut blocks: Vec<Vec<f64>> = (0..mmax).map(|_| alloc::vec![0.0; k_len * cols]).collect();
+        if fields == 0 || k_len == 0 {
+            return blocks;
+        }
+        let plan = crate::fft_plans::forward::<T>(n);
+        let factors = self.factors::<T>();
+        // Each task's piece of every block.
+        let runs = k_len.div_ceil(LATITUDE_RUN);
+        let mut pieces: Vec<Vec<&mut [f64]>> =
+            (0..runs).map(|_| Vec::with_capacity(mmax)).collect();
+        for block in blocks.iter_mut() {
+            for (run, piece) in block.chunks_mut(LATITUDE_RUN * cols).enumerate() {
+                pieces[run].push(piece);
+            }
+        }
+        timed(Stage::Fourier, || {
+            pieces.into_par_iter().enumerate().for_each_init(
+                || {
+                    (
+                        plan.make_input_vec(),
+                        plan.make_output_vec(),
+                        plan.make_scratch_vec(),
+                    )
+                },
+                |(buf, spec, scratch), (run, mut pieces)| {
+                    let k0 = run * LATITUDE_RUN;
+                    for k in k0..(k0 + LATITUDE_RUN).min(k_len) {
+                        for field in 0..fields {
+                            let row = &input[(field * k_len + k) * n..(field * k_len + k + 1) * n];
+                            buf.copy_from_slice(row);
+                            plan.process_with_scratch(buf, spec, scratch)
+                                .expect("buffers made by the plan");
+                            let at = (k - k0) * cols + 2 * field;
+                            for ((piece, c), &(f, edge)) in
+                                pieces.iter_mut().zip(spec.iter()).zip(&factors)
+                            {
+                                piece[at] = (c.re * f).into();
+                                piece[at + 1] = if edge { 0.0 } else { (c.im * f).into() };
+                            }
+                        }
+                    }
+                },
+            )
+        });
+        blocks
+    }
+
     /// Inverse kernel on a spectral buffer of `b_len × k_len` rows (laid
     /// out as [`Modes::layout`] says); gives `b_len × k_len` rows of
     /// `nlon` values. Rows are transformed in parallel (rayon).
@@ -280,6 +343,11 @@ impl Modes {
         out
     }
 }
+
+/// Latitudes per task of [`Modes::forward_orders`]: each task writes
+/// `LATITUDE_RUN × fields × 2` consecutive values of every order's block
+/// (whole cache lines), and a grid has tens of runs to share.
+const LATITUDE_RUN: usize = 8;
 
 /// The longitude kernels as a backend operation, for Flex and (with their
 /// adjoints) for `Autodiff` over it.

@@ -75,28 +75,21 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     debug_assert_eq!(rec.orders().len(), nm);
     // [b, k, m, 2]
     debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
-    let rows = f.modes.forward(x, b, nk);
+    // [k, b, 2] per order, straight from the FFT.
+    let inputs = f.modes.forward_orders(x, b, nk);
     let cols = 2 * b;
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
-        (0..nm)
-            .into_par_iter()
-            .map(|m| {
-                let mut s = vec![0.0; nk * cols];
-                for k in 0..nk {
-                    for bi in 0..b {
-                        let from = ((bi * nk + k) * nm + m) * 2;
-                        let to = (k * b + bi) * 2;
-                        s[to] = rows[from].into();
-                        s[to + 1] = rows[from + 1].into();
-                    }
-                }
+        inputs
+            .par_iter()
+            .enumerate()
+            .map(|(m, s)| {
                 let mut o = vec![0.0; nl * cols];
-                rec.analysis_order(m, &s, &mut o, cols, f.step.weighted);
+                rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
                 fields_first(&o, nl, b)
             })
             .collect()
     });
-    drop(rows);
+    drop(inputs);
     // [b, l, m, 2]
     timed(Stage::Reorder, || scatter_orders(&blocks, b * nl))
 }

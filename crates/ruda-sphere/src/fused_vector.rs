@@ -73,26 +73,19 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let fc = &*f.factors;
     let (nk, nl, nm) = (rec.nlat(), fc.lmax, f.modes.mmax);
     debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
-    // [2b, k, m, 2]
-    let rows = f.modes.forward(x, 2 * b, nk);
-    // Columns: (re, im) of the 2b fields.
+    // [k, 2b, 2] per order, straight from the FFT; columns: (re, im) of
+    // the 2b fields.
+    let inputs = f.modes.forward_orders(x, 2 * b, nk);
+    debug_assert_eq!(inputs.len(), nm);
     let cols = 4 * b;
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
-        (0..nm)
-            .into_par_iter()
-            .map(|m| {
-                let mut s = vec![0.0; nk * cols];
-                for k in 0..nk {
-                    for field in 0..2 * b {
-                        let from = ((field * nk + k) * nm + m) * 2;
-                        let to = k * cols + field * 2;
-                        s[to] = rows[from].into();
-                        s[to + 1] = rows[from + 1].into();
-                    }
-                }
+        inputs
+            .par_iter()
+            .enumerate()
+            .map(|(m, s)| {
                 // H = R̂(X) over degrees 0..=L.
                 let mut o = vec![0.0; (nl + 1) * cols];
-                rec.analysis_order(m, &s, &mut o, cols, f.step.weighted);
+                rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
                 // [l, 2b, 2]: (s, t) of each field.
                 let mut st = vec![0.0; nl * cols];
                 let mf = fc.m[m];
@@ -129,7 +122,7 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
             })
             .collect()
     });
-    drop(rows);
+    drop(inputs);
     // [2b, l, m, 2]
     timed(Stage::Reorder, || scatter_orders(&blocks, 2 * b * nl))
 }
