@@ -134,4 +134,19 @@ mod tests {
         assert_eq!(avail.last(), Some(&KernelLevel::detected()));
         assert!(kernel_level() <= KernelLevel::detected());
     }
+
+    /// Under `RUDA_SPHERE_KERNEL` (as CI runs this crate's tests on the
+    /// lower levels) the transforms run the level it names, or the best
+    /// below it this CPU has: the forced runs test what they say.
+    #[test]
+    fn the_environment_variable_sets_the_level() {
+        let best = KernelLevel::detected();
+        match std::env::var("RUDA_SPHERE_KERNEL")
+            .ok()
+            .and_then(|v| KernelLevel::parse(&v))
+        {
+            Some(asked) => assert_eq!(kernel_level(), asked.min(best)),
+            None => assert_eq!(kernel_level(), best),
+        }
+    }
 }
