@@ -218,6 +218,7 @@ impl Modes {
     ) -> Vec<Vec<f64>> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), fields * k_len * n);
+        debug_assert_eq!(self.order_stride, 1, "the natural order sequence");
         let cols = 2 * fields;
         let mut blocks: Vec<Vec<f64>> = (0..mmax).map(|_| alloc::vec![0.0; k_len * cols]).collect();
         if fields == 0 || k_len == 0 {
@@ -346,7 +347,8 @@ impl Modes {
 
 /// Latitudes per task of [`Modes::forward_orders`]: each task writes
 /// `LATITUDE_RUN × fields × 2` consecutive values of every order's block
-/// (whole cache lines), and a grid has tens of runs to share.
+/// (at least 128 bytes: few cache lines shared between tasks), and a grid
+/// has tens of runs to share.
 const LATITUDE_RUN: usize = 8;
 
 /// The longitude kernels as a backend operation, for Flex and (with their
@@ -612,6 +614,53 @@ mod tests {
         let back32 = Modes::analysis(n, mmax, rows).forward(&x32, 1, 1);
         for (b, w) in back32.iter().zip(&back) {
             assert!((f64::from(*b) - w).abs() < 1e-5);
+        }
+    }
+
+    /// The FFT straight into order blocks equals the rows-first kernel's
+    /// values rearranged, widened to f64: more orders than the length has
+    /// (zero past N/2), latitude counts that are and are not a multiple of
+    /// the run, one and three fields, and no fields.
+    #[test]
+    fn forward_orders_rearranges_the_rows_first_kernel() {
+        for (n, mmax, fields, k_len) in
+            [(16, 12, 3, 11), (15, 8, 1, 16), (8, 5, 2, 1), (8, 5, 0, 4)]
+        {
+            let m = Modes::analysis(n, mmax, SpectralLayout::RowsFirst);
+            let x = sample(fields * k_len * n, 7);
+            let rows = m.forward(&x, fields, k_len);
+            let blocks = m.forward_orders(&x, fields, k_len);
+            assert_eq!(blocks.len(), mmax);
+            for (order, block) in blocks.iter().enumerate() {
+                assert_eq!(block.len(), k_len * fields * 2);
+                for k in 0..k_len {
+                    for f in 0..fields {
+                        for part in 0..2 {
+                            let want = rows[((f * k_len + k) * mmax + order) * 2 + part];
+                            let got = block[(k * fields + f) * 2 + part];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "n {n} m {order} k {k} f {f}"
+                            );
+                        }
+                    }
+                }
+                if 2 * order > n {
+                    assert!(block.iter().all(|&v| v == 0.0), "order {order} past N/2");
+                }
+            }
+            let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+            let rows32 = m.forward(&x32, fields, k_len);
+            let blocks32 = m.forward_orders(&x32, fields, k_len);
+            for (order, block) in blocks32.iter().enumerate() {
+                for k in 0..k_len {
+                    for f in 0..fields {
+                        let want = f64::from(rows32[((f * k_len + k) * mmax + order) * 2]);
+                        assert_eq!(block[(k * fields + f) * 2], want, "f32 n {n} m {order}");
+                    }
+                }
+            }
         }
     }
 }

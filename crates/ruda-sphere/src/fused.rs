@@ -1,8 +1,9 @@
 //! The serial scalar transforms as one backend operation each, on the host
-//! values of a Flex tensor: the longitude FFT of every row, then per order
-//! the Legendre kernel reading that order's values straight from the FFT's
-//! rows (gathered and widened to f64 in the order's own task), then the
-//! orders' results scattered into the coefficients' `[b, l, m, 2]`
+//! values of a Flex tensor: the longitude FFT of every row writing each
+//! order's values (widened to f64) straight into that order's block
+//! ([`Modes::forward_orders`]), then per order the Legendre kernel on its
+//! block, then the orders' results scattered into the coefficients'
+//! `[b, l, m, 2]`
 //! layout; the synthesis is the mirror image, each row's inverse FFT
 //! reading its orders straight from the orders' blocks. Compared with the three operations it replaces (FFT, Legendre
 //! step, and the permutes between them), it skips two passes over the
@@ -12,7 +13,7 @@
 //!
 //! | op | maps | value |
 //! |---|---|---|
-//! | [`FusedSht::sht_analysis`] | `[b, k, nlon] → [b, l, m, 2]` | Legendre analysis ∘ [`Modes::forward`] |
+//! | [`FusedSht::sht_analysis`] | `[b, k, nlon] → [b, l, m, 2]` | Legendre analysis ∘ [`Modes::forward_orders`] |
 //! | [`FusedSht::sht_synthesis`] | `[b, l, m, 2] → [b, k, nlon]` | [`Modes::inverse`] ∘ Legendre synthesis |
 //!
 //! The backward of each is the other with the adjoint longitude factors
@@ -37,8 +38,8 @@ use crate::profile::{Stage, timed};
 
 /// One serial transform's parameters: its Legendre step (every order,
 /// mirrored latitude pairs) and its longitude kernel (natural order
-/// sequence, [`crate::fourier::SpectralLayout::RowsFirst`]: the gathers
-/// below read its rows as `[b, k, m, 2]`).
+/// sequence: [`Modes::forward_orders`] writes each order's block, and the
+/// synthesis reads the orders of each row).
 #[derive(Clone, Debug)]
 pub(crate) struct Fused {
     pub(crate) step: Step,
@@ -73,8 +74,6 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     debug_assert_eq!(rec.orders().len(), nm);
-    // [b, k, m, 2]
-    debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
     // [k, b, 2] per order, straight from the FFT.
     let inputs = f.modes.forward_orders(x, b, nk);
     let cols = 2 * b;

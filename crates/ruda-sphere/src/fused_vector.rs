@@ -72,7 +72,6 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let rec = &f.step.rec;
     let fc = &*f.factors;
     let (nk, nl, nm) = (rec.nlat(), fc.lmax, f.modes.mmax);
-    debug_assert_eq!(f.modes.layout, crate::fourier::SpectralLayout::RowsFirst);
     // [k, 2b, 2] per order, straight from the FFT; columns: (re, im) of
     // the 2b fields.
     let inputs = f.modes.forward_orders(x, 2 * b, nk);

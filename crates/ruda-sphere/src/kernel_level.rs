@@ -123,7 +123,11 @@ mod tests {
 
     #[test]
     fn names_parse_back_and_levels_are_ordered() {
-        for l in KernelLevel::available() {
+        for l in [
+            KernelLevel::Portable,
+            KernelLevel::Avx2,
+            KernelLevel::Avx512,
+        ] {
             assert_eq!(KernelLevel::parse(l.name()), Some(l));
             assert_eq!(KernelLevel::parse(&l.name().to_uppercase()), Some(l));
         }

@@ -653,16 +653,21 @@ impl Recurrence {
 /// latitude next to a pole is left out of the column's kernels (SHTns'
 /// `polar_opt`, ducc0's per-ring `mlim`). What is left out of a result is
 /// at most `POLAR_THRESHOLD · Σ_k |w_k s_k|` (analysis) or
-/// `POLAR_THRESHOLD · Σ_l |a_l|` (synthesis): round-off of those sums.
+/// `POLAR_THRESHOLD · w_k Σ_l |a_l|` (synthesis; `w_k = 1` unweighted):
+/// round-off of those sums.
 pub(crate) const POLAR_THRESHOLD: f64 = 1e-17;
 
 /// The walked latitudes of column `i` that are not negligible: from each
 /// end of the walked range inwards, a latitude where every function the
-/// recurrence computes (the same recurrence from the same seed as the
-/// kernels) is below [`POLAR_THRESHOLD`] in magnitude is left out, until
-/// one that is not. Only latitudes checked are left out, so the range is
-/// exact whatever the functions do in between. Costs at most the work it
-/// saves one transform, once, when the recurrence is made.
+/// recurrence computes (the kernels' recurrence from the same seed, here
+/// without fused multiply-adds: the values differ from the FMA levels' by
+/// rounding only) is below [`POLAR_THRESHOLD`] in magnitude is left out,
+/// until one that is not. Only latitudes checked are left out, so the
+/// range is exact whatever the functions do in between. Runs once, when
+/// the recurrence is made: the work one transform saves, plus at most two
+/// walks of the column's degrees (the first latitude kept at each end).
+/// A latitude left out is not read: a NaN or infinity there does not
+/// reach the coefficients.
 fn polar_range(
     m: usize,
     lmax: usize,
@@ -1109,6 +1114,33 @@ mod tests {
             let mut got_a = vec![0.0; orders.len() * lmax * cols];
             let mut got_s = vec![0.0; orders.len() * nk * cols];
             for i in 0..orders.len() {
+                // Synthesis from garbage: the rows left out (and, on a
+                // whole grid, their mirrors) must come back exactly zero.
+                let mut garbage = field(nk * cols, 13);
+                let input = &a[i * lmax * cols..(i + 1) * lmax * cols];
+                rec.order_at(
+                    kernel_level(),
+                    Direction::Synthesis,
+                    i,
+                    input,
+                    &mut garbage,
+                    cols,
+                    false,
+                );
+                let kept = rec.active(i);
+                for k in (0..kept.start).chain(kept.end..walked) {
+                    let mut rows = vec![k];
+                    if paired && nk - 1 - k != k {
+                        rows.push(nk - 1 - k);
+                    }
+                    for r in rows {
+                        assert!(
+                            garbage[r * cols..(r + 1) * cols].iter().all(|&v| v == 0.0),
+                            "{lats:?} {seeds:?} m {}: row {r} left out but not zero",
+                            orders[i]
+                        );
+                    }
+                }
                 let (o, input) = (
                     &mut got_a[i * lmax * cols..(i + 1) * lmax * cols],
                     &s[i * nk * cols..(i + 1) * nk * cols],
@@ -1228,6 +1260,57 @@ mod tests {
                             (ana, syn)
                         };
                         let (plain_a, plain_s) = run(KernelLevel::Portable);
+                        // The tiles of four and of eight degrees with
+                        // fused multiply-adds, whatever this CPU has (a
+                        // `mul_add` is exact without the instruction, only
+                        // slower): the same bits.
+                        let tiles = |g8: bool| {
+                            let mut ana = vec![0.0; lmax * cols];
+                            let mut syn = field(nk * cols, 9);
+                            if g8 {
+                                rec.order_impl::<true, 8>(
+                                    Direction::Analysis,
+                                    i,
+                                    &s,
+                                    &mut ana,
+                                    cols,
+                                    weighted,
+                                );
+                                rec.order_impl::<true, 8>(
+                                    Direction::Synthesis,
+                                    i,
+                                    &a,
+                                    &mut syn,
+                                    cols,
+                                    weighted,
+                                );
+                            } else {
+                                rec.order_impl::<true, 4>(
+                                    Direction::Analysis,
+                                    i,
+                                    &s,
+                                    &mut ana,
+                                    cols,
+                                    weighted,
+                                );
+                                rec.order_impl::<true, 4>(
+                                    Direction::Synthesis,
+                                    i,
+                                    &a,
+                                    &mut syn,
+                                    cols,
+                                    weighted,
+                                );
+                            }
+                            let bits =
+                                |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            (bits(&ana), bits(&syn))
+                        };
+                        assert_eq!(
+                            tiles(false),
+                            tiles(true),
+                            "tiles of 4 and 8 degrees, {what}"
+                        );
                         let mut fused: Option<(Vec<f64>, Vec<f64>)> = None;
                         for level in KernelLevel::available() {
                             let (ga, gs) = run(level);
