@@ -267,6 +267,68 @@ impl Modes {
         blocks
     }
 
+    /// The inverse kernel straight from one block per order (the fused
+    /// transforms' synthesis; the mirror of [`Modes::forward_orders`]):
+    /// order `m`'s block is `[k, fields, 2]` in f64, as the Legendre kernel
+    /// writes it; the result is `fields × k_len` rows of `nlon` values,
+    /// each value made by `narrow`. Each task transforms the rows of a run
+    /// of latitudes, reading a contiguous piece of every block, and writes
+    /// the FFT's output straight into the result's rows.
+    pub(crate) fn inverse_orders<T: FftNum>(
+        &self,
+        blocks: &[Vec<f64>],
+        fields: usize,
+        k_len: usize,
+        narrow: impl Fn(f64) -> T + Sync,
+    ) -> Vec<T> {
+        let n = self.nlon;
+        debug_assert_eq!(self.order_stride, 1, "the natural order sequence");
+        debug_assert!(blocks.iter().all(|b| b.len() == k_len * fields * 2));
+        let mut out = alloc::vec![T::zero(); fields * k_len * n];
+        if out.is_empty() {
+            return out;
+        }
+        let plan = crate::fft_plans::inverse::<T>(n);
+        let factors = self.factors::<T>();
+        // Each task's rows: per field, the run's latitudes.
+        let runs = k_len.div_ceil(LATITUDE_RUN);
+        let mut pieces: Vec<Vec<&mut [T]>> =
+            (0..runs).map(|_| Vec::with_capacity(fields)).collect();
+        for field_rows in out.chunks_mut(k_len * n) {
+            for (run, piece) in field_rows.chunks_mut(LATITUDE_RUN * n).enumerate() {
+                pieces[run].push(piece);
+            }
+        }
+        timed(Stage::Fourier, || {
+            pieces.into_par_iter().enumerate().for_each_init(
+                || (plan.make_input_vec(), plan.make_scratch_vec()),
+                |(spec, scratch), (run, mut pieces)| {
+                    let k0 = run * LATITUDE_RUN;
+                    for k in k0..(k0 + LATITUDE_RUN).min(k_len) {
+                        for (field, piece) in pieces.iter_mut().enumerate() {
+                            let at = (k * fields + field) * 2;
+                            spec.fill(Complex::new(T::zero(), T::zero()));
+                            for ((c, block), &(f, edge)) in
+                                spec.iter_mut().zip(blocks).zip(&factors)
+                            {
+                                let im = if edge {
+                                    T::zero()
+                                } else {
+                                    narrow(block[at + 1]) * f
+                                };
+                                *c = Complex::new(narrow(block[at]) * f, im);
+                            }
+                            let row = &mut piece[(k - k0) * n..(k - k0 + 1) * n];
+                            plan.process_with_scratch(spec, row, scratch)
+                                .expect("real edge orders and buffers of the plan's lengths");
+                        }
+                    }
+                },
+            )
+        });
+        out
+    }
+
     /// Inverse kernel on a spectral buffer of `b_len × k_len` rows (laid
     /// out as [`Modes::layout`] says); gives `b_len × k_len` rows of
     /// `nlon` values. Rows are transformed in parallel (rayon).
@@ -321,23 +383,18 @@ impl Modes {
         }
         timed(Stage::Fourier, || {
             out.par_chunks_mut(n).enumerate().for_each_init(
-                || {
-                    (
-                        plan.make_input_vec(),
-                        plan.make_output_vec(),
-                        plan.make_scratch_vec(),
-                    )
-                },
-                |(spec, buf, scratch), (row, o)| {
+                || (plan.make_input_vec(), plan.make_scratch_vec()),
+                |(spec, scratch), (row, o)| {
                     spec.fill(Complex::new(T::zero(), T::zero()));
                     for (m, &(f, edge)) in factors.iter().enumerate() {
                         let (re, im) = fill(row, m);
                         let im = if edge { T::zero() } else { im * f };
                         spec[m] = Complex::new(re * f, im);
                     }
-                    plan.process_with_scratch(spec, buf, scratch)
-                        .expect("real edge orders and buffers made by the plan");
-                    o.copy_from_slice(buf);
+                    // Straight into the output row (its length is the
+                    // plan's), no copy.
+                    plan.process_with_scratch(spec, o, scratch)
+                        .expect("real edge orders and buffers of the plan's lengths");
                 },
             )
         });
@@ -661,6 +718,40 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The inverse straight from order blocks equals the rows-first inverse
+    /// of the same values: more orders than the length has, latitude
+    /// counts that are and are not a multiple of the run, 1 and 3 fields.
+    #[test]
+    fn inverse_orders_equals_the_rows_first_inverse() {
+        for (n, mmax, fields, k_len) in [(16, 12, 3, 11), (15, 8, 1, 16), (8, 5, 2, 1)] {
+            let m = Modes::synthesis(n, mmax, SpectralLayout::RowsFirst);
+            // [fields, k, m, 2] rows and the same values as [k, fields, 2]
+            // blocks per order.
+            let rows = sample(fields * k_len * mmax * 2, 9);
+            let blocks: Vec<Vec<f64>> = (0..mmax)
+                .map(|order| {
+                    let mut b = alloc::vec![0.0; k_len * fields * 2];
+                    for k in 0..k_len {
+                        for f in 0..fields {
+                            for part in 0..2 {
+                                b[(k * fields + f) * 2 + part] =
+                                    rows[((f * k_len + k) * mmax + order) * 2 + part];
+                            }
+                        }
+                    }
+                    b
+                })
+                .collect();
+            let want = m.inverse(&rows, fields, k_len);
+            let got = m.inverse_orders(&blocks, fields, k_len, |v| v);
+            assert_eq!(want.len(), got.len());
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(w.to_bits(), g.to_bits(), "n {n} fields {fields} at {i}");
+            }
+            assert!(m.inverse_orders::<f64>(&[], 0, k_len, |v| v).is_empty());
         }
     }
 }

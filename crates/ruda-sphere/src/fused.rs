@@ -3,9 +3,10 @@
 //! order's values (widened to f64) straight into that order's block
 //! ([`Modes::forward_orders`]), then per order the Legendre kernel on its
 //! block, then the orders' results scattered into the coefficients'
-//! `[b, l, m, 2]`
-//! layout; the synthesis is the mirror image, each row's inverse FFT
-//! reading its orders straight from the orders' blocks. Compared with the three operations it replaces (FFT, Legendre
+//! `[b, l, m, 2]` layout; the synthesis is the mirror image (the
+//! coefficients gathered into per-order blocks, the Legendre kernel per
+//! order, each row's inverse FFT reading its orders straight from the
+//! blocks and writing into the result). Compared with the three operations it replaces (FFT, Legendre
 //! step, and the permutes between them), it skips two passes over the
 //! spectrum (the orders-first reorder and the f64 copy), the coefficient
 //! permute, and the copies of tensors read back from Burn (an input is
@@ -14,7 +15,7 @@
 //! | op | maps | value |
 //! |---|---|---|
 //! | [`FusedSht::sht_analysis`] | `[b, k, nlon] → [b, l, m, 2]` | Legendre analysis ∘ [`Modes::forward_orders`] |
-//! | [`FusedSht::sht_synthesis`] | `[b, l, m, 2] → [b, k, nlon]` | [`Modes::inverse`] ∘ Legendre synthesis |
+//! | [`FusedSht::sht_synthesis`] | `[b, l, m, 2] → [b, k, nlon]` | [`Modes::inverse_orders`] ∘ Legendre synthesis |
 //!
 //! The backward of each is the other with the adjoint longitude factors
 //! ([`Modes`]) and the same Legendre weighting.
@@ -98,30 +99,65 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let cols = 2 * b;
+    // [l, b, 2] per order.
+    let inputs = timed(Stage::Reorder, || gather_orders(c, b, nl, nm));
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
-        (0..nm)
-            .into_par_iter()
-            .map(|m| {
-                let mut a = vec![0.0; nl * cols];
-                for l in 0..nl {
-                    for bi in 0..b {
-                        let from = ((bi * nl + l) * nm + m) * 2;
-                        let to = (l * b + bi) * 2;
-                        a[to] = c[from].into();
-                        a[to + 1] = c[from + 1].into();
-                    }
-                }
+        inputs
+            .par_iter()
+            .enumerate()
+            .map(|(m, a)| {
                 let mut o = vec![0.0; nk * cols];
-                rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
-                fields_first(&o, nk, b)
+                rec.synthesis_order(m, a, &mut o, cols, f.step.weighted);
+                o
             })
             .collect()
     });
-    // Each row's orders read from the blocks as its FFT fills its spectrum.
-    f.modes.inverse_with(b * nk, |row, m| {
-        let block = &blocks[m];
-        (T::narrow(block[2 * row]), T::narrow(block[2 * row + 1]))
-    })
+    drop(inputs);
+    // Each row's FFT reads its orders straight from the blocks.
+    f.modes.inverse_orders(&blocks, b, nk, T::narrow)
+}
+
+/// Each order's `[r, fields, 2]` block, widened to f64, from `[fields, r,
+/// m, 2]` values (`r` rows per field, `nm` orders): the inverse of
+/// [`scatter_orders`]. In parallel over runs of [`SCATTER_ROWS`] rows: a
+/// task reads its rows contiguously and writes a contiguous piece of every
+/// block (instead of one strided value per cache line for each order).
+pub(crate) fn gather_orders<T: Real>(
+    values: &[T],
+    fields: usize,
+    r: usize,
+    nm: usize,
+) -> Vec<Vec<f64>> {
+    debug_assert_eq!(values.len(), fields * r * nm * 2);
+    let cols = 2 * fields;
+    let mut blocks: Vec<Vec<f64>> = (0..nm).map(|_| vec![0.0; r * cols]).collect();
+    if fields == 0 || r == 0 {
+        return blocks;
+    }
+    let runs = r.div_ceil(SCATTER_ROWS);
+    let mut pieces: Vec<Vec<&mut [f64]>> = (0..runs).map(|_| Vec::with_capacity(nm)).collect();
+    for block in blocks.iter_mut() {
+        for (run, piece) in block.chunks_mut(SCATTER_ROWS * cols).enumerate() {
+            pieces[run].push(piece);
+        }
+    }
+    pieces
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(run, mut pieces)| {
+            let x0 = run * SCATTER_ROWS;
+            for x in x0..(x0 + SCATTER_ROWS).min(r) {
+                for field in 0..fields {
+                    let row = &values[(field * r + x) * nm * 2..(field * r + x + 1) * nm * 2];
+                    let at = ((x - x0) * fields + field) * 2;
+                    for (piece, v) in pieces.iter_mut().zip(row.chunks_exact(2)) {
+                        piece[at] = v[0].into();
+                        piece[at + 1] = v[1].into();
+                    }
+                }
+            }
+        });
+    blocks
 }
 
 /// Rows per task of [`scatter_orders`]: their outputs stay in cache while
@@ -236,5 +272,43 @@ impl<B: FusedSht, C: CheckpointStrategy> FusedSht for Autodiff<B, C> {
             let modes = f.modes.adjoint_of_inverse();
             B::sht_analysis(g, Fused { modes, ..f })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gathering each order's block from `[fields, r, m, 2]` values undoes
+    /// scattering the blocks there (after `fields_first`), bit for bit, f64
+    /// and f32: row counts that are and are not a multiple of a task's
+    /// run, one and three fields, and no rows.
+    #[test]
+    fn gathering_orders_undoes_scattering_them() {
+        for (fields, r, nm) in [(3, 37, 5), (1, SCATTER_ROWS, 4), (2, 1, 3), (2, 0, 3)] {
+            let cols = 2 * fields;
+            // [r, fields, 2] per order, as a kernel writes them.
+            let blocks: Vec<Vec<f64>> = (0..nm)
+                .map(|m| {
+                    (0..r * cols)
+                        .map(|i| ((i * 31 + m * 7) % 97) as f64 / 8.0 - 6.0)
+                        .collect()
+                })
+                .collect();
+            let firsts: Vec<Vec<f64>> = blocks.iter().map(|b| fields_first(b, r, fields)).collect();
+            let values: Vec<f64> = scatter_orders(&firsts, fields * r);
+            assert_eq!(
+                gather_orders(&values, fields, r, nm),
+                blocks,
+                "f64 {fields} {r} {nm}"
+            );
+            // The values are exact in f32 too (multiples of 1/8).
+            let values32: Vec<f32> = scatter_orders(&firsts, fields * r);
+            assert_eq!(
+                gather_orders(&values32, fields, r, nm),
+                blocks,
+                "f32 {fields} {r} {nm}"
+            );
+        }
     }
 }

@@ -34,7 +34,7 @@ use burn_flex::Flex;
 use rayon::prelude::*;
 
 use crate::fourier::Modes;
-use crate::fused::{Real, fields_first, on_values, scatter_orders};
+use crate::fused::{Real, fields_first, gather_orders, on_values, scatter_orders};
 use crate::legendre_fly::Step;
 use crate::profile::{Stage, timed};
 use crate::vector_step::VectorFactors;
@@ -133,18 +133,21 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let (nk, nl, nm) = (rec.nlat(), fc.lmax, f.modes.mmax);
     // Columns: (re, im) of F0's and F1's sums per field, over degrees 0..=L.
     let cols = 4 * b;
+    // [l, 2b, 2] per order.
+    let inputs = timed(Stage::Reorder, || gather_orders(c, 2 * b, nl, nm));
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
-        (0..nm)
-            .into_par_iter()
-            .map(|m| {
+        inputs
+            .par_iter()
+            .enumerate()
+            .map(|(m, block)| {
                 // Field `field`'s coefficient of degree `l` (0 outside 0..L).
                 let coef = |field: usize, l: Option<usize>| -> (f64, f64) {
                     let Some(l) = l.filter(|&l| l < nl) else {
                         return (0.0, 0.0);
                     };
-                    let from = ((field * nl + l) * nm + m) * 2;
+                    let from = (l * 2 * b + field) * 2;
                     let inv = if f.scaled { fc.inv_ll[l] } else { 1.0 };
-                    (inv * c[from].into(), inv * c[from + 1].into())
+                    (inv * block[from], inv * block[from + 1])
                 };
                 let mf = fc.m[m];
                 let mut a = vec![0.0; (nl + 1) * cols];
@@ -178,15 +181,12 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
                 // [k, 2b, 2]: (θ, φ) of each field.
                 let mut o = vec![0.0; nk * cols];
                 rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
-                fields_first(&o, nk, 2 * b)
+                o
             })
             .collect()
     });
-    // Each row's orders read from the blocks as its FFT fills its spectrum.
-    f.modes.inverse_with(2 * b * nk, |row, m| {
-        let block = &blocks[m];
-        (T::narrow(block[2 * row]), T::narrow(block[2 * row + 1]))
-    })
+    // Each row's FFT reads its orders straight from the blocks.
+    f.modes.inverse_orders(&blocks, 2 * b, nk, T::narrow)
 }
 
 impl FusedVectorSht for Flex {
