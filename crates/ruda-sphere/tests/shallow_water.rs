@@ -458,3 +458,76 @@ fn single_precision_follows_double() {
     let e = field_errors(&values(b32), &a);
     assert!(e.iter().all(|&x| x < 1e-4), "{e:?}");
 }
+
+/// A rank that passes a state, coefficients or a field of the wrong shape
+/// gets its own `Shape` error and every other rank `PeerInput` naming it,
+/// at once (the ranks agree on their inputs before the first collective;
+/// before, the peers waited in it until the deadline): the solver's step,
+/// the calculus's wind from vorticity and divergence, and its integral,
+/// on 2×1, 1×2 and 2×2 grids.
+#[test]
+fn a_rank_with_a_bad_state_is_named_by_every_other_rank() {
+    let spec = ShtSpec::with_truncation(12, 24, LatitudeGrid::Equiangular, Some(5), None).unwrap();
+    for (p, a) in [(2, 1), (1, 2), (2, 2)] {
+        let n = p * a;
+        let bad = n - 1;
+        let started = std::time::Instant::now();
+        let out = LocalWorld::new(n)
+            .timeout(std::time::Duration::from_secs(30))
+            .run(|comm| {
+                let grid = ProcessGrid::new(comm, p, a)?;
+                let t = DistributedTransforms::new(&grid, spec)?;
+                let me = t.rank();
+                let (l, m) = (t.l_range().len(), t.orders().len());
+                let (lat, lon) = (t.lat_range().len(), t.lon_range().len());
+                let s = ShallowWaterSolver::new(
+                    t,
+                    600.0,
+                    Planet::default(),
+                    &Device::flex(),
+                    DType::F64,
+                )?;
+                let wrong = usize::from(me == bad);
+                let dev = (&Device::flex(), DType::F64);
+                let step = s
+                    .step(Tensor::<4>::zeros([3, l, m + wrong, 2], dev), 1)
+                    .map(|_| ())
+                    .unwrap_err();
+                let calc = s.calculus();
+                let wind = calc
+                    .wind_from_vrtdiv(Tensor::<4>::zeros([2, l + wrong, m, 2], dev))
+                    .map(|_| ())
+                    .unwrap_err();
+                let integral = calc
+                    .integrate(Tensor::<3>::zeros([1, lat, lon + wrong], dev))
+                    .map(|_| ())
+                    .unwrap_err();
+                // Right inputs still work afterwards on every rank.
+                let ok = calc.integrate(Tensor::<3>::ones([1, lat, lon], dev))?;
+                Ok::<_, SphereError>((step, wind, integral, values(ok)))
+            })
+            .unwrap();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{p}x{a}: the ranks waited"
+        );
+        for (rank, (step, wind, integral, area)) in out.iter().enumerate() {
+            for e in [step, wind, integral] {
+                let ok = if rank == bad {
+                    matches!(e, SphereError::Shape { rank: r, .. } if *r == rank)
+                } else {
+                    matches!(e, SphereError::PeerInput { rank: r, offenders, .. } if *r == rank && offenders == &[bad])
+                };
+                assert!(ok, "{p}x{a} rank {rank}: {e}");
+            }
+            // ∫ 1 dA = 4π R².
+            let r = Planet::default().radius;
+            let want = 4.0 * std::f64::consts::PI * r * r;
+            assert!(
+                ((area[0] - want) / want).abs() < 1e-12,
+                "{p}x{a} rank {rank}: area {}",
+                area[0]
+            );
+        }
+    }
+}

@@ -228,8 +228,25 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     /// `[2, l, m, 2]`.
     ///
     /// # Errors
-    /// As [`SphereTransforms::ivsht`].
+    /// [`SphereError::Shape`] for coefficients that are not this rank's
+    /// block, and [`SphereError::PeerInput`] on the other ranks (before any
+    /// collective); as [`SphereTransforms::ivsht`].
     pub fn wind_from_vrtdiv(&self, vrtdiv: Tensor<4>) -> Result<Tensor<3>, SphereError> {
+        const OP: &str = "SphereCalculus::wind_from_vrtdiv";
+        let t = &self.transforms;
+        let expected = vec![2, t.l_range().len(), t.orders().len(), 2];
+        let got = vrtdiv.dims().to_vec();
+        let local = if got == expected {
+            Ok(())
+        } else {
+            Err(SphereError::Shape {
+                op: OP,
+                rank: t.rank(),
+                expected,
+                got,
+            })
+        };
+        t.agree(OP, local)?;
         let [c, l, m, two] = vrtdiv.dims();
         let scaled = (self.invlap.clone() * vrtdiv).div_scalar(self.radius);
         let wind = self.transforms.ivsht(scaled.reshape([1, c, l, m, two]))?;
@@ -242,19 +259,24 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     /// collective on a process grid.
     ///
     /// # Errors
-    /// [`SphereError::Shape`] for fields that are not this rank's patch;
-    /// as [`SphereTransforms::sum_over_ranks`].
+    /// [`SphereError::Shape`] for fields that are not this rank's patch,
+    /// and [`SphereError::PeerInput`] on the other ranks (before any
+    /// collective); as [`SphereTransforms::sum_over_ranks`].
     pub fn integrate(&self, x: Tensor<3>) -> Result<Tensor<1>, SphereError> {
+        const OP: &str = "SphereCalculus::integrate";
         let [b, lat, lon] = x.dims();
         let t = &self.transforms;
-        if lat != self.weights.len() || lon != t.lon_range().len() {
-            return Err(SphereError::Shape {
-                op: "SphereCalculus::integrate",
+        let local = if lat != self.weights.len() || lon != t.lon_range().len() {
+            Err(SphereError::Shape {
+                op: OP,
                 rank: t.rank(),
                 expected: vec![b, self.weights.len(), t.lon_range().len()],
                 got: vec![b, lat, lon],
-            });
-        }
+            })
+        } else {
+            Ok(())
+        };
+        t.agree(OP, local)?;
         let nlon = self.transforms.spec().nlon() as f64;
         let scale = 2.0 * core::f64::consts::PI / nlon * self.radius * self.radius;
         let w: Vec<f64> = self.weights.iter().map(|w| w * scale).collect();

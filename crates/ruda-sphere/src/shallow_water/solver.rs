@@ -141,7 +141,9 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
     ///
     /// # Errors
     /// [`SphereError::Shape`] for a state that is not `[3, l, m, 2]` of
-    /// this rank's degrees and orders; the transforms' errors.
+    /// this rank's degrees and orders, and [`SphereError::PeerInput`] on the
+    /// other ranks of a grid (at once, before any collective); the
+    /// transforms' errors.
     pub fn tendency(&self, state: Tensor<4>) -> Result<Tensor<4>, SphereError> {
         self.check_state("ShallowWaterSolver::tendency", &state)?;
         let c = &self.calculus;
@@ -269,19 +271,25 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
         Ok(scalar(self.calculus.integrate(density)?))
     }
 
+    /// Check `state`'s shape on every rank and agree on the verdicts
+    /// ([`SphereTransforms::agree`]): a rank with a wrong state gets
+    /// [`SphereError::Shape`], its peers [`SphereError::PeerInput`], before
+    /// any collective.
     fn check_state(&self, op: &'static str, state: &Tensor<4>) -> Result<(), SphereError> {
         let t = self.calculus.transforms();
         let expected = vec![3, t.l_range().len(), t.orders().len(), 2];
         let got = state.dims().to_vec();
-        if got != expected {
-            return Err(SphereError::Shape {
+        let local = if got == expected {
+            Ok(())
+        } else {
+            Err(SphereError::Shape {
                 op,
                 rank: t.rank(),
                 expected,
                 got,
-            });
-        }
-        Ok(())
+            })
+        };
+        t.agree(op, local)
     }
 }
 

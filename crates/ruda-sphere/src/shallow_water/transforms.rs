@@ -64,6 +64,31 @@ pub trait SphereTransforms {
     /// # Errors
     /// [`SphereError::Primitive`] when the all-reduce fails.
     fn sum_over_ranks(&self, x: Tensor<1>) -> Result<Tensor<1>, SphereError>;
+
+    /// Agree on the ranks' checks of their inputs before a collective
+    /// operation `op`: `local` is this rank's verdict. A rank whose input
+    /// was refused gets its own error back; every other rank gets
+    /// [`SphereError::PeerInput`] naming the ranks refused, at once,
+    /// instead of waiting for them in the operation's first collective.
+    /// Serially (and by default) `local` itself.
+    ///
+    /// # Errors
+    /// `local`'s error; [`SphereError::PeerInput`] when another rank's
+    /// input was refused; [`SphereError::Primitive`] when the exchange
+    /// fails.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_sphere::shallow_water::{SerialTransforms, SphereTransforms};
+    /// use ruda_sphere::{LatitudeGrid, ShtSpec};
+    /// let t = SerialTransforms::new(ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?);
+    /// assert!(t.agree("example", Ok(())).is_ok());
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
+    fn agree(&self, op: &'static str, local: Result<(), SphereError>) -> Result<(), SphereError> {
+        let _ = op;
+        local
+    }
 }
 
 /// The transforms of the whole sphere on one rank.
@@ -213,6 +238,26 @@ impl<G: Group> SphereTransforms for DistributedTransforms<G> {
     fn ivsht(&self, c: Tensor<5>) -> Result<Tensor<4>, SphereError> {
         self.ivsht.forward(c)
     }
+    fn agree(&self, op: &'static str, local: Result<(), SphereError>) -> Result<(), SphereError> {
+        let world = self.grid.world();
+        // No rank refuses with a positive word: the refusal's mark.
+        let mark = if local.is_ok() { 0 } else { -1 };
+        let all = world.exchange_words(&[mark]);
+        // A refused input is this rank's error even when the exchange fails.
+        local?;
+        let all = all?;
+        let offenders: Vec<usize> = (0..all.len()).filter(|&r| all[r] < 0).collect();
+        if offenders.is_empty() {
+            Ok(())
+        } else {
+            Err(SphereError::PeerInput {
+                op,
+                rank: world.rank(),
+                offenders,
+            })
+        }
+    }
+
     fn sum_over_ranks(&self, x: Tensor<1>) -> Result<Tensor<1>, SphereError> {
         Ok(x.all_reduce(self.grid.world())?)
     }
