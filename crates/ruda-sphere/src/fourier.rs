@@ -227,11 +227,12 @@ impl Modes {
         let plan = crate::fft_plans::forward::<T>(n);
         let factors = self.factors::<T>();
         // Each task's piece of every block.
-        let runs = k_len.div_ceil(LATITUDE_RUN);
+        let run_len = latitude_run(k_len);
+        let runs = k_len.div_ceil(run_len);
         let mut pieces: Vec<Vec<&mut [f64]>> =
             (0..runs).map(|_| Vec::with_capacity(mmax)).collect();
         for block in blocks.iter_mut() {
-            for (run, piece) in block.chunks_mut(LATITUDE_RUN * cols).enumerate() {
+            for (run, piece) in block.chunks_mut(run_len * cols).enumerate() {
                 pieces[run].push(piece);
             }
         }
@@ -245,8 +246,8 @@ impl Modes {
                     )
                 },
                 |(buf, spec, scratch), (run, mut pieces)| {
-                    let k0 = run * LATITUDE_RUN;
-                    for k in k0..(k0 + LATITUDE_RUN).min(k_len) {
+                    let k0 = run * run_len;
+                    for k in k0..(k0 + run_len).min(k_len) {
                         for field in 0..fields {
                             let row = &input[(field * k_len + k) * n..(field * k_len + k + 1) * n];
                             buf.copy_from_slice(row);
@@ -291,11 +292,13 @@ impl Modes {
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
         // Each task's rows: per field, the run's latitudes.
-        let runs = k_len.div_ceil(LATITUDE_RUN);
+        debug_assert_eq!(blocks.len(), self.mmax, "a block per order");
+        let run_len = latitude_run(k_len);
+        let runs = k_len.div_ceil(run_len);
         let mut pieces: Vec<Vec<&mut [T]>> =
             (0..runs).map(|_| Vec::with_capacity(fields)).collect();
         for field_rows in out.chunks_mut(k_len * n) {
-            for (run, piece) in field_rows.chunks_mut(LATITUDE_RUN * n).enumerate() {
+            for (run, piece) in field_rows.chunks_mut(run_len * n).enumerate() {
                 pieces[run].push(piece);
             }
         }
@@ -303,8 +306,8 @@ impl Modes {
             pieces.into_par_iter().enumerate().for_each_init(
                 || (plan.make_input_vec(), plan.make_scratch_vec()),
                 |(spec, scratch), (run, mut pieces)| {
-                    let k0 = run * LATITUDE_RUN;
-                    for k in k0..(k0 + LATITUDE_RUN).min(k_len) {
+                    let k0 = run * run_len;
+                    for k in k0..(k0 + run_len).min(k_len) {
                         for (field, piece) in pieces.iter_mut().enumerate() {
                             let at = (k * fields + field) * 2;
                             spec.fill(Complex::new(T::zero(), T::zero()));
@@ -369,7 +372,7 @@ impl Modes {
     /// The inverse kernel on `rows` rows whose order-`m` value `fill(row,
     /// m)` gives (real, imaginary), read as the FFT needs it (no spectral
     /// buffer of every row first). Rows are transformed in parallel.
-    pub(crate) fn inverse_with<T: FftNum>(
+    fn inverse_with<T: FftNum>(
         &self,
         rows: usize,
         fill: impl Fn(usize, usize) -> (T, T) + Sync,
@@ -402,11 +405,20 @@ impl Modes {
     }
 }
 
-/// Latitudes per task of [`Modes::forward_orders`]: each task writes
-/// `LATITUDE_RUN × fields × 2` consecutive values of every order's block
-/// (at least 128 bytes: few cache lines shared between tasks), and a grid
-/// has tens of runs to share.
+/// Latitudes per task of [`Modes::forward_orders`] and
+/// [`Modes::inverse_orders`] at most: a task writes `LATITUDE_RUN × fields
+/// × 2` consecutive values of every order's block (forward) or reads them
+/// (inverse), whole cache lines mostly.
 const LATITUDE_RUN: usize = 8;
+
+/// The latitudes per task for `k_len` latitudes: [`LATITUDE_RUN`], fewer
+/// when that would leave rayon's threads without four tasks each (a small
+/// grid with a large batch). Which task transforms a row does not change
+/// its values.
+fn latitude_run(k_len: usize) -> usize {
+    let tasks = 4 * rayon::current_num_threads();
+    LATITUDE_RUN.min(k_len.div_ceil(tasks)).max(1)
+}
 
 /// The longitude kernels as a backend operation, for Flex and (with their
 /// adjoints) for `Autodiff` over it.

@@ -8,9 +8,10 @@
 //! order, each row's inverse FFT reading its orders straight from the
 //! blocks and writing into the result). Compared with the three operations it replaces (FFT, Legendre
 //! step, and the permutes between them), it skips two passes over the
-//! spectrum (the orders-first reorder and the f64 copy), the coefficient
-//! permute, and the copies of tensors read back from Burn (an input is
-//! read in place).
+//! spectrum (the orders-first reorder and the f64 copy) and the copies of
+//! tensors read back from Burn (an input is read in place); the
+//! coefficients' permute is one blocked pass each way ([`scatter_orders`],
+//! [`gather_orders`], timed as the reorder stage).
 //!
 //! | op | maps | value |
 //! |---|---|---|

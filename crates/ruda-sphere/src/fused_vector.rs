@@ -1,11 +1,12 @@
 //! The serial vector transforms as one backend operation each (as
 //! [`crate::fused`] for the scalar ones): the longitude FFT of both
-//! components' rows, then per order the kernel of `R`
-//! ([`crate::vector_step`]) on `X` read straight from the FFT's rows, the
-//! degree factors over neighbouring degrees and the products with `i` on
-//! that order's block, and one scatter into `[b, 2, l, m, 2]` (the
-//! synthesis: the mirror image, each row's inverse FFT reading its orders
-//! from the blocks).
+//! components' rows writing each order's block
+//! ([`crate::fourier::Modes::forward_orders`]), then per order the kernel
+//! of `R` ([`crate::vector_step`]) on that block, the degree factors over
+//! neighbouring degrees and the products with `i`, and one scatter into
+//! `[b, 2, l, m, 2]` (the synthesis: the mirror image, the coefficients
+//! gathered into per-order blocks, each row's inverse FFT reading its
+//! orders from the blocks).
 //!
 //! | op | maps |
 //! |---|---|
@@ -185,6 +186,7 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
             })
             .collect()
     });
+    drop(inputs);
     // Each row's FFT reads its orders straight from the blocks.
     f.modes.inverse_orders(&blocks, 2 * b, nk, T::narrow)
 }

@@ -502,7 +502,12 @@ fn a_rank_with_a_bad_state_is_named_by_every_other_rank() {
                     .integrate(Tensor::<3>::zeros([1, lat, lon + wrong], dev))
                     .map(|_| ())
                     .unwrap_err();
-                // Right inputs still work afterwards on every rank.
+                // Right inputs still work afterwards on every rank: a step
+                // (transforms and all) and an integral.
+                let g = s.galewsky()?;
+                let stepped = s.step(g.clone(), 1)?;
+                assert_eq!(stepped.dims(), g.dims());
+                let calc = s.calculus();
                 let ok = calc.integrate(Tensor::<3>::ones([1, lat, lon], dev))?;
                 Ok::<_, SphereError>((step, wind, integral, values(ok)))
             })
@@ -512,11 +517,15 @@ fn a_rank_with_a_bad_state_is_named_by_every_other_rank() {
             "{p}x{a}: the ranks waited"
         );
         for (rank, (step, wind, integral, area)) in out.iter().enumerate() {
-            for e in [step, wind, integral] {
+            for (e, want) in [
+                (step, "ShallowWaterSolver::step"),
+                (wind, "SphereCalculus::wind_from_vrtdiv"),
+                (integral, "SphereCalculus::integrate"),
+            ] {
                 let ok = if rank == bad {
-                    matches!(e, SphereError::Shape { rank: r, .. } if *r == rank)
+                    matches!(e, SphereError::Shape { rank: r, op, .. } if *r == rank && *op == want)
                 } else {
-                    matches!(e, SphereError::PeerInput { rank: r, offenders, .. } if *r == rank && offenders == &[bad])
+                    matches!(e, SphereError::PeerInput { rank: r, offenders, op } if *r == rank && offenders == &[bad] && *op == want)
                 };
                 assert!(ok, "{p}x{a} rank {rank}: {e}");
             }

@@ -230,7 +230,7 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     /// # Errors
     /// [`SphereError::Shape`] for coefficients that are not this rank's
     /// block, and [`SphereError::PeerInput`] on the other ranks (before any
-    /// collective); as [`SphereTransforms::ivsht`].
+    /// data moves); as [`SphereTransforms::ivsht`].
     pub fn wind_from_vrtdiv(&self, vrtdiv: Tensor<4>) -> Result<Tensor<3>, SphereError> {
         const OP: &str = "SphereCalculus::wind_from_vrtdiv";
         let t = &self.transforms;
@@ -247,6 +247,12 @@ impl<T: SphereTransforms> SphereCalculus<T> {
             })
         };
         t.agree(OP, local)?;
+        self.wind_of_checked(vrtdiv)
+    }
+
+    /// [`SphereCalculus::wind_from_vrtdiv`] of coefficients already checked
+    /// on every rank (the solver's, after its state check).
+    pub(crate) fn wind_of_checked(&self, vrtdiv: Tensor<4>) -> Result<Tensor<3>, SphereError> {
         let [c, l, m, two] = vrtdiv.dims();
         let scaled = (self.invlap.clone() * vrtdiv).div_scalar(self.radius);
         let wind = self.transforms.ivsht(scaled.reshape([1, c, l, m, two]))?;
@@ -260,8 +266,8 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     ///
     /// # Errors
     /// [`SphereError::Shape`] for fields that are not this rank's patch,
-    /// and [`SphereError::PeerInput`] on the other ranks (before any
-    /// collective); as [`SphereTransforms::sum_over_ranks`].
+    /// and [`SphereError::PeerInput`] on the other ranks (before any data
+    /// moves); as [`SphereTransforms::sum_over_ranks`].
     pub fn integrate(&self, x: Tensor<3>) -> Result<Tensor<1>, SphereError> {
         const OP: &str = "SphereCalculus::integrate";
         let [b, lat, lon] = x.dims();

@@ -142,13 +142,19 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
     /// # Errors
     /// [`SphereError::Shape`] for a state that is not `[3, l, m, 2]` of
     /// this rank's degrees and orders, and [`SphereError::PeerInput`] on the
-    /// other ranks of a grid (at once, before any collective); the
+    /// other ranks of a grid (at once, before any data moves); the
     /// transforms' errors.
     pub fn tendency(&self, state: Tensor<4>) -> Result<Tensor<4>, SphereError> {
         self.check_state("ShallowWaterSolver::tendency", &state)?;
+        self.tendency_of_checked(state)
+    }
+
+    /// [`ShallowWaterSolver::tendency`] of a state already checked on every
+    /// rank (no agreement of its own: one per step is enough).
+    fn tendency_of_checked(&self, state: Tensor<4>) -> Result<Tensor<4>, SphereError> {
         let c = &self.calculus;
         let grid = c.spec2grid(state.clone())?;
-        let wind = c.wind_from_vrtdiv(state.narrow(0, 1, 2))?;
+        let wind = c.wind_of_checked(state.narrow(0, 1, 2))?;
         let phi = grid.clone().narrow(0, 0, 1);
         let vrt = grid.narrow(0, 1, 1);
         let [_, lat, lon] = wind.dims();
@@ -191,7 +197,7 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
         let mut u = state;
         let mut history: Option<(Tensor<4>, Tensor<4>)> = None;
         for iter in 0..nsteps {
-            let new = self.tendency(u.clone())?;
+            let new = self.tendency_of_checked(u.clone())?;
             let (now, old) = match (iter, history.take()) {
                 (0, _) | (_, None) => (new.clone(), new.clone()),
                 (1, Some((now, _))) => (now, new.clone()),
@@ -234,7 +240,7 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
     pub fn geopotential_and_wind(&self, state: Tensor<4>) -> Result<Tensor<3>, SphereError> {
         self.check_state("ShallowWaterSolver::geopotential_and_wind", &state)?;
         let phi = self.calculus.spec2grid(state.clone().narrow(0, 0, 1))?;
-        let wind = self.calculus.wind_from_vrtdiv(state.narrow(0, 1, 2))?;
+        let wind = self.calculus.wind_of_checked(state.narrow(0, 1, 2))?;
         Ok(Tensor::cat(vec![phi, wind], 0))
     }
 

@@ -70,7 +70,9 @@ pub trait SphereTransforms {
     /// was refused gets its own error back; every other rank gets
     /// [`SphereError::PeerInput`] naming the ranks refused, at once,
     /// instead of waiting for them in the operation's first collective.
-    /// Serially (and by default) `local` itself.
+    /// Serially (and by default) `local` itself: an implementation over
+    /// several ranks must override it with an exchange, as
+    /// [`DistributedTransforms`] does.
     ///
     /// # Errors
     /// `local`'s error; [`SphereError::PeerInput`] when another rank's
