@@ -27,28 +27,19 @@ use crate::route::{check_dtype, lon_forward, lon_inverse};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::{ShtSpec, SphereError, SphereLayout};
 
-/// Agree on the inputs before any data moves (one small all-gather):
-/// `local` is this rank's own verdict on its input (its flattened tensor
-/// and leading dimensions, or the typed error its shape or dtype gave). A
-/// rank whose input was refused returns its own error; its peers return
-/// [`SphereError::PeerInput`] naming it, instead of waiting for it in a
-/// collective; ranks that pass different numbers of fields all get
-/// [`SphereError::LeadingDims`].
-fn agree_inputs<G: Group, T>(
+/// Every rank's word after each checked its own input (one small
+/// all-gather): `word` is this rank's (not negative), or `None` when its
+/// input was refused. [`SphereError::PeerInput`] naming the ranks that
+/// refused, when any did (a rank that refused returns its own error before
+/// looking at this result).
+pub(crate) fn agree_words<G: Group>(
     grid: &ProcessGrid<G>,
     op: &'static str,
-    local: Result<(T, Vec<usize>), SphereError>,
-) -> Result<(T, Vec<usize>), SphereError> {
-    let fields = match &local {
-        Ok((_, lead)) => i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX),
-        // No rank has a negative number of fields: the refusal's mark.
-        Err(_) => -1,
-    };
+    word: Option<i64>,
+) -> Result<Vec<i64>, SphereError> {
     let world = grid.world();
-    let all = world.exchange_words(&[fields]);
-    // A refused input is this rank's error even when the exchange fails.
-    let local = local?;
-    let all = all?;
+    // No rank has a negative word: the refusal's mark.
+    let all = world.exchange_words(&[word.unwrap_or(-1)])?;
     let offenders: Vec<usize> = (0..all.len()).filter(|&r| all[r] < 0).collect();
     if !offenders.is_empty() {
         return Err(SphereError::PeerInput {
@@ -57,10 +48,33 @@ fn agree_inputs<G: Group, T>(
             offenders,
         });
     }
-    if all.iter().any(|&n| n != fields) {
+    Ok(all)
+}
+
+/// Agree on the inputs before any data moves ([`agree_words`]): `local`
+/// is this rank's own verdict on its input (its flattened tensor and
+/// leading dimensions, or the typed error its shape or dtype gave). A rank
+/// whose input was refused returns its own error; its peers return
+/// [`SphereError::PeerInput`] naming it, instead of waiting for it in a
+/// collective; ranks that pass different numbers of fields all get
+/// [`SphereError::LeadingDims`].
+fn agree_inputs<G: Group, T>(
+    grid: &ProcessGrid<G>,
+    op: &'static str,
+    local: Result<(T, Vec<usize>), SphereError>,
+) -> Result<(T, Vec<usize>), SphereError> {
+    let fields = local
+        .as_ref()
+        .ok()
+        .map(|(_, lead)| i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX));
+    let all = agree_words(grid, op, fields);
+    // A refused input is this rank's error even when the exchange fails.
+    let local = local?;
+    let all = all?;
+    if all.iter().any(|&n| Some(n) != fields) {
         return Err(SphereError::LeadingDims {
             op,
-            rank: world.rank(),
+            rank: grid.world().rank(),
             sizes: all.into_iter().map(|n| n.max(0) as usize).collect(),
         });
     }

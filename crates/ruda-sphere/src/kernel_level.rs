@@ -26,6 +26,13 @@ pub enum KernelLevel {
 }
 
 impl KernelLevel {
+    /// Every level, from the slowest.
+    const ALL: [KernelLevel; 3] = [
+        KernelLevel::Portable,
+        KernelLevel::Avx2,
+        KernelLevel::Avx512,
+    ];
+
     /// The best level this CPU runs (detected at run time).
     ///
     /// # Example
@@ -57,14 +64,10 @@ impl KernelLevel {
     /// ```
     pub fn available() -> Vec<KernelLevel> {
         let best = KernelLevel::detected();
-        [
-            KernelLevel::Portable,
-            KernelLevel::Avx2,
-            KernelLevel::Avx512,
-        ]
-        .into_iter()
-        .filter(|&l| l <= best)
-        .collect()
+        KernelLevel::ALL
+            .into_iter()
+            .filter(|&l| l <= best)
+            .collect()
     }
 
     /// The level's name, as `RUDA_SPHERE_KERNEL` takes it: `portable`,
@@ -85,13 +88,9 @@ impl KernelLevel {
 
     /// The level `RUDA_SPHERE_KERNEL` names, if it names one.
     fn parse(name: &str) -> Option<KernelLevel> {
-        [
-            KernelLevel::Portable,
-            KernelLevel::Avx2,
-            KernelLevel::Avx512,
-        ]
-        .into_iter()
-        .find(|l| l.name() == name.trim().to_ascii_lowercase())
+        KernelLevel::ALL
+            .into_iter()
+            .find(|l| l.name() == name.trim().to_ascii_lowercase())
     }
 }
 
@@ -123,11 +122,7 @@ mod tests {
 
     #[test]
     fn names_parse_back_and_levels_are_ordered() {
-        for l in [
-            KernelLevel::Portable,
-            KernelLevel::Avx2,
-            KernelLevel::Avx512,
-        ] {
+        for l in KernelLevel::ALL {
             assert_eq!(KernelLevel::parse(l.name()), Some(l));
             assert_eq!(KernelLevel::parse(&l.name().to_uppercase()), Some(l));
         }

@@ -234,20 +234,33 @@ impl<T: SphereTransforms> SphereCalculus<T> {
     pub fn wind_from_vrtdiv(&self, vrtdiv: Tensor<4>) -> Result<Tensor<3>, SphereError> {
         const OP: &str = "SphereCalculus::wind_from_vrtdiv";
         let t = &self.transforms;
-        let expected = vec![2, t.l_range().len(), t.orders().len(), 2];
-        let got = vrtdiv.dims().to_vec();
+        let expected = [2, t.l_range().len(), t.orders().len(), 2];
+        self.agree_shape(OP, &expected, &vrtdiv.dims())?;
+        self.wind_of_checked(vrtdiv)
+    }
+
+    /// Check an input's shape on every rank and agree on the verdicts
+    /// ([`SphereTransforms::agree`]): [`SphereError::Shape`] on a rank whose
+    /// input is not `expected`, [`SphereError::PeerInput`] on the others,
+    /// before any data moves.
+    pub(crate) fn agree_shape(
+        &self,
+        op: &'static str,
+        expected: &[usize],
+        got: &[usize],
+    ) -> Result<(), SphereError> {
+        let t = &self.transforms;
         let local = if got == expected {
             Ok(())
         } else {
             Err(SphereError::Shape {
-                op: OP,
+                op,
                 rank: t.rank(),
-                expected,
-                got,
+                expected: expected.to_vec(),
+                got: got.to_vec(),
             })
         };
-        t.agree(OP, local)?;
-        self.wind_of_checked(vrtdiv)
+        t.agree(op, local)
     }
 
     /// [`SphereCalculus::wind_from_vrtdiv`] of coefficients already checked
@@ -272,17 +285,11 @@ impl<T: SphereTransforms> SphereCalculus<T> {
         const OP: &str = "SphereCalculus::integrate";
         let [b, lat, lon] = x.dims();
         let t = &self.transforms;
-        let local = if lat != self.weights.len() || lon != t.lon_range().len() {
-            Err(SphereError::Shape {
-                op: OP,
-                rank: t.rank(),
-                expected: vec![b, self.weights.len(), t.lon_range().len()],
-                got: vec![b, lat, lon],
-            })
-        } else {
-            Ok(())
-        };
-        t.agree(OP, local)?;
+        self.agree_shape(
+            OP,
+            &[b, self.weights.len(), t.lon_range().len()],
+            &[b, lat, lon],
+        )?;
         let nlon = self.transforms.spec().nlon() as f64;
         let scale = 2.0 * core::f64::consts::PI / nlon * self.radius * self.radius;
         let w: Vec<f64> = self.weights.iter().map(|w| w * scale).collect();

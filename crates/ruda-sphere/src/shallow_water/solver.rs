@@ -283,19 +283,8 @@ impl<T: SphereTransforms> ShallowWaterSolver<T> {
     /// any collective.
     fn check_state(&self, op: &'static str, state: &Tensor<4>) -> Result<(), SphereError> {
         let t = self.calculus.transforms();
-        let expected = vec![3, t.l_range().len(), t.orders().len(), 2];
-        let got = state.dims().to_vec();
-        let local = if got == expected {
-            Ok(())
-        } else {
-            Err(SphereError::Shape {
-                op,
-                rank: t.rank(),
-                expected,
-                got,
-            })
-        };
-        t.agree(op, local)
+        let expected = [3, t.l_range().len(), t.orders().len(), 2];
+        self.calculus.agree_shape(op, &expected, &state.dims())
     }
 }
 

@@ -241,23 +241,10 @@ impl<G: Group> SphereTransforms for DistributedTransforms<G> {
         self.ivsht.forward(c)
     }
     fn agree(&self, op: &'static str, local: Result<(), SphereError>) -> Result<(), SphereError> {
-        let world = self.grid.world();
-        // No rank refuses with a positive word: the refusal's mark.
-        let mark = if local.is_ok() { 0 } else { -1 };
-        let all = world.exchange_words(&[mark]);
+        let all = crate::distributed::agree_words(&self.grid, op, local.is_ok().then_some(0));
         // A refused input is this rank's error even when the exchange fails.
         local?;
-        let all = all?;
-        let offenders: Vec<usize> = (0..all.len()).filter(|&r| all[r] < 0).collect();
-        if offenders.is_empty() {
-            Ok(())
-        } else {
-            Err(SphereError::PeerInput {
-                op,
-                rank: world.rank(),
-                offenders,
-            })
-        }
+        all.map(|_| ())
     }
 
     fn sum_over_ranks(&self, x: Tensor<1>) -> Result<Tensor<1>, SphereError> {
