@@ -239,6 +239,11 @@ struct ShtArgs {
     /// transform always runs first.
     #[arg(long, default_value = "2x1,1x2,2x2", value_delimiter = ',', value_parser = parse_grid)]
     grids: Vec<(usize, usize)>,
+    /// How latitudes are dealt to polar ranks, comma-separated: contiguous
+    /// (torch-harmonics' layout) and mirrored (each rank a northern band
+    /// and its southern mirror); grids of one polar rank run once.
+    #[arg(long, default_value = "contiguous,mirrored", value_delimiter = ',')]
+    split: Vec<SplitArg>,
     /// Fields transformed together.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
     channels: u32,
@@ -260,6 +265,12 @@ struct ShtArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SplitArg {
+    Contiguous,
+    Mirrored,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -301,12 +312,25 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
             })
             .collect(),
         grids,
+        splits: {
+            let mut splits = Vec::new();
+            for s in args.split {
+                let s = match s {
+                    SplitArg::Contiguous => ruda_sphere::LatitudeSplit::Contiguous,
+                    SplitArg::Mirrored => ruda_sphere::LatitudeSplit::Mirrored,
+                };
+                if !splits.contains(&s) {
+                    splits.push(s);
+                }
+            }
+            splits
+        },
         channels: args.channels as usize,
         iters: args.timing.iters as usize,
         warmup: args.timing.warmup as usize,
         vector: args.vector,
     };
-    let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.grids.len()) as u64);
+    let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.runs()) as u64);
     let rows = sht_bench::run(&cfg, &bar);
     bar.finish_and_clear();
     let mut rows = match rows {

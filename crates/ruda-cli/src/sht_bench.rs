@@ -1,6 +1,8 @@
 //! `ruda bench sht`: forward + inverse spherical harmonic transform time,
-//! serial and on process grids of in-process ranks, with the share of time
-//! spent in communication, a round-trip check of every configuration, and
+//! serial (on all cores) and on process grids of in-process ranks (P ranks
+//! × T threads each = the cores, so that `vs serial` is the parallel
+//! efficiency at equal cores), latitudes split contiguous or in mirrored
+//! polar bands, with the share of time spent in communication, a round-trip check of every configuration, and
 //! (optionally) torch-harmonics' `RealSHT` / `InverseRealSHT` on CPU timed
 //! in the same run by a Python script shipped inside the binary; with
 //! `--vector`, the vector transforms of tangential fields (and the anchors'
@@ -14,11 +16,11 @@ use std::time::Instant;
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use indicatif::ProgressBar;
 use ruda_comm::{Communicator, LocalWorld};
-use ruda_sphere::profile::{Stage, profile};
+use ruda_sphere::profile::{Stage, StageTimes, profile};
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
-    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
-    RealVectorSht, ShtSpec, SphereError, SphereLayout,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, LatitudeSplit,
+    RealSht, RealVectorSht, ShtSpec, SphereError, SphereLayout,
 };
 use ruda_tensor::{Group, ProcessGrid};
 use serde::{Deserialize, Serialize};
@@ -78,6 +80,9 @@ pub struct ShtBenchConfig {
     pub dtypes: Vec<DType>,
     /// Process grids, polar × azimuth; `1x1` is the serial transform.
     pub grids: Vec<(usize, usize)>,
+    /// How latitudes are dealt to polar ranks; grids of one polar rank run
+    /// once, contiguous.
+    pub splits: Vec<LatitudeSplit>,
     /// Fields transformed together (leading dimension).
     pub channels: usize,
     /// Timed iterations (the median is reported).
@@ -97,11 +102,23 @@ impl Default for ShtBenchConfig {
             sizes: vec![(91, 180), (181, 360), (361, 720)],
             dtypes: vec![DType::F32, DType::F64],
             grids: vec![(1, 1), (2, 1), (1, 2), (2, 2)],
+            splits: vec![LatitudeSplit::Contiguous, LatitudeSplit::Mirrored],
             channels: 4,
             iters: 10,
             warmup: 2,
             vector: false,
         }
+    }
+}
+
+impl ShtBenchConfig {
+    /// Runs per size and dtype: each grid once per split (once when it
+    /// has one polar rank).
+    pub fn runs(&self) -> usize {
+        self.grids
+            .iter()
+            .map(|&(p, _)| splits_of(self, p).len())
+            .sum()
     }
 }
 
@@ -128,14 +145,20 @@ pub struct ShtRow {
     pub lmax: usize,
     /// `f32` or `f64`.
     pub dtype: &'static str,
-    /// `serial`, a grid such as `2x2`, or `torch-harmonics`.
+    /// `serial`, a grid such as `2x2` (`2x2 mirrored` for mirrored polar
+    /// bands), or `torch-harmonics`.
     pub run: String,
-    /// Ranks (threads for torch-harmonics).
+    /// Ranks (1 for an anchor).
     pub ranks: usize,
+    /// Threads of each rank (the serial transform's: every core).
+    pub threads: usize,
     /// Median over iterations of the slowest rank's forward + inverse time.
     pub time_ms: f64,
     /// Share of that time spent in collectives (mean over ranks).
     pub comm_share: f64,
+    /// Time spent in collectives, ms (mean over ranks, median over
+    /// iterations): the rest of `time_ms` is computation and waiting.
+    pub comm_ms: f64,
     /// Serial ruda-sphere time divided by this time.
     pub vs_serial: f64,
     /// torch-harmonics' time divided by this time (when it ran).
@@ -151,10 +174,13 @@ pub struct ShtRow {
     pub wrong: bool,
     /// Where the serial transform's time went (serial rows only).
     pub stages: Option<StageSplit>,
+    /// Where each rank's time went (grid rows only).
+    pub rank_stages: Vec<StageSplit>,
 }
 
-/// Where a serial forward + inverse transform's time goes, in ms (mean
-/// over the timed iterations), from [`ruda_sphere::profile`].
+/// Where a forward + inverse transform's time goes (the serial one's, or
+/// one rank's part of a distributed one), in ms (mean over the timed
+/// iterations), from [`ruda_sphere::profile`].
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
 pub struct StageSplit {
     /// The real FFTs along the longitudes.
@@ -165,12 +191,44 @@ pub struct StageSplit {
     pub legendre: f64,
     /// Tensors read into host memory and results written back.
     pub host_copies: f64,
+    /// In collectives, waiting for peers included (0 serially).
+    pub comm: f64,
     /// The rest: Burn's tensor work between the kernels.
     pub other: f64,
     /// The Legendre stage's rate in GFLOP/s, counting the multiply-adds of
     /// every (order, degree, latitude pair, column) once per direction as
     /// two operations (work left out next to the poles counts as done).
     pub legendre_gflops: f64,
+}
+
+impl StageSplit {
+    /// Add one iteration: its `stages`, and its `wall` time and time in
+    /// collectives in seconds.
+    fn add(&mut self, stages: &StageTimes, wall: f64, comm: f64) {
+        let ms = |s: Stage| stages.get(s).as_secs_f64() * 1e3;
+        self.fft += ms(Stage::Fourier);
+        self.reorder += ms(Stage::Reorder);
+        self.legendre += ms(Stage::Legendre);
+        self.host_copies += ms(Stage::HostCopies);
+        self.comm += comm * 1e3;
+        self.other += (wall - stages.total().as_secs_f64() - comm).max(0.0) * 1e3;
+    }
+
+    /// The mean of the `n` iterations added.
+    fn mean(mut self, n: usize) -> Self {
+        let n = n.max(1) as f64;
+        for v in [
+            &mut self.fft,
+            &mut self.reorder,
+            &mut self.legendre,
+            &mut self.host_copies,
+            &mut self.comm,
+            &mut self.other,
+        ] {
+            *v /= n;
+        }
+        self
+    }
 }
 
 impl ShtRow {
@@ -218,6 +276,16 @@ pub enum ShtBenchError {
     /// A grid or size that cannot be benchmarked.
     #[error("{0}")]
     Config(#[from] SphereError),
+    /// A rank's pool of threads could not start.
+    #[error("could not start {threads} threads for each of {ranks} ranks: {message}")]
+    Threads {
+        /// Ranks.
+        ranks: usize,
+        /// Threads asked for each.
+        threads: usize,
+        /// What the thread pool said.
+        message: String,
+    },
     /// An anchor's script failed (`name`: `torch-harmonics`, `ducc0` or `SHTns`).
     #[error("{name} script: {message}")]
     Anchor {
@@ -293,16 +361,21 @@ enum Transforms<G> {
 }
 
 impl<G: Group> Transforms<G> {
-    fn new(grid: &ProcessGrid<G>, spec: ShtSpec, vector: bool) -> Result<Self, SphereError> {
+    fn new(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+        vector: bool,
+    ) -> Result<Self, SphereError> {
         Ok(if vector {
             Transforms::Vector(
-                DistributedRealVectorSht::new(grid, spec)?,
-                DistributedInverseRealVectorSht::new(grid, spec)?,
+                DistributedRealVectorSht::with_split(grid, spec, split)?,
+                DistributedInverseRealVectorSht::with_split(grid, spec, split)?,
             )
         } else {
             Transforms::Scalar(
-                DistributedRealSht::new(grid, spec)?,
-                DistributedInverseRealSht::new(grid, spec)?,
+                DistributedRealSht::with_split(grid, spec, split)?,
+                DistributedInverseRealSht::with_split(grid, spec, split)?,
             )
         })
     }
@@ -322,16 +395,16 @@ impl<G: Group> Transforms<G> {
     }
 }
 
-/// `[c, h, w]` values restricted to rows and columns.
+/// `[c, h, w]` values restricted to rows (runs, in order) and columns.
 fn patch(
     v: &[f64],
     [c, h, w]: [usize; 3],
-    rows: std::ops::Range<usize>,
+    rows: &[std::ops::Range<usize>],
     cols: std::ops::Range<usize>,
 ) -> Vec<f64> {
-    let mut out = Vec::with_capacity(c * rows.len() * cols.len());
+    let mut out = Vec::new();
     for ci in 0..c {
-        for r in rows.clone() {
+        for r in rows.iter().cloned().flatten() {
             let s = (ci * h + r) * w;
             out.extend_from_slice(&v[s + cols.start..s + cols.end]);
         }
@@ -346,21 +419,25 @@ type RankTiming = (Vec<(f64, f64)>, (f64, f64));
 fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     comm: C,
     (p, a): (usize, usize),
+    split: LatitudeSplit,
     spec: ShtSpec,
     dtype: DType,
     field: &[f64],
     cfg: &ShtBenchConfig,
-) -> Result<RankTiming, SphereError> {
+) -> Result<(RankTiming, StageSplit), SphereError> {
     let comm = TimedComm::new(comm);
     let clock = comm.clock();
     let grid = ProcessGrid::new(comm, p, a)?;
-    let transforms = Transforms::new(&grid, spec, cfg.vector)?;
-    let (rows, cols) = (
-        transforms.layout().lat_range(),
-        transforms.layout().lon_range(),
-    );
+    let transforms = Transforms::new(&grid, spec, split, cfg.vector)?;
+    let layout = transforms.layout();
+    let (rows, cols) = (layout.lat_bands(), layout.lon_range());
     let parts = if cfg.vector { 2 } else { 1 };
-    let dims = [cfg.channels, parts, rows.len(), cols.len()];
+    let dims = [
+        cfg.channels,
+        parts,
+        layout.lat_sizes()[grid.polar_rank()],
+        cols.len(),
+    ];
     let fields = cfg.channels * parts;
     let local = patch(field, [fields, spec.nlat(), spec.nlon()], rows, cols);
     let x = Tensor::<4>::from_data(
@@ -369,19 +446,22 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     );
     let mut times = Vec::with_capacity(cfg.iters);
     let mut last = None;
+    let mut split = StageSplit::default();
     for i in 0..cfg.warmup + cfg.iters {
         grid.world()
             .comm()
             .barrier()
             .map_err(ruda_tensor::Error::from)?;
         let (t, c0) = (Instant::now(), clock.spent());
-        let y = transforms.round_trip(x.clone())?;
+        let (y, stages) = profile(|| transforms.round_trip(x.clone()));
+        let y = y?;
         let (secs, comm_secs) = (
             t.elapsed().as_secs_f64(),
             (clock.spent() - c0).as_secs_f64(),
         );
         if i >= cfg.warmup {
             times.push((secs, comm_secs));
+            split.add(&stages, secs, comm_secs);
         }
         last = Some(y);
     }
@@ -400,7 +480,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
         .zip(&local)
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     let scale = local.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    Ok((times, (err, scale)))
+    Ok(((times, (err, scale)), split.mean(cfg.iters)))
 }
 
 fn serial_timing(
@@ -436,25 +516,11 @@ fn serial_timing(
         let wall = t.elapsed().as_secs_f64();
         if i >= cfg.warmup {
             times.push((wall, 0.0));
-            let ms = |s: Stage| stages.get(s).as_secs_f64() * 1e3;
-            split.fft += ms(Stage::Fourier);
-            split.reorder += ms(Stage::Reorder);
-            split.legendre += ms(Stage::Legendre);
-            split.host_copies += ms(Stage::HostCopies);
-            split.other += (wall - stages.total().as_secs_f64()).max(0.0) * 1e3;
+            split.add(&stages, wall, 0.0);
         }
         last = Some(y);
     }
-    let n = cfg.iters.max(1) as f64;
-    for v in [
-        &mut split.fft,
-        &mut split.reorder,
-        &mut split.legendre,
-        &mut split.host_copies,
-        &mut split.other,
-    ] {
-        *v /= n;
-    }
+    let mut split = split.mean(cfg.iters);
     split.legendre_gflops =
         legendre_flops(spec, cfg.channels, cfg.vector) / (split.legendre * 1e-3) / 1e9;
     let y = last.expect("at least one iteration").into_data();
@@ -485,8 +551,10 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
     for &(nlat, nlon) in &cfg.sizes {
         let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
         for &(p, a) in &cfg.grids {
-            for rank in 0..p * a {
-                SphereLayout::new(spec, (rank / a, p), (rank % a, a))?;
+            for split in splits_of(cfg, p) {
+                for rank in 0..p * a {
+                    SphereLayout::with_split(spec, (rank / a, p), (rank % a, a), split)?;
+                }
             }
         }
     }
@@ -497,17 +565,41 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
         for &dtype in &cfg.dtypes {
             let name = dtype_name(dtype);
             let mut serial_ms = None;
-            for &(p, a) in &cfg.grids {
-                let grid_name = format!("{p}x{a}");
+            for (p, a, split) in cfg
+                .grids
+                .iter()
+                .flat_map(|&(p, a)| splits_of(cfg, p).into_iter().map(move |s| (p, a, s)))
+            {
+                let grid_name = match split {
+                    LatitudeSplit::Contiguous => format!("{p}x{a}"),
+                    LatitudeSplit::Mirrored => format!("{p}x{a} mirrored"),
+                };
                 bar.set_message(format!("{nlat}x{nlon} {name} {grid_name}"));
                 let mut stages = None;
+                let mut rank_stages = Vec::new();
+                let ranks = p * a;
+                let threads = (self::threads() / ranks).max(1);
                 let per_rank: Vec<RankTiming> = if (p, a) == (1, 1) {
                     let (timing, split) = serial_timing(spec, dtype, &field, cfg)?;
                     stages = Some(split);
                     vec![timing]
                 } else {
-                    LocalWorld::new(p * a)
-                        .run(|comm| time_rank(comm, (p, a), spec, dtype, &field, cfg))
+                    // Each rank on its own pool of `threads`: P × T = the
+                    // cores (at least one thread a rank).
+                    let pools = (0..ranks)
+                        .map(|_| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| ShtBenchError::Threads {
+                            ranks,
+                            threads,
+                            message: e.to_string(),
+                        })?;
+                    LocalWorld::new(ranks)
+                        .run(|comm| {
+                            pools[comm.rank()].install(|| {
+                                time_rank(comm, (p, a), split, spec, dtype, &field, cfg)
+                            })
+                        })
                         .map_err(|e| match e {
                             ruda_comm::WorldError::Rank { rank, error } => ShtBenchError::Rank {
                                 grid: grid_name.clone(),
@@ -526,6 +618,12 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                                 message: other.to_string(),
                             },
                         })?
+                        .into_iter()
+                        .map(|(timing, split)| {
+                            rank_stages.push(split);
+                            timing
+                        })
+                        .collect()
                 };
                 let mut slowest: Vec<f64> = (0..cfg.iters)
                     .map(|i| per_rank.iter().map(|r| r.0[i].0).fold(0.0, f64::max))
@@ -538,6 +636,10 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     .collect();
                 let time_ms = median(&mut slowest) * 1e3;
                 let comm_share = median(&mut shares);
+                let mut comm: Vec<f64> = (0..cfg.iters)
+                    .map(|i| per_rank.iter().map(|r| r.0[i].1).sum::<f64>() / per_rank.len() as f64)
+                    .collect();
+                let comm_ms = median(&mut comm) * 1e3;
                 let err = per_rank.iter().map(|r| r.1.0).fold(0.0, f64::max);
                 let scale = per_rank.iter().map(|r| r.1.1).fold(0.0, f64::max);
                 let rel = err / scale.max(f64::MIN_POSITIVE);
@@ -552,9 +654,15 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     } else {
                         grid_name
                     },
-                    ranks: p * a,
+                    ranks,
+                    threads: if (p, a) == (1, 1) {
+                        self::threads()
+                    } else {
+                        threads
+                    },
                     time_ms,
                     comm_share,
+                    comm_ms,
                     vs_serial: serial / time_ms,
                     vs_torch_harmonics: None,
                     vs_ducc0: None,
@@ -562,12 +670,23 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     round_trip_err: Some(rel),
                     wrong: rel.is_nan() || rel > tolerance(dtype),
                     stages,
+                    rank_stages,
                 });
                 bar.inc(1);
             }
         }
     }
     Ok(rows)
+}
+
+/// The splits a grid of `p` polar ranks runs with (one, contiguous, when
+/// `p` is 1: the splits are the same there).
+fn splits_of(cfg: &ShtBenchConfig, p: usize) -> Vec<LatitudeSplit> {
+    if p == 1 {
+        vec![LatitudeSplit::Contiguous]
+    } else {
+        cfg.splits.clone()
+    }
 }
 
 /// One timing from an anchor's script.
@@ -674,9 +793,11 @@ pub fn add_anchor(
             lmax: t.lmax,
             dtype,
             run: anchor.name().into(),
-            ranks: t.threads,
+            ranks: 1,
+            threads: t.threads,
             time_ms: t.ms,
             comm_share: 0.0,
+            comm_ms: 0.0,
             vs_serial: serial / t.ms,
             vs_torch_harmonics: None,
             vs_ducc0: None,
@@ -684,6 +805,7 @@ pub fn add_anchor(
             round_trip_err: None,
             wrong: false,
             stages: None,
+            rank_stages: Vec::new(),
         };
         for other in Anchor::ALL {
             *own.vs_mut(other) = if other == anchor {
@@ -719,13 +841,14 @@ pub fn print_table(
     )?;
     writeln!(
         out,
-        "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "{:>9} {:>4} {:>5} {:>16} {:>7} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10}",
         "grid",
         "lmax",
         "dtype",
         "run",
         "ranks",
         "time ms",
+        "comm ms",
         "comm %",
         "vs serial",
         "vs th",
@@ -736,13 +859,14 @@ pub fn print_table(
     for r in rows {
         writeln!(
             out,
-            "{:>9} {:>4} {:>5} {:>16} {:>5} {:>10.3} {:>7.1} {:>9.2} {:>9} {:>9} {:>9} {:>10}",
+            "{:>9} {:>4} {:>5} {:>16} {:>7} {:>10.3} {:>7.2} {:>7.1} {:>9.2} {:>9} {:>9} {:>9} {:>10}",
             format!("{}x{}", r.nlat, r.nlon),
             r.lmax,
             r.dtype,
             r.run,
-            r.ranks,
+            format!("{}x{}", r.ranks, r.threads),
             r.time_ms,
+            r.comm_ms,
             100.0 * r.comm_share,
             r.vs_serial,
             r.vs_torch_harmonics
@@ -759,6 +883,10 @@ pub fn print_table(
     writeln!(
         out,
         "# vs serial, vs th, vs ducc0, vs SHTns: the serial ruda-sphere time, torch-harmonics', ducc0's, SHTns' time (SHTns: f64 only, its polar_opt 1e-10; ruda leaves out values below 1e-17), divided by this row's (above 1: this row is faster)"
+    )?;
+    writeln!(
+        out,
+        "# ranks: ranks x threads of each (the serial transform and the anchors on every core, the ranks' threads adding up to the cores), so vs serial of a grid is its parallel efficiency at equal cores; comm ms: mean over ranks of the time in collectives (the rest is computation and waiting); mirrored: latitudes dealt in mirrored polar bands (LatitudeSplit::Mirrored)"
     )?;
     writeln!(
         out,
@@ -785,6 +913,25 @@ pub fn print_table(
                 s.legendre_gflops,
                 100.0 * s.legendre_gflops / peak,
                 s.host_copies,
+                s.other
+            )?;
+        }
+    }
+    for r in rows {
+        for (rank, s) in r.rank_stages.iter().enumerate() {
+            writeln!(
+                out,
+                "# {} {}x{} {} rank {rank} ({} threads), ms: fft {:.1}, reorder {:.1}, legendre {:.1}, host copies {:.1}, comm {:.1}, other {:.1}",
+                r.run,
+                r.nlat,
+                r.nlon,
+                r.dtype,
+                r.threads,
+                s.fft,
+                s.reorder,
+                s.legendre,
+                s.host_copies,
+                s.comm,
                 s.other
             )?;
         }

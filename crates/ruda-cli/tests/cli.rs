@@ -435,12 +435,13 @@ fn bench_sht_vector_times_and_checks_the_vector_transforms() {
     let rows = rows.as_array().unwrap();
     assert_eq!(
         rows.len(),
-        2 * 2 * 2,
-        "serial and 2x2 for each size and type"
+        2 * 2 * 3,
+        "serial, 2x2 and 2x2 mirrored for each size and type"
     );
     for r in rows {
         // The round trip of a band-limited wind through the vector
-        // transforms, serially and on 4 ranks.
+        // transforms, serially and on 4 ranks, latitudes contiguous and
+        // in mirrored bands.
         let err = r["round_trip_err"].as_f64().unwrap();
         let tol = if r["dtype"] == "f32" { 1e-5 } else { 1e-12 };
         assert!(err < tol, "{r}");
@@ -485,9 +486,15 @@ fn bench_sht_times_and_checks_every_configuration() {
     let rows = rows.as_array().unwrap();
     assert_eq!(
         rows.len(),
-        2 * 2 * 3,
-        "serial, 2x1 and 1x2 for each size and type"
+        2 * 2 * 4,
+        "serial, 2x1 (contiguous and mirrored) and 1x2 for each size and type"
     );
+    let runs: Vec<&str> = rows[..4]
+        .iter()
+        .map(|r| r["run"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs, ["serial", "2x1", "2x1 mirrored", "1x2"]);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for r in rows {
         let err = r["round_trip_err"].as_f64().unwrap();
         let tol = if r["dtype"] == "f32" { 1e-5 } else { 1e-12 };
@@ -507,12 +514,59 @@ fn bench_sht_times_and_checks_every_configuration() {
                 .collect();
             assert!(parts[..4].iter().all(|&v| v > 0.0), "{r}");
             assert!(parts[4] >= 0.0, "{r}");
+            assert_eq!(r["threads"], cores);
+            assert_eq!(r["rank_stages"].as_array().unwrap().len(), 0);
         } else {
             assert!(share > 0.0 && share < 1.0, "{r}");
             assert!(r["stages"].is_null(), "{r}");
+            // Ranks × threads = the cores (one thread a rank at least),
+            // and where each rank's time went, its collectives included.
+            let ranks = r["ranks"].as_u64().unwrap() as usize;
+            assert_eq!(r["threads"], (cores / ranks).max(1), "{r}");
+            let per_rank = r["rank_stages"].as_array().unwrap();
+            assert_eq!(per_rank.len(), ranks, "{r}");
+            for s in per_rank {
+                for k in ["fft", "legendre", "comm"] {
+                    assert!(s[k].as_f64().unwrap() > 0.0, "{k} in {r}");
+                }
+                assert!(s["other"].as_f64().unwrap() >= 0.0, "{r}");
+            }
+            let comm = r["comm_ms"].as_f64().unwrap();
+            assert!(comm > 0.0 && comm < r["time_ms"].as_f64().unwrap(), "{r}");
         }
     }
     assert_eq!(rows[0]["lmax"], 5);
+    // One split asked for: the grids of several polar ranks run with it
+    // alone, and the table prints each rank's split of its time.
+    let out = ruda(&[
+        "bench", "sht", "--sizes", "9x16", "--dtype", "f64", "--grids", "2x1,1x2", "--split",
+        "mirrored", "--iters", "1", "--warmup", "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let runs: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("9x16 "))
+        .map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            if t[4] == "mirrored" {
+                format!("{} mirrored", t[3])
+            } else {
+                t[3].to_string()
+            }
+        })
+        .collect();
+    assert_eq!(runs, ["serial", "2x1 mirrored", "1x2"], "{text}");
+    for rank in 0..2 {
+        assert!(
+            text.contains(&format!("# 2x1 mirrored 9x16 f64 rank {rank} (")),
+            "{text}"
+        );
+    }
     // The table prints the serial split below it.
     let out = ruda(&[
         "bench", "sht", "--sizes", "9x16", "--dtype", "f64", "--grids", "1x1", "--iters", "1",

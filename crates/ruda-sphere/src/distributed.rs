@@ -14,6 +14,12 @@
 //!
 //! Each primitive carries its adjoint, so gradients flow through both
 //! directions exactly as through the serial transforms.
+//!
+//! With one azimuth rank (a polar split only) on the host kernels, the
+//! transposes are the identity and a rank's steps from its latitudes to
+//! every coefficient are the serial transform's fused operation
+//! ([`crate::sht::fused_analysis`]) on its latitudes, between the same
+//! polar collectives.
 
 use burn_tensor::Tensor;
 use ruda_tensor::tensor_api as ta;
@@ -23,9 +29,10 @@ use crate::fourier::Modes;
 use crate::fourier::SpectralLayout::OrdersFirst;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
 use crate::on_device::DeviceConstants;
-use crate::route::{check_dtype, lon_forward, lon_inverse};
+use crate::route::{check_dtype, host_kernels, lon_forward, lon_inverse};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
-use crate::{ShtSpec, SphereError, SphereLayout};
+use crate::sht::{fused_analysis, fused_synthesis};
+use crate::{LatitudeSplit, ShtSpec, SphereError, SphereLayout};
 
 /// Every rank's word after each checked its own input (one small
 /// all-gather): `word` is this rank's (not negative), or `None` when its
@@ -81,11 +88,16 @@ fn agree_inputs<G: Group, T>(
     Ok(local)
 }
 
-fn layout_of<G: Group>(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<SphereLayout, SphereError> {
-    SphereLayout::new(
+fn layout_of<G: Group>(
+    grid: &ProcessGrid<G>,
+    spec: ShtSpec,
+    split: LatitudeSplit,
+) -> Result<SphereLayout, SphereError> {
+    SphereLayout::with_split(
         spec,
         (grid.polar_rank(), grid.polar_size()),
         (grid.azimuth_rank(), grid.azimuth_size()),
+        split,
     )
 }
 
@@ -101,15 +113,17 @@ pub(crate) struct Part<G> {
 }
 
 impl<G: Group> Part<G> {
-    /// The part of `spec`'s transform (`forward`: analysis) on `grid`.
+    /// The part of `spec`'s transform (`forward`: analysis) on `grid`, its
+    /// latitudes dealt as `split` says.
     pub(crate) fn new(
         grid: &ProcessGrid<G>,
         spec: ShtSpec,
         kind: Kind,
         forward: bool,
+        split: LatitudeSplit,
     ) -> Result<Self, SphereError> {
-        let layout = layout_of(grid, spec)?;
-        let stage = LegendreStage::new(&spec, kind, &layout.orders(), layout.lat_range(), forward);
+        let layout = layout_of(grid, spec, split)?;
+        let stage = LegendreStage::new(&spec, kind, &layout.orders(), layout.lat_bands(), forward);
         Ok(Part {
             grid: grid.clone(),
             layout,
@@ -131,7 +145,7 @@ impl<G: Group> Part<G> {
         x: Tensor<D>,
     ) -> Result<Tensor<E>, SphereError> {
         let (l, s) = (&self.layout, self.layout.spec());
-        let patch = [l.lat_range().len(), l.lon_range().len()];
+        let patch = [l.lat_sizes()[self.grid.polar_rank()], l.lon_range().len()];
         let local = check_rank::<D, E>(op, 1)
             .and_then(|()| flatten_field(op, l.world_rank(), x, patch))
             .and_then(|(x, lead)| {
@@ -141,6 +155,14 @@ impl<G: Group> Part<G> {
             });
         let g = &self.grid;
         let (x, lead) = agree_inputs(g, op, local)?;
+        let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2];
+        if g.azimuth_size() == 1 && host_kernels(&x.device()) {
+            // [b, l, m, 2]: this rank's latitudes' part of every
+            // coefficient, then the polar sum keeping this rank's degrees.
+            let partial = fused_analysis(op, s, &self.stage, x)?;
+            let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
+            return Ok(unflatten(c, &lead, &block));
+        }
         // [b, lat, lon]: longitudes whole, this rank's latitudes split
         // over the azimuth ranks.
         let x = ta::distributed_transpose_azimuth(g, x, (1, 2), l.lon_sizes())?;
@@ -153,12 +175,7 @@ impl<G: Group> Part<G> {
         let partial = self.stage.analysis(op, f)?;
         // Sum the latitudes' contributions, keep this rank's degrees.
         let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
-        let c = swap_orders(c);
-        Ok(unflatten(
-            c,
-            &lead,
-            &[l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2],
-        ))
+        Ok(unflatten(swap_orders(c), &lead, &block))
     }
 
     /// This rank's block of coefficients `c` (`[.., l_range, orders, 2]`;
@@ -185,6 +202,14 @@ impl<G: Group> Part<G> {
                 Ok((c, lead))
             });
         let (c, lead) = agree_inputs(g, op, local)?;
+        let patch = [l.lat_sizes()[g.polar_rank()], l.lon_range().len()];
+        if g.azimuth_size() == 1 && host_kernels(&c.device()) {
+            // [b, l, m, 2] with all degrees (backward: reduce-scatter),
+            // then this rank's latitudes from them.
+            let c = ta::gather_from_copy_to_polar_region(g, c, 1, l.l_sizes())?;
+            let x = fused_synthesis(op, s, &self.stage, c)?;
+            return Ok(unflatten(x, &lead, &patch));
+        }
         // [m, l, b, 2] with all degrees of this rank's orders (backward:
         // reduce-scatter).
         let c = ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
@@ -197,11 +222,7 @@ impl<G: Group> Part<G> {
         let x = lon_inverse(op, f, modes, &self.dft)?;
         // Longitudes split again, latitudes whole.
         let x = ta::distributed_transpose_azimuth(g, x, (2, 1), l.lat_sub_sizes())?;
-        Ok(unflatten(
-            x,
-            &lead,
-            &[l.lat_range().len(), l.lon_range().len()],
-        ))
+        Ok(unflatten(x, &lead, &patch))
     }
 }
 
@@ -249,7 +270,24 @@ impl<G: Group> DistributedRealSht<G> {
     /// [`SphereLayout::new`]).
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         Ok(DistributedRealSht {
-            part: Part::new(grid, spec, Kind::Scalar, true)?,
+            part: Part::new(grid, spec, Kind::Scalar, true, LatitudeSplit::Contiguous)?,
+        })
+    }
+
+    /// [`DistributedRealSht::new`] with the latitudes dealt to the polar ranks as
+    /// `split` says ([`LatitudeSplit::Mirrored`] keeps each rank's
+    /// latitudes in mirrored pairs: see [`SphereLayout::lat_bands`] for
+    /// the rows of its patch).
+    ///
+    /// # Errors
+    /// As [`SphereLayout::with_split`].
+    pub fn with_split(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+    ) -> Result<Self, SphereError> {
+        Ok(DistributedRealSht {
+            part: Part::new(grid, spec, Kind::Scalar, true, split)?,
         })
     }
 
@@ -312,7 +350,24 @@ impl<G: Group> DistributedInverseRealSht<G> {
     /// As [`DistributedRealSht::new`].
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         Ok(DistributedInverseRealSht {
-            part: Part::new(grid, spec, Kind::Scalar, false)?,
+            part: Part::new(grid, spec, Kind::Scalar, false, LatitudeSplit::Contiguous)?,
+        })
+    }
+
+    /// [`DistributedInverseRealSht::new`] with the latitudes dealt to the polar ranks as
+    /// `split` says ([`LatitudeSplit::Mirrored`] keeps each rank's
+    /// latitudes in mirrored pairs: see [`SphereLayout::lat_bands`] for
+    /// the rows of its patch).
+    ///
+    /// # Errors
+    /// As [`SphereLayout::with_split`].
+    pub fn with_split(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+    ) -> Result<Self, SphereError> {
+        Ok(DistributedInverseRealSht {
+            part: Part::new(grid, spec, Kind::Scalar, false, split)?,
         })
     }
 

@@ -9,7 +9,7 @@ use ruda_tensor::{Group, ProcessGrid};
 
 use crate::distributed::Part;
 use crate::legendre_stage::Kind;
-use crate::{ShtSpec, SphereError, SphereLayout};
+use crate::{LatitudeSplit, ShtSpec, SphereError, SphereLayout};
 
 /// [`RealVectorSht`](crate::RealVectorSht) on a process grid: each rank
 /// passes its patch `[.., 2, lat_range, lon_range]` of the tangential field
@@ -54,7 +54,24 @@ impl<G: Group> DistributedRealVectorSht<G> {
     /// [`SphereLayout::new`]).
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         Ok(DistributedRealVectorSht {
-            part: Part::new(grid, spec, Kind::Vector, true)?,
+            part: Part::new(grid, spec, Kind::Vector, true, LatitudeSplit::Contiguous)?,
+        })
+    }
+
+    /// [`DistributedRealVectorSht::new`] with the latitudes dealt to the polar ranks as
+    /// `split` says ([`LatitudeSplit::Mirrored`] keeps each rank's
+    /// latitudes in mirrored pairs: see [`SphereLayout::lat_bands`] for
+    /// the rows of its patch).
+    ///
+    /// # Errors
+    /// As [`SphereLayout::with_split`].
+    pub fn with_split(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+    ) -> Result<Self, SphereError> {
+        Ok(DistributedRealVectorSht {
+            part: Part::new(grid, spec, Kind::Vector, true, split)?,
         })
     }
 
@@ -119,7 +136,24 @@ impl<G: Group> DistributedInverseRealVectorSht<G> {
     /// As [`DistributedRealVectorSht::new`].
     pub fn new(grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
         Ok(DistributedInverseRealVectorSht {
-            part: Part::new(grid, spec, Kind::Vector, false)?,
+            part: Part::new(grid, spec, Kind::Vector, false, LatitudeSplit::Contiguous)?,
+        })
+    }
+
+    /// [`DistributedInverseRealVectorSht::new`] with the latitudes dealt to the polar ranks as
+    /// `split` says ([`LatitudeSplit::Mirrored`] keeps each rank's
+    /// latitudes in mirrored pairs: see [`SphereLayout::lat_bands`] for
+    /// the rows of its patch).
+    ///
+    /// # Errors
+    /// As [`SphereLayout::with_split`].
+    pub fn with_split(
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+    ) -> Result<Self, SphereError> {
+        Ok(DistributedInverseRealVectorSht {
+            part: Part::new(grid, spec, Kind::Vector, false, split)?,
         })
     }
 

@@ -15,7 +15,9 @@
 //! independent and run in parallel (rayon); degrees `l < m` are zero.
 //!
 //! A band of latitudes that is not symmetric (one rank's part of a
-//! distributed transform) is walked unpaired, latitude by latitude; and
+//! contiguous polar split) is walked unpaired, latitude by latitude; a
+//! mirrored band and its mirror ([`crate::LatitudeSplit::Mirrored`]) in
+//! pairs, as a whole grid; and
 //! [`Seeds::OverSine`] generates `P̄_l^m / sin θ` instead (`P̄_l^1` for
 //! the order-0 column), from which the vector transforms' derivative
 //! functions are made.
@@ -28,6 +30,32 @@ use core::ops::Range;
 use rayon::prelude::*;
 
 use crate::kernel_level::{KernelLevel, kernel_level};
+
+/// Per latitude walked on `spec`'s whole grid (each mirrored pair from the
+/// north pole, then the equator for an odd count), the Legendre work done
+/// there: the degrees its kernels walk, `Σ (lmax − m)` over the orders `m`
+/// that polar optimisation keeps at that latitude ([`polar_range`]), for
+/// the scalar functions. What [`crate::LatitudeSplit::Mirrored`] balances.
+pub(crate) fn pair_work(spec: &crate::ShtSpec) -> Vec<f64> {
+    let q = crate::Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
+    let orders: Vec<usize> = (0..spec.mmax()).collect();
+    let rec = Recurrence::new(
+        &orders,
+        spec.lmax(),
+        &q.cosines,
+        &q.weights,
+        spec.csphase(),
+        Seeds::Plain,
+        true,
+    );
+    let mut work = vec![0.0; rec.half()];
+    for (i, &m) in orders.iter().enumerate() {
+        for w in &mut work[rec.active(i)] {
+            *w += spec.lmax().saturating_sub(m) as f64;
+        }
+    }
+    work
+}
 
 /// The functions a [`Recurrence`] generates for the column of order `m`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,8 +104,10 @@ pub struct Recurrence {
 impl Recurrence {
     /// For the listed `orders` (ascending), degrees `0..lmax`, the
     /// latitudes with cosines `x` and quadrature `weights`, the functions
-    /// `seeds` says. `paired`: the latitudes are a whole grid (north pole
-    /// first, symmetric about the equator), walked in mirrored pairs;
+    /// `seeds` says. `paired`: the latitudes are symmetric about the
+    /// equator, the `k`-th the mirror of the `k`-th from the end (a whole
+    /// grid, north pole first, or a mirrored band followed by its mirror),
+    /// walked in mirrored pairs;
     /// otherwise any subset of a grid, such as one rank's band, each
     /// latitude walked on its own (twice the cost per latitude of a pair).
     ///
@@ -225,7 +255,7 @@ impl Recurrence {
 
     /// Latitudes walked: the mirrored pairs' northern halves (and the
     /// equator), or all of them when unpaired.
-    fn half(&self) -> usize {
+    pub(crate) fn half(&self) -> usize {
         self.x.len()
     }
 

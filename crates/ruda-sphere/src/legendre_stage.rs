@@ -32,20 +32,23 @@ pub(crate) enum LegendreStage {
 }
 
 impl LegendreStage {
-    /// For `spec`'s (ascending) `orders` over its latitudes `lats`:
-    /// `weighted` for the analysis of a field. The whole column of
-    /// latitudes is walked in mirrored pairs, a band of it (a rank's part)
-    /// latitude by latitude.
+    /// For `spec`'s (ascending) `orders` over its latitudes `bands`
+    /// (ascending runs): `weighted` for the analysis of a field. Latitudes
+    /// symmetric about the equator (the whole column, or a mirrored band
+    /// and its mirror) are walked in mirrored pairs; any other set (a
+    /// contiguous rank's part) latitude by latitude.
     pub(crate) fn new(
         spec: &ShtSpec,
         kind: Kind,
         orders: &[usize],
-        lats: Range<usize>,
+        bands: &[Range<usize>],
         weighted: bool,
     ) -> Self {
         let q = Latitudes::new(spec.nlat(), spec.grid()).expect("the spec checked the grid");
-        let paired = lats == (0..spec.nlat());
-        let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats]);
+        let rows: Vec<usize> = bands.iter().flat_map(|r| r.clone()).collect();
+        let paired = mirrored(&rows, spec.nlat());
+        let x: Vec<f64> = rows.iter().map(|&k| q.cosines[k]).collect();
+        let w: Vec<f64> = rows.iter().map(|&k| q.weights[k]).collect();
         let seeds = match kind {
             Kind::Scalar => Seeds::Plain,
             Kind::Vector => Seeds::OverSine,
@@ -56,7 +59,7 @@ impl LegendreStage {
             Kind::Scalar => spec.lmax(),
             Kind::Vector => spec.lmax() + 1,
         };
-        let rec = Recurrence::new(orders, degrees, x, w, spec.csphase(), seeds, paired);
+        let rec = Recurrence::new(orders, degrees, &x, &w, spec.csphase(), seeds, paired);
         let step = Step::new(rec, weighted);
         match kind {
             Kind::Scalar => LegendreStage::Scalar(step),
@@ -99,6 +102,14 @@ impl LegendreStage {
     }
 }
 
+/// Whether the latitudes `rows` (ascending, of `nlat`) are symmetric about
+/// the equator: the `i`-th from the north the mirror of the `i`-th from the
+/// south.
+fn mirrored(rows: &[usize], nlat: usize) -> bool {
+    let n = rows.len();
+    n > 0 && (0..n).all(|i| rows[i] + rows[n - 1 - i] == nlat - 1)
+}
+
 /// Check that a vector transform's leading dimensions end in the two
 /// components; `trailing` is what follows them.
 pub(crate) fn check_components(
@@ -121,4 +132,40 @@ pub(crate) fn check_components(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one band is a list of one run
+mod tests {
+    use super::*;
+    use crate::LatitudeGrid;
+
+    /// Latitudes walked by the stage made for `bands` of 13.
+    fn walked(kind: Kind, bands: &[Range<usize>]) -> usize {
+        let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+        let orders: Vec<usize> = (0..spec.mmax()).collect();
+        match LegendreStage::new(&spec, kind, &orders, bands, true) {
+            LegendreStage::Scalar(step) => step.rec.half(),
+            LegendreStage::Vector(v) => v.step.rec.half(),
+        }
+    }
+
+    #[test]
+    fn symmetric_latitudes_are_walked_in_pairs_and_others_one_by_one() {
+        for kind in [Kind::Scalar, Kind::Vector] {
+            // The whole grid and mirrored bands (the equator's with it):
+            // one walk per pair.
+            assert_eq!(walked(kind, &[0..13]), 7);
+            assert_eq!(walked(kind, &[0..4, 9..13]), 4);
+            assert_eq!(walked(kind, &[4..9]), 3);
+            assert_eq!(walked(kind, &[2..3, 10..11]), 1);
+            // Contiguous bands that are not symmetric: every latitude.
+            assert_eq!(walked(kind, &[0..7]), 7);
+            assert_eq!(walked(kind, &[7..13]), 6);
+            assert_eq!(walked(kind, &[0..4, 8..12]), 8);
+        }
+        assert!(!mirrored(&[], 13));
+        assert!(mirrored(&[6], 13));
+        assert!(!mirrored(&[6], 12));
+    }
 }

@@ -124,7 +124,7 @@ pub use distributed::{DistributedInverseRealSht, DistributedRealSht};
 pub use distributed_vector::{DistributedInverseRealVectorSht, DistributedRealVectorSht};
 pub use error::SphereError;
 pub use kernel_level::{KernelLevel, kernel_level};
-pub use layout::SphereLayout;
+pub use layout::{LatitudeSplit, SphereLayout};
 pub use legendre::legendre_table;
 pub use quadrature::{LatitudeGrid, Latitudes};
 pub use sht::{InverseRealSht, RealSht};

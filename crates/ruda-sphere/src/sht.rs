@@ -28,8 +28,9 @@ pub(crate) struct Serial {
 /// field.
 pub(crate) fn serial_stage(spec: &ShtSpec, kind: Kind, weighted: bool) -> Serial {
     let orders: alloc::vec::Vec<usize> = (0..spec.mmax()).collect();
+    let all = 0..spec.nlat();
     Serial {
-        stage: LegendreStage::new(spec, kind, &orders, 0..spec.nlat(), weighted),
+        stage: LegendreStage::new(spec, kind, &orders, core::slice::from_ref(&all), weighted),
         dft: DeviceConstants::default(),
     }
 }
@@ -55,12 +56,26 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
         let c = swap_orders(stage.analysis(op, f)?);
         return Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]));
     }
-    // One operation from field to coefficients.
+    let c = fused_analysis(op, s, stage, x)?;
+    Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
+}
+
+/// The host kernels' one operation from a field `[b, lat, nlon]` (the
+/// latitudes `stage` was made for, all longitudes) to its coefficients
+/// `[b, l, m, 2]` over all of `stage`'s degrees and orders: the serial
+/// transform's, or a rank's part of a polar split (its latitudes' share of
+/// every coefficient).
+pub(crate) fn fused_analysis(
+    op: &'static str,
+    s: &ShtSpec,
+    stage: &LegendreStage,
+    x: Tensor<3>,
+) -> Result<Tensor<4>, SphereError> {
     let modes = Modes::analysis(s.nlon(), s.mmax(), RowsFirst);
-    let c = match stage {
+    match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            sht_analysis(op, x, Fused { step, modes })?
+            sht_analysis(op, x, Fused { step, modes })
         }
         LegendreStage::Vector(v) => {
             let (step, factors) = (v.step.clone(), v.f.clone());
@@ -70,10 +85,9 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
                 modes,
                 scaled: true,
             };
-            vsht_analysis(op, x, f)?
+            vsht_analysis(op, x, f)
         }
-    };
-    Ok(unflatten(c, &lead, &[s.lmax(), s.mmax(), 2]))
+    }
 }
 
 /// A serial inverse transform: coefficients `[.., lmax, mmax, 2]` to
@@ -96,11 +110,24 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
         let x = lon_inverse(op, f, modes, &serial.dft)?;
         return Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]));
     }
+    let x = fused_synthesis(op, s, stage, c)?;
+    Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
+}
+
+/// The host kernels' one operation from coefficients `[b, l, m, 2]` (all
+/// of `stage`'s degrees and orders) to the field `[b, lat, nlon]` on the
+/// latitudes `stage` was made for: [`fused_analysis`]'s direction reversed.
+pub(crate) fn fused_synthesis(
+    op: &'static str,
+    s: &ShtSpec,
+    stage: &LegendreStage,
+    c: Tensor<4>,
+) -> Result<Tensor<3>, SphereError> {
     let modes = Modes::synthesis(s.nlon(), s.mmax(), RowsFirst);
-    let x = match stage {
+    match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            sht_synthesis(op, c, Fused { step, modes })?
+            sht_synthesis(op, c, Fused { step, modes })
         }
         LegendreStage::Vector(v) => {
             let (step, factors) = (v.step.clone(), v.f.clone());
@@ -110,10 +137,9 @@ pub(crate) fn synthesise<const D: usize, const E: usize>(
                 modes,
                 scaled: false,
             };
-            vsht_synthesis(op, c, f)?
+            vsht_synthesis(op, c, f)
         }
-    };
-    Ok(unflatten(x, &lead, &[s.nlat(), s.nlon()]))
+    }
 }
 
 /// The forward real spherical harmonic transform of fields `[.., nlat,

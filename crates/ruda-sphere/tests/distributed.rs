@@ -11,15 +11,13 @@
 
 mod common;
 
-use std::ops::Range;
-
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use common::{dot, random, tensor, values};
 use ruda_comm::LocalWorld;
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
-    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
-    RealVectorSht, ShtSpec, SphereError, SphereLayout,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, LatitudeSplit,
+    RealSht, RealVectorSht, ShtSpec, SphereError, SphereLayout,
 };
 use ruda_tensor::{DeviceWorld, Group, HostCollective, ProcessGrid};
 
@@ -70,15 +68,20 @@ enum Pair<G> {
 }
 
 impl<G: Group> Pair<G> {
-    fn new(kind: Kind, grid: &ProcessGrid<G>, spec: ShtSpec) -> Result<Self, SphereError> {
+    fn new(
+        kind: Kind,
+        grid: &ProcessGrid<G>,
+        spec: ShtSpec,
+        split: LatitudeSplit,
+    ) -> Result<Self, SphereError> {
         Ok(match kind {
             Kind::Scalar => Pair::Scalar(
-                DistributedRealSht::new(grid, spec)?,
-                DistributedInverseRealSht::new(grid, spec)?,
+                DistributedRealSht::with_split(grid, spec, split)?,
+                DistributedInverseRealSht::with_split(grid, spec, split)?,
             ),
             Kind::Vector => Pair::Vector(
-                DistributedRealVectorSht::new(grid, spec)?,
-                DistributedInverseRealVectorSht::new(grid, spec)?,
+                DistributedRealVectorSht::with_split(grid, spec, split)?,
+                DistributedInverseRealVectorSht::with_split(grid, spec, split)?,
             ),
         })
     }
@@ -107,11 +110,11 @@ impl<G: Group> Pair<G> {
 
 /// `[B, rows, cols, inner]` row-major values restricted to the given rows
 /// and columns (in the order given).
-fn block(v: &[f64], dims: [usize; 4], rows: Range<usize>, cols: &[usize]) -> Vec<f64> {
+fn block(v: &[f64], dims: [usize; 4], rows: &[usize], cols: &[usize]) -> Vec<f64> {
     let [b, h, w, inner] = dims;
     let mut out = Vec::new();
     for bi in 0..b {
-        for r in rows.clone() {
+        for &r in rows {
             for &c in cols {
                 let start = ((bi * h + r) * w + c) * inner;
                 out.extend_from_slice(&v[start..start + inner]);
@@ -136,6 +139,8 @@ struct Setup {
     /// Largest difference from the f64 host kernels, relative to the
     /// largest value.
     tol: f64,
+    /// How the latitudes are dealt to the polar ranks.
+    split: LatitudeSplit,
 }
 
 impl Setup {
@@ -147,6 +152,15 @@ impl Setup {
             tensor_ops: false,
             resident: false,
             tol: 1e-13,
+            split: LatitudeSplit::Contiguous,
+        }
+    }
+
+    /// This setup with the latitudes dealt in mirrored polar bands.
+    fn mirrored(self) -> Setup {
+        Setup {
+            split: LatitudeSplit::Mirrored,
+            ..self
         }
     }
 
@@ -159,6 +173,7 @@ impl Setup {
             tensor_ops: true,
             resident,
             tol: if dtype == DType::F64 { 1e-12 } else { 2e-6 },
+            split: LatitudeSplit::Contiguous,
         }
     }
 
@@ -274,20 +289,25 @@ fn run_rank<G: Group>(
     s: &Serial,
 ) -> Result<RankReport, SphereError> {
     let grid = ProcessGrid::from_group(world, grid_shape.0, grid_shape.1)?;
-    let pair = Pair::new(kind, &grid, spec)?;
+    let pair = Pair::new(kind, &grid, spec, setup.split)?;
     let (lay, inverse_layout) = pair.layouts();
     let lay = lay.clone();
     assert_eq!(&lay, inverse_layout);
     let ld = lead(kind);
     let (lat, lon, ls, ms) = (
-        lay.lat_range(),
+        lay.lat_bands()
+            .iter()
+            .cloned()
+            .flatten()
+            .collect::<Vec<_>>(),
         lay.lon_range().collect::<Vec<_>>(),
-        lay.l_range(),
+        lay.l_range().collect::<Vec<_>>(),
         lay.orders(),
     );
+    assert_eq!(lat.len(), lay.lat_sizes()[grid.polar_rank()]);
     let (h, w, l, m) = (spec.nlat(), spec.nlon(), spec.lmax(), spec.mmax());
-    let field = |v: &[f64]| block(v, [B, h, w, 1], lat.clone(), &lon);
-    let coeffs = |v: &[f64]| block(v, [B, l, m, 2], ls.clone(), &ms);
+    let field = |v: &[f64]| block(v, [B, h, w, 1], &lat, &lon);
+    let coeffs = |v: &[f64]| block(v, [B, l, m, 2], &ls, &ms);
     let (fs, cs) = (
         [ld[0], ld[1], lat.len(), lon.len()],
         [ld[0], ld[1], ls.len(), ms.len(), 2],
@@ -494,11 +514,119 @@ fn on_wgpu_serial_and_device_resident_equal_the_host_kernels() {
             tensor_ops: false,
             resident: true,
             tol,
+            split: LatitudeSplit::Contiguous,
         };
         for kind in [Kind::Scalar, Kind::Vector] {
             check_on(kind, ea, &grids, &setup);
         }
     }
+}
+
+#[test]
+fn mirrored_polar_bands_equal_serial_on_every_grid() {
+    // An odd count of latitudes (the equator on the last polar rank) and
+    // an even one; one pair per rank (5x1 of 10 latitudes); polar splits
+    // alone (the fused path) and with azimuth ranks (the transposes); the
+    // host kernels and the tensor operations, f64 and f32.
+    let ea = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    let lg = ShtSpec::new(10, 18, LatitudeGrid::LegendreGauss).unwrap();
+    for kind in [Kind::Scalar, Kind::Vector] {
+        let grids = [(1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (2, 4), (3, 2)];
+        check_on(kind, ea, &grids, &Setup::host().mirrored());
+        check_on(
+            kind,
+            lg,
+            &[(2, 1), (3, 1), (5, 1), (2, 4)],
+            &Setup::host().mirrored(),
+        );
+        check_on(
+            kind,
+            ea,
+            &[(2, 1), (3, 2)],
+            &Setup::tensor_ops(false, DType::F64).mirrored(),
+        );
+        check_on(
+            kind,
+            lg,
+            &[(2, 2)],
+            &Setup::tensor_ops(true, DType::F32).mirrored(),
+        );
+    }
+}
+
+#[test]
+fn mirrored_bands_deal_every_latitude_once_in_pairs() {
+    // Every grid from 2 to 40 latitudes over 1 to 8 polar ranks: the ranks'
+    // bands cover the latitudes once, each rank's are ascending runs that
+    // do not touch and mirror themselves, the counts of pairs differ by at
+    // most one, and too many ranks is an error naming the walked count.
+    for nlat in 2..=40 {
+        let spec = ShtSpec::new(nlat, 8, LatitudeGrid::Equiangular).unwrap();
+        let half = nlat.div_ceil(2);
+        for p in 1..=8 {
+            // Degrees (lmax) must split too: skip the grids they refuse.
+            if p > spec.lmax() {
+                continue;
+            }
+            let layouts: Result<Vec<SphereLayout>, _> = (0..p)
+                .map(|r| SphereLayout::with_split(spec, (r, p), (0, 1), LatitudeSplit::Mirrored))
+                .collect();
+            if p > half {
+                let e = layouts.unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        SphereError::Split { axis: "polar", size, ranks, .. } if size == half && ranks == p
+                    ),
+                    "{nlat} latitudes over {p}: {e}"
+                );
+                continue;
+            }
+            let layouts = layouts.unwrap();
+            let mut seen = vec![0usize; nlat];
+            let mut walked = Vec::new();
+            for (r, l) in layouts.iter().enumerate() {
+                assert_eq!(l.split(), LatitudeSplit::Mirrored);
+                let bands = l.lat_bands();
+                assert!(
+                    !bands.is_empty() && bands.len() <= 2,
+                    "{nlat}/{p} rank {r}: {bands:?}"
+                );
+                if let [a, b] = bands {
+                    assert!(
+                        a.end < b.start,
+                        "{nlat}/{p} rank {r}: bands touch {bands:?}"
+                    );
+                }
+                let rows: Vec<usize> = bands.iter().cloned().flatten().collect();
+                assert_eq!(rows.len(), l.lat_sizes()[r]);
+                let n = rows.len();
+                for i in 0..n {
+                    assert_eq!(
+                        rows[i] + rows[n - 1 - i],
+                        nlat - 1,
+                        "{nlat}/{p} rank {r}: {rows:?}"
+                    );
+                    seen[rows[i]] += 1;
+                }
+                walked.push(n.div_ceil(2));
+                assert_eq!(l.lat_sizes(), layouts[0].lat_sizes());
+            }
+            assert!(seen.iter().all(|&c| c == 1), "{nlat}/{p}: {seen:?}");
+            let (lo, hi) = (walked.iter().min().unwrap(), walked.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{nlat}/{p}: pairs per rank {walked:?}");
+            assert_eq!(walked.iter().sum::<usize>(), half);
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "use lat_bands")]
+fn a_mirrored_band_of_two_runs_has_no_single_lat_range() {
+    let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    let l = SphereLayout::with_split(spec, (0, 2), (0, 1), LatitudeSplit::Mirrored).unwrap();
+    assert_eq!(l.lat_bands(), &[0..4, 9..13]);
+    let _ = l.lat_range();
 }
 
 #[test]
