@@ -300,9 +300,9 @@ fn parse_sphere_size(s: &str) -> Result<(usize, usize), String> {
 fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
     use ruda_cli::sht_bench::{self, ShtBenchConfig};
     let mut grids = vec![(1, 1)];
-    grids.extend(args.grids.into_iter().filter(|&g| g != (1, 1)));
+    grids.extend(args.grids.iter().copied().filter(|&g| g != (1, 1)));
     let cfg = ShtBenchConfig {
-        sizes: args.sizes,
+        sizes: args.sizes.clone(),
         dtypes: args
             .dtype
             .iter()
@@ -314,7 +314,7 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
         grids,
         splits: {
             let mut splits = Vec::new();
-            for s in args.split {
+            for s in &args.split {
                 let s = match s {
                     SplitArg::Contiguous => ruda_sphere::LatitudeSplit::Contiguous,
                     SplitArg::Mirrored => ruda_sphere::LatitudeSplit::Mirrored,
@@ -331,11 +331,53 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
         vector: args.vector,
     };
     let bar = sht_bench::progress((cfg.sizes.len() * cfg.dtypes.len() * cfg.runs()) as u64);
+    #[cfg(feature = "mpi")]
+    if under_mpirun() {
+        // One rank a process; rank 0 prints, while the others wait (asleep
+        // in a barrier, so that the peak rank 0 measures for the table is
+        // not shared with them) before MPI ends.
+        let (_mpi, world) = match start_mpi() {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!("ruda bench sht: starting MPI: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if ruda_comm::Communicator::rank(&world) != 0 {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let code = match sht_bench::run_processes(&cfg, &world, &bar) {
+            Ok(Some(rows)) => {
+                bar.finish_and_clear();
+                finish_sht(&cfg, &args, Ok(rows), out)
+            }
+            Ok(None) => ExitCode::SUCCESS,
+            Err(e) => {
+                bar.finish_and_clear();
+                finish_sht(&cfg, &args, Err(e), out)
+            }
+        };
+        let _ = ruda_comm::Communicator::barrier(&world);
+        return code;
+    }
     let rows = sht_bench::run(&cfg, &bar);
     bar.finish_and_clear();
+    finish_sht(&cfg, &args, rows, out)
+}
+
+/// `ruda bench sht`'s anchors, table and exit code, once its rows are in.
+fn finish_sht(
+    cfg: &ruda_cli::sht_bench::ShtBenchConfig,
+    args: &ShtArgs,
+    rows: Result<Vec<ruda_cli::sht_bench::ShtRow>, ruda_cli::sht_bench::ShtBenchError>,
+    out: &mut impl Write,
+) -> ExitCode {
+    use ruda_cli::sht_bench;
     let mut rows = match rows {
         Ok(r) => r,
-        Err(e @ sht_bench::ShtBenchError::Config(_)) => {
+        Err(
+            e @ (sht_bench::ShtBenchError::Config(_) | sht_bench::ShtBenchError::Processes { .. }),
+        ) => {
             eprintln!("ruda bench sht: {e}");
             return ExitCode::from(USAGE);
         }
@@ -354,7 +396,7 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
     ];
     for (anchor, python) in anchors {
         if let Some(python) = python
-            && let Err(e) = sht_bench::add_anchor(&cfg, anchor, python, &mut rows)
+            && let Err(e) = sht_bench::add_anchor(cfg, anchor, python, &mut rows)
         {
             eprintln!("ruda bench sht: {e}");
             return ExitCode::FAILURE;
@@ -365,7 +407,7 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(out))
     } else {
-        sht_bench::print_table(&cfg, &rows, out)
+        sht_bench::print_table(cfg, &rows, out)
     };
     if let Err(e) = written {
         eprintln!("ruda bench sht: writing the output: {e}");

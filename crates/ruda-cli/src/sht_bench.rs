@@ -276,6 +276,17 @@ pub enum ShtBenchError {
     /// A grid or size that cannot be benchmarked.
     #[error("{0}")]
     Config(#[from] SphereError),
+    /// Under `mpirun`: no grid asked for has as many ranks as there are
+    /// processes.
+    #[error(
+        "{processes} processes, but no grid of {grids} has {processes} ranks: pass --grids with one that does (e.g. {processes}x1)"
+    )]
+    Processes {
+        /// Processes in the world.
+        processes: usize,
+        /// The grids asked for, as `2x2, 4x1`.
+        grids: String,
+    },
     /// A rank's pool of threads could not start.
     #[error("could not start {threads} threads for each of {ranks} ranks: {message}")]
     Threads {
@@ -483,7 +494,28 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     Ok(((times, (err, scale)), split.mean(cfg.iters)))
 }
 
+/// The serial transforms' timings on a pool of `threads` (every core: not
+/// the global pool, which `RAYON_NUM_THREADS` may have narrowed for the
+/// ranks of a world).
 fn serial_timing(
+    spec: ShtSpec,
+    dtype: DType,
+    field: &[f64],
+    threads: usize,
+    cfg: &ShtBenchConfig,
+) -> Result<(RankTiming, StageSplit), ShtBenchError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| ShtBenchError::Threads {
+            ranks: 1,
+            threads,
+            message: e.to_string(),
+        })?;
+    Ok(pool.install(|| serial_timing_here(spec, dtype, field, cfg))?)
+}
+
+fn serial_timing_here(
     spec: ShtSpec,
     dtype: DType,
     field: &[f64],
@@ -547,17 +579,90 @@ fn serial_timing(
 /// [`ShtBenchError::Config`] for a grid that does not fit a size;
 /// [`ShtBenchError::Rank`] when a rank fails.
 pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBenchError> {
-    // Every grid must fit every size before anything runs.
-    for &(nlat, nlon) in &cfg.sizes {
-        let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
-        for &(p, a) in &cfg.grids {
-            for split in splits_of(cfg, p) {
-                for rank in 0..p * a {
-                    SphereLayout::with_split(spec, (rank / a, p), (rank % a, a), split)?;
-                }
-            }
+    check_grids(cfg, &cfg.grids)?;
+    drive(cfg, bar, &cfg.grids, &mut |run: Run<'_>| {
+        let (p, a) = run.grid;
+        if (p, a) == (1, 1) {
+            return Ok(Some(vec![serial_timing(
+                run.spec,
+                run.dtype,
+                run.field,
+                run.threads,
+                cfg,
+            )?]));
+        }
+        let ranks = p * a;
+        // Each rank on its own pool of threads: P × T = the cores (at
+        // least one thread a rank).
+        let pools = (0..ranks)
+            .map(|_| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(run.threads)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ShtBenchError::Threads {
+                ranks,
+                threads: run.threads,
+                message: e.to_string(),
+            })?;
+        let timings = LocalWorld::new(ranks)
+            .run(|comm| {
+                pools[comm.rank()].install(|| {
+                    time_rank(
+                        comm, run.grid, run.split, run.spec, run.dtype, run.field, cfg,
+                    )
+                })
+            })
+            .map_err(|e| match e {
+                ruda_comm::WorldError::Rank { rank, error } => run.failed(rank, error.to_string()),
+                other => run.failed(0, other.to_string()),
+            })?;
+        Ok(Some(timings))
+    })
+}
+
+/// One configuration to time: the serial transform (`grid` 1×1) or a
+/// grid of ranks.
+struct Run<'a> {
+    spec: ShtSpec,
+    dtype: DType,
+    /// The whole field, `[channels × parts, nlat, nlon]`.
+    field: &'a [f64],
+    grid: (usize, usize),
+    split: LatitudeSplit,
+    /// Threads of each rank (of the serial transform: every core).
+    threads: usize,
+    /// The row's name.
+    name: &'a str,
+}
+
+impl Run<'_> {
+    /// `rank` of this run failed with `message`.
+    fn failed(&self, rank: usize, message: String) -> ShtBenchError {
+        ShtBenchError::Rank {
+            grid: self.name.to_string(),
+            nlat: self.spec.nlat(),
+            nlon: self.spec.nlon(),
+            dtype: dtype_name(self.dtype),
+            rank,
+            message,
         }
     }
+}
+
+/// Each rank's timings and stage split of a run, where this process makes
+/// the rows (`None` on the other processes of a world).
+type Timings = Option<Vec<(RankTiming, StageSplit)>>;
+
+/// Time the serial transform and `grids` for every size and dtype with
+/// `time`, and make the rows (where `time` returns the timings).
+fn drive(
+    cfg: &ShtBenchConfig,
+    bar: &ProgressBar,
+    grids: &[(usize, usize)],
+    time: &mut dyn FnMut(Run<'_>) -> Result<Timings, ShtBenchError>,
+) -> Result<Vec<ShtRow>, ShtBenchError> {
     let mut rows = Vec::new();
     for &(nlat, nlon) in &cfg.sizes {
         let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
@@ -565,66 +670,37 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
         for &dtype in &cfg.dtypes {
             let name = dtype_name(dtype);
             let mut serial_ms = None;
-            for (p, a, split) in cfg
-                .grids
+            for (p, a, split) in grids
                 .iter()
                 .flat_map(|&(p, a)| splits_of(cfg, p).into_iter().map(move |s| (p, a, s)))
             {
-                let grid_name = match split {
-                    LatitudeSplit::Contiguous => format!("{p}x{a}"),
-                    LatitudeSplit::Mirrored => format!("{p}x{a} mirrored"),
+                let serial = (p, a) == (1, 1);
+                let grid_name = match (serial, split) {
+                    (true, _) => "serial".to_string(),
+                    (false, LatitudeSplit::Contiguous) => format!("{p}x{a}"),
+                    (false, LatitudeSplit::Mirrored) => format!("{p}x{a} mirrored"),
                 };
                 bar.set_message(format!("{nlat}x{nlon} {name} {grid_name}"));
-                let mut stages = None;
-                let mut rank_stages = Vec::new();
                 let ranks = p * a;
-                let threads = (self::threads() / ranks).max(1);
-                let per_rank: Vec<RankTiming> = if (p, a) == (1, 1) {
-                    let (timing, split) = serial_timing(spec, dtype, &field, cfg)?;
-                    stages = Some(split);
-                    vec![timing]
+                let threads = if serial {
+                    self::threads()
                 } else {
-                    // Each rank on its own pool of `threads`: P × T = the
-                    // cores (at least one thread a rank).
-                    let pools = (0..ranks)
-                        .map(|_| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| ShtBenchError::Threads {
-                            ranks,
-                            threads,
-                            message: e.to_string(),
-                        })?;
-                    LocalWorld::new(ranks)
-                        .run(|comm| {
-                            pools[comm.rank()].install(|| {
-                                time_rank(comm, (p, a), split, spec, dtype, &field, cfg)
-                            })
-                        })
-                        .map_err(|e| match e {
-                            ruda_comm::WorldError::Rank { rank, error } => ShtBenchError::Rank {
-                                grid: grid_name.clone(),
-                                nlat,
-                                nlon,
-                                dtype: name,
-                                rank,
-                                message: error.to_string(),
-                            },
-                            other => ShtBenchError::Rank {
-                                grid: grid_name.clone(),
-                                nlat,
-                                nlon,
-                                dtype: name,
-                                rank: 0,
-                                message: other.to_string(),
-                            },
-                        })?
-                        .into_iter()
-                        .map(|(timing, split)| {
-                            rank_stages.push(split);
-                            timing
-                        })
-                        .collect()
+                    (self::threads() / ranks).max(1)
                 };
+                let timings = time(Run {
+                    spec,
+                    dtype,
+                    field: &field,
+                    grid: (p, a),
+                    split,
+                    threads,
+                    name: &grid_name,
+                })?;
+                bar.inc(1);
+                let Some(timings) = timings else { continue };
+                let (per_rank, mut rank_stages): (Vec<RankTiming>, Vec<StageSplit>) =
+                    timings.into_iter().unzip();
+                let stages = if serial { rank_stages.pop() } else { None };
                 let mut slowest: Vec<f64> = (0..cfg.iters)
                     .map(|i| per_rank.iter().map(|r| r.0[i].0).fold(0.0, f64::max))
                     .collect();
@@ -643,27 +719,19 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                 let err = per_rank.iter().map(|r| r.1.0).fold(0.0, f64::max);
                 let scale = per_rank.iter().map(|r| r.1.1).fold(0.0, f64::max);
                 let rel = err / scale.max(f64::MIN_POSITIVE);
-                let serial = *serial_ms.get_or_insert(time_ms);
+                let serial_time = *serial_ms.get_or_insert(time_ms);
                 rows.push(ShtRow {
                     nlat,
                     nlon,
                     lmax: spec.lmax(),
                     dtype: name,
-                    run: if (p, a) == (1, 1) {
-                        "serial".into()
-                    } else {
-                        grid_name
-                    },
+                    run: grid_name,
                     ranks,
-                    threads: if (p, a) == (1, 1) {
-                        self::threads()
-                    } else {
-                        threads
-                    },
+                    threads,
                     time_ms,
                     comm_share,
                     comm_ms,
-                    vs_serial: serial / time_ms,
+                    vs_serial: serial_time / time_ms,
                     vs_torch_harmonics: None,
                     vs_ducc0: None,
                     vs_shtns: None,
@@ -672,11 +740,151 @@ pub fn run(cfg: &ShtBenchConfig, bar: &ProgressBar) -> Result<Vec<ShtRow>, ShtBe
                     stages,
                     rank_stages,
                 });
-                bar.inc(1);
             }
         }
     }
     Ok(rows)
+}
+
+/// `ruda bench sht` on the processes of a world, one rank each (under
+/// `mpirun`): the serial transform on rank 0 with every core it may use
+/// (the other ranks wait), then each grid of `comm`'s size in `cfg.grids`,
+/// each rank on a pool of `cores / ranks` threads. The rows, on rank 0
+/// (`None` on the others); run it with `mpirun --bind-to none` so that the
+/// serial transform and the ranks' pools see every core (a process bound
+/// to one core runs one thread, and its row says so).
+///
+/// # Errors
+/// [`ShtBenchError::Config`] when no grid of `cfg.grids` has `comm`'s
+/// size or one does not fit a size; [`ShtBenchError::Rank`] on every rank
+/// when a rank fails (naming the first that did).
+pub fn run_processes<C: Communicator + std::fmt::Debug + 'static>(
+    cfg: &ShtBenchConfig,
+    comm: &C,
+    bar: &ProgressBar,
+) -> Result<Option<Vec<ShtRow>>, ShtBenchError> {
+    let (rank, n) = (comm.rank(), comm.size());
+    let mut grids = vec![(1, 1)];
+    grids.extend(
+        cfg.grids
+            .iter()
+            .copied()
+            .filter(|&(p, a)| p * a == n && n > 1),
+    );
+    if grids.len() == 1 {
+        let asked: Vec<String> = cfg
+            .grids
+            .iter()
+            .filter(|&&g| g != (1, 1))
+            .map(|(p, a)| format!("{p}x{a}"))
+            .collect();
+        return Err(ShtBenchError::Processes {
+            processes: n,
+            grids: asked.join(", "),
+        });
+    }
+    check_grids(cfg, &grids)?;
+    let rows = drive(cfg, bar, &grids, &mut |run: Run<'_>| {
+        let serial = run.grid == (1, 1);
+        // Each rank's findings, packed as [ok, error, scale, stages…,
+        // GFLOP/s, (seconds, seconds in collectives) per iteration].
+        let mine: Result<(RankTiming, StageSplit), ShtBenchError> = if serial {
+            if rank == 0 {
+                serial_timing(run.spec, run.dtype, run.field, run.threads, cfg)
+            } else {
+                Ok((
+                    (vec![(0.0, 0.0); cfg.iters], (0.0, 0.0)),
+                    StageSplit::default(),
+                ))
+            }
+        } else {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(run.threads)
+                .build()
+                .map_err(|e| ShtBenchError::Threads {
+                    ranks: n,
+                    threads: run.threads,
+                    message: e.to_string(),
+                })
+                .and_then(|pool| {
+                    // A communicator of its own for the run.
+                    let sub = comm
+                        .split(Some(0), rank as i32)
+                        .map_err(|e| run.failed(rank, e.to_string()))?
+                        .expect("every rank has color 0");
+                    pool.install(|| {
+                        time_rank(
+                            sub, run.grid, run.split, run.spec, run.dtype, run.field, cfg,
+                        )
+                    })
+                    .map_err(|e| run.failed(rank, e.to_string()))
+                })
+        };
+        let width = 10 + 2 * cfg.iters;
+        let packed = match &mine {
+            Ok(((times, (err, scale)), s)) => {
+                let mut v = vec![1.0, *err, *scale];
+                v.extend([
+                    s.fft,
+                    s.reorder,
+                    s.legendre,
+                    s.host_copies,
+                    s.comm,
+                    s.other,
+                    s.legendre_gflops,
+                ]);
+                v.extend(times.iter().flat_map(|&(t, c)| [t, c]));
+                v
+            }
+            Err(_) => vec![0.0; width],
+        };
+        let all = comm
+            .all_gather_vec(&packed)
+            .map_err(|e| run.failed(rank, e.to_string()))?;
+        // This rank's own error first (its peers name it below).
+        mine?;
+        if let Some(failed) = (0..n).find(|&r| all[r * width] != 1.0) {
+            return Err(run.failed(failed, "failed (its own process reports why)".into()));
+        }
+        if rank != 0 {
+            return Ok(None);
+        }
+        let ranks = if serial { 1 } else { n };
+        Ok(Some(
+            (0..ranks)
+                .map(|r| {
+                    let v = &all[r * width..(r + 1) * width];
+                    let times = v[10..].chunks(2).map(|c| (c[0], c[1])).collect();
+                    let split = StageSplit {
+                        fft: v[3],
+                        reorder: v[4],
+                        legendre: v[5],
+                        host_copies: v[6],
+                        comm: v[7],
+                        other: v[8],
+                        legendre_gflops: v[9],
+                    };
+                    ((times, (v[1], v[2])), split)
+                })
+                .collect(),
+        ))
+    })?;
+    Ok((rank == 0).then_some(rows))
+}
+
+/// Every grid must fit every size before anything runs.
+fn check_grids(cfg: &ShtBenchConfig, grids: &[(usize, usize)]) -> Result<(), ShtBenchError> {
+    for &(nlat, nlon) in &cfg.sizes {
+        let spec = ShtSpec::new(nlat, nlon, LatitudeGrid::Equiangular)?;
+        for &(p, a) in grids {
+            for split in splits_of(cfg, p) {
+                for rank in 0..p * a {
+                    SphereLayout::with_split(spec, (rank / a, p), (rank % a, a), split)?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The splits a grid of `p` polar ranks runs with (one, contiguous, when

@@ -362,6 +362,74 @@ fn bench_over_mpi_writes_one_json_report() {
 /// The data-parallel example (issue 18) as the same program under mpirun:
 /// one rank per process, its checkpoint shared, equal to the serial run.
 #[test]
+fn bench_sht_times_grids_of_processes_beside_the_serial_transform() {
+    // 2 processes: the serial transform (rank 0), 2x1 contiguous and
+    // mirrored and 1x2, one report from rank 0; each rank's own split of
+    // its time; round trips within f64's tolerance.
+    let Some(out) = mpirun(
+        2,
+        &[
+            "bench",
+            "sht",
+            "--sizes",
+            "13x22",
+            "--dtype",
+            "f64",
+            "--grids",
+            "2x1,1x2,2x2",
+            "--channels",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    ) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "one JSON report: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let rows = rows.as_array().unwrap();
+    let runs: Vec<&str> = rows.iter().map(|r| r["run"].as_str().unwrap()).collect();
+    // 2x2 needs 4 processes: left out.
+    assert_eq!(runs, ["serial", "2x1", "2x1 mirrored", "1x2"]);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for r in &rows[1..] {
+        assert_eq!(r["ranks"], 2, "{r}");
+        assert_eq!(r["threads"], (cores / 2).max(1), "{r}");
+        assert!(r["round_trip_err"].as_f64().unwrap() < 1e-12, "{r}");
+        let per_rank = r["rank_stages"].as_array().unwrap();
+        assert_eq!(per_rank.len(), 2, "{r}");
+        for s in per_rank {
+            assert!(s["comm"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(s["legendre"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert!(rows[0]["stages"]["legendre_gflops"].as_f64().unwrap() > 0.0);
+    // No grid of 2 ranks: a usage error naming the processes, from every
+    // rank, before anything runs.
+    let Some(out) = mpirun(2, &["bench", "sht", "--sizes", "13x22", "--grids", "2x2"]) else {
+        return;
+    };
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("2 processes, but no grid of 2x2 has 2 ranks"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_ddp_example_runs_one_rank_per_process() {
     let exe = std::env::current_exe().expect("the test's path");
     let bin = exe
