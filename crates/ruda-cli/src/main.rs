@@ -335,8 +335,11 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
     if under_mpirun() {
         // One rank a process; rank 0 prints, while the others wait (asleep
         // in a barrier, so that the peak rank 0 measures for the table is
-        // not shared with them) before MPI ends.
-        let (_mpi, world) = match start_mpi() {
+        // not shared with them) before MPI ends. Ranks wait for rank 0
+        // alone while it times the serial transform and runs the anchors'
+        // scripts: the world's deadline is an hour rather than minutes.
+        let builder = ruda_comm::MpiWorld::builder().timeout(std::time::Duration::from_secs(3600));
+        let (_mpi, world) = match start_mpi_with(builder) {
             Ok(started) => started,
             Err(e) => {
                 eprintln!("ruda bench sht: starting MPI: {e}");
@@ -357,7 +360,10 @@ fn bench_sht(args: ShtArgs, out: &mut impl Write) -> ExitCode {
                 finish_sht(&cfg, &args, Err(e), out)
             }
         };
-        let _ = ruda_comm::Communicator::barrier(&world);
+        if let Err(e) = ruda_comm::Communicator::barrier(&world) {
+            eprintln!("ruda bench sht: the ranks' last barrier: {e}");
+            return ExitCode::FAILURE;
+        }
         return code;
     }
     let rows = sht_bench::run(&cfg, &bar);
@@ -528,15 +534,20 @@ fn under_mpirun() -> bool {
 /// rather than leave its peers waiting.
 #[cfg(feature = "mpi")]
 fn start_mpi() -> Result<(ruda_comm::MpiWorld, ruda_comm::MpiCommunicator), demo::DemoError> {
+    start_mpi_with(ruda_comm::MpiWorld::builder())
+}
+
+/// [`start_mpi`] from `builder` (a panic still aborts the job).
+#[cfg(feature = "mpi")]
+fn start_mpi_with(
+    builder: ruda_comm::MpiWorldBuilder,
+) -> Result<(ruda_comm::MpiWorld, ruda_comm::MpiCommunicator), demo::DemoError> {
     let fail = |e: ruda_comm::CommError| demo::DemoError::Rank {
         grid: "mpi".into(),
         rank: 0,
         message: e.to_string(),
     };
-    let mpi = ruda_comm::MpiWorld::builder()
-        .abort_on_panic(true)
-        .init()
-        .map_err(fail)?;
+    let mpi = builder.abort_on_panic(true).init().map_err(fail)?;
     let world = mpi.world().map_err(fail)?;
     Ok((mpi, world))
 }

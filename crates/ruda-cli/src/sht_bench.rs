@@ -457,7 +457,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     );
     let mut times = Vec::with_capacity(cfg.iters);
     let mut last = None;
-    let mut split = StageSplit::default();
+    let mut stages_sum = StageSplit::default();
     for i in 0..cfg.warmup + cfg.iters {
         grid.world()
             .comm()
@@ -472,7 +472,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
         );
         if i >= cfg.warmup {
             times.push((secs, comm_secs));
-            split.add(&stages, secs, comm_secs);
+            stages_sum.add(&stages, secs, comm_secs);
         }
         last = Some(y);
     }
@@ -491,7 +491,7 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
         .zip(&local)
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     let scale = local.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    Ok(((times, (err, scale)), split.mean(cfg.iters)))
+    Ok(((times, (err, scale)), stages_sum.mean(cfg.iters)))
 }
 
 /// The serial transforms' timings on a pool of `threads` (every core: not
@@ -754,10 +754,13 @@ fn drive(
 /// serial transform and the ranks' pools see every core (a process bound
 /// to one core runs one thread, and its row says so).
 ///
+/// One process runs the serial transform alone.
+///
 /// # Errors
-/// [`ShtBenchError::Config`] when no grid of `cfg.grids` has `comm`'s
-/// size or one does not fit a size; [`ShtBenchError::Rank`] on every rank
-/// when a rank fails (naming the first that did).
+/// [`ShtBenchError::Processes`] when there are several processes and no
+/// grid of `cfg.grids` has as many ranks; [`ShtBenchError::Config`] when
+/// one does not fit a size; [`ShtBenchError::Rank`] on every rank when a
+/// rank fails (naming the first that did).
 pub fn run_processes<C: Communicator + std::fmt::Debug + 'static>(
     cfg: &ShtBenchConfig,
     comm: &C,
@@ -771,7 +774,7 @@ pub fn run_processes<C: Communicator + std::fmt::Debug + 'static>(
             .copied()
             .filter(|&(p, a)| p * a == n && n > 1),
     );
-    if grids.len() == 1 {
+    if grids.len() == 1 && n > 1 {
         let asked: Vec<String> = cfg
             .grids
             .iter()
@@ -784,6 +787,8 @@ pub fn run_processes<C: Communicator + std::fmt::Debug + 'static>(
         });
     }
     check_grids(cfg, &grids)?;
+    let runs: usize = grids.iter().map(|&(p, _)| splits_of(cfg, p).len()).sum();
+    bar.set_length((cfg.sizes.len() * cfg.dtypes.len() * runs) as u64);
     let rows = drive(cfg, bar, &grids, &mut |run: Run<'_>| {
         let serial = run.grid == (1, 1);
         // Each rank's findings, packed as [ok, error, scale, stages…,
@@ -798,27 +803,25 @@ pub fn run_processes<C: Communicator + std::fmt::Debug + 'static>(
                 ))
             }
         } else {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(run.threads)
-                .build()
-                .map_err(|e| ShtBenchError::Threads {
-                    ranks: n,
-                    threads: run.threads,
-                    message: e.to_string(),
-                })
-                .and_then(|pool| {
-                    // A communicator of its own for the run.
-                    let sub = comm
-                        .split(Some(0), rank as i32)
-                        .map_err(|e| run.failed(rank, e.to_string()))?
-                        .expect("every rank has color 0");
-                    pool.install(|| {
-                        time_rank(
-                            sub, run.grid, run.split, run.spec, run.dtype, run.field, cfg,
-                        )
-                    })
-                    .map_err(|e| run.failed(rank, e.to_string()))
-                })
+            // A communicator of its own for the run, made by every rank (a
+            // collective) before anything that may fail on one rank only:
+            // failed or not, every rank then reaches the exchange below.
+            match comm.split(Some(0), rank as i32) {
+                Err(e) => Err(run.failed(rank, e.to_string())),
+                Ok(None) => Err(run.failed(rank, "split gave no communicator".into())),
+                Ok(Some(sub)) => rayon::ThreadPoolBuilder::new()
+                    .num_threads(run.threads)
+                    .build()
+                    .map_err(|e| run.failed(rank, format!("starting {} threads: {e}", run.threads)))
+                    .and_then(|pool| {
+                        pool.install(|| {
+                            time_rank(
+                                sub, run.grid, run.split, run.spec, run.dtype, run.field, cfg,
+                            )
+                        })
+                        .map_err(|e| run.failed(rank, e.to_string()))
+                    }),
+            }
         };
         let width = 10 + 2 * cfg.iters;
         let packed = match &mine {

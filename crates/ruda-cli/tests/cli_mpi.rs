@@ -359,8 +359,7 @@ fn bench_over_mpi_writes_one_json_report() {
     );
 }
 
-/// The data-parallel example (issue 18) as the same program under mpirun:
-/// one rank per process, its checkpoint shared, equal to the serial run.
+/// `ruda bench sht` under mpirun: one rank a process, one report.
 #[test]
 fn bench_sht_times_grids_of_processes_beside_the_serial_transform() {
     // 2 processes: the serial transform (rank 0), 2x1 contiguous and
@@ -429,6 +428,8 @@ fn bench_sht_times_grids_of_processes_beside_the_serial_transform() {
     );
 }
 
+/// The data-parallel example (issue 18) as the same program under mpirun:
+/// one rank per process, its checkpoint shared, equal to the serial run.
 #[test]
 fn the_ddp_example_runs_one_rank_per_process() {
     let exe = std::env::current_exe().expect("the test's path");

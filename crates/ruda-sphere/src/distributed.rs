@@ -58,34 +58,73 @@ pub(crate) fn agree_words<G: Group>(
     Ok(all)
 }
 
+/// Bits of an agreement word below the count of fields: a layout
+/// fingerprint (16) and whether the rank can run the fused kernels (1).
+const WORD_TAIL: u32 = 17;
+
+/// A 16-bit fingerprint of `layout`'s latitude split: its kind and every
+/// polar rank's count of latitudes (FNV-1a, folded).
+fn fingerprint(layout: &SphereLayout) -> u16 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let kind = match layout.split() {
+        LatitudeSplit::Contiguous => 1,
+        LatitudeSplit::Mirrored => 2,
+    };
+    for v in core::iter::once(kind).chain(layout.lat_sizes().iter().map(|&n| n as u64)) {
+        for byte in v.to_le_bytes() {
+            h = (h ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    (h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) as u16
+}
+
 /// Agree on the inputs before any data moves ([`agree_words`]): `local`
 /// is this rank's own verdict on its input (its flattened tensor and
 /// leading dimensions, or the typed error its shape or dtype gave). A rank
 /// whose input was refused returns its own error; its peers return
 /// [`SphereError::PeerInput`] naming it, instead of waiting for it in a
 /// collective; ranks that pass different numbers of fields all get
-/// [`SphereError::LeadingDims`].
+/// [`SphereError::LeadingDims`], ranks whose layouts differ
+/// [`SphereError::Layouts`]. The last value says whether every rank can
+/// run the fused kernels (`fused`: this rank can), so that all ranks take
+/// the same path (the two send their partial sums in different layouts).
 fn agree_inputs<G: Group, T>(
     grid: &ProcessGrid<G>,
     op: &'static str,
     local: Result<(T, Vec<usize>), SphereError>,
-) -> Result<(T, Vec<usize>), SphereError> {
-    let fields = local
-        .as_ref()
-        .ok()
-        .map(|(_, lead)| i64::try_from(lead.iter().product::<usize>()).unwrap_or(i64::MAX));
-    let all = agree_words(grid, op, fields);
+    layout: &SphereLayout,
+    fused: bool,
+) -> Result<(T, Vec<usize>, bool), SphereError> {
+    let tail = (i64::from(fingerprint(layout)) << 1) | i64::from(fused);
+    let fields = local.as_ref().ok().map(|(_, lead)| {
+        i64::try_from(lead.iter().product::<usize>())
+            .unwrap_or(i64::MAX)
+            .min(i64::MAX >> WORD_TAIL)
+    });
+    let all = agree_words(grid, op, fields.map(|n| (n << WORD_TAIL) | tail));
     // A refused input is this rank's error even when the exchange fails.
-    let local = local?;
+    let (x, lead) = local?;
     let all = all?;
-    if all.iter().any(|&n| Some(n) != fields) {
+    let rank = grid.world().rank();
+    if all.iter().any(|&w| Some(w >> WORD_TAIL) != fields) {
         return Err(SphereError::LeadingDims {
             op,
-            rank: grid.world().rank(),
-            sizes: all.into_iter().map(|n| n.max(0) as usize).collect(),
+            rank,
+            sizes: all
+                .iter()
+                .map(|&w| (w >> WORD_TAIL).max(0) as usize)
+                .collect(),
         });
     }
-    Ok(local)
+    let prints: Vec<u16> = all.iter().map(|&w| (w >> 1) as u16).collect();
+    if prints.iter().any(|&p| p != fingerprint(layout)) {
+        return Err(SphereError::Layouts {
+            op,
+            rank,
+            fingerprints: prints,
+        });
+    }
+    Ok((x, lead, all.iter().all(|&w| w & 1 == 1)))
 }
 
 fn layout_of<G: Group>(
@@ -137,8 +176,8 @@ impl<G: Group> Part<G> {
         &self.layout
     }
 
-    /// This rank's patch `x` (`[.., lat_range, lon_range]`; vector:
-    /// `[.., 2, lat_range, lon_range]`) → its block of coefficients.
+    /// This rank's patch `x` (`[.., lat, lon_range]`; vector:
+    /// `[.., 2, lat, lon_range]`) → its block of coefficients.
     pub(crate) fn analyse<const D: usize, const E: usize>(
         &self,
         op: &'static str,
@@ -154,9 +193,13 @@ impl<G: Group> Part<G> {
                 Ok((x, lead))
             });
         let g = &self.grid;
-        let (x, lead) = agree_inputs(g, op, local)?;
+        let here = match &local {
+            Ok((x, _)) => g.azimuth_size() == 1 && host_kernels(&x.device()),
+            Err(_) => false,
+        };
+        let (x, lead, fused) = agree_inputs(g, op, local, l, here)?;
         let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2];
-        if g.azimuth_size() == 1 && host_kernels(&x.device()) {
+        if fused {
             // [b, l, m, 2]: this rank's latitudes' part of every
             // coefficient, then the polar sum keeping this rank's degrees.
             let partial = fused_analysis(op, s, &self.stage, x)?;
@@ -201,9 +244,13 @@ impl<G: Group> Part<G> {
                 check_dtype(op, c.dtype())?;
                 Ok((c, lead))
             });
-        let (c, lead) = agree_inputs(g, op, local)?;
+        let here = match &local {
+            Ok((c, _)) => g.azimuth_size() == 1 && host_kernels(&c.device()),
+            Err(_) => false,
+        };
+        let (c, lead, fused) = agree_inputs(g, op, local, l, here)?;
         let patch = [l.lat_sizes()[g.polar_rank()], l.lon_range().len()];
-        if g.azimuth_size() == 1 && host_kernels(&c.device()) {
+        if fused {
             // [b, l, m, 2] with all degrees (backward: reduce-scatter),
             // then this rank's latitudes from them.
             let c = ta::gather_from_copy_to_polar_region(g, c, 1, l.l_sizes())?;
@@ -227,7 +274,9 @@ impl<G: Group> Part<G> {
 }
 
 /// [`RealSht`](crate::RealSht) on a process grid: each rank passes its
-/// patch `[.., lat_range, lon_range]` of the field and gets its block
+/// patch `[.., lat, lon_range]` of the field (`lat`: its latitudes,
+/// [`SphereLayout::lat_bands`], one run unless the split is
+/// [`LatitudeSplit::Mirrored`]) and gets its block
 /// `[.., l_range, orders, 2]` of the coefficients (see [`SphereLayout`]: its
 /// degrees `l_range()` and its orders `orders()`).
 /// Collective: every rank of the grid calls it with the same leading
@@ -262,8 +311,9 @@ pub struct DistributedRealSht<G> {
 }
 
 impl<G: Group> DistributedRealSht<G> {
-    /// The transform of `spec` on `grid` (computes the recurrence
-    /// coefficients of this rank's orders and latitudes; no communication).
+    /// The transform of `spec` on `grid`, latitudes split
+    /// [`LatitudeSplit::Contiguous`] (computes the recurrence coefficients
+    /// of this rank's orders and latitudes; no communication).
     ///
     /// # Errors
     /// [`SphereError::Split`] when the grid does not fit the field (see
@@ -281,6 +331,27 @@ impl<G: Group> DistributedRealSht<G> {
     ///
     /// # Errors
     /// As [`SphereLayout::with_split`].
+    ///
+    /// # Example
+    /// ```
+    /// use burn_tensor::{DType, Device, Tensor};
+    /// use ruda_comm::LocalWorld;
+    /// use ruda_sphere::{DistributedRealSht, LatitudeGrid, LatitudeSplit, ShtSpec};
+    /// use ruda_tensor::ProcessGrid;
+    ///
+    /// let spec = ShtSpec::new(9, 16, LatitudeGrid::Equiangular)?; // 5 latitudes pole to equator
+    /// let shapes = LocalWorld::new(2).run(|comm| {
+    ///     let grid = ProcessGrid::new(comm, 2, 1)?;
+    ///     let sht = DistributedRealSht::with_split(&grid, spec, LatitudeSplit::Mirrored)?;
+    ///     let rows = sht.layout().lat_sizes()[grid.polar_rank()];
+    ///     let x = Tensor::<3>::ones([3, rows, 16], (&Device::flex(), DType::F64));
+    ///     let c: Tensor<4> = sht.forward(x)?;
+    ///     Ok::<_, ruda_sphere::SphereError>((sht.layout().lat_bands().to_vec(), c.dims()))
+    /// }).unwrap();
+    /// assert_eq!(shapes[0].0, vec![0..3, 6..9]); // 3 pairs from the poles
+    /// assert_eq!(shapes[1], (vec![3..6], [3, 2, 5, 2])); // 1 pair and the equator; degrees 3..5
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
     pub fn with_split(
         grid: &ProcessGrid<G>,
         spec: ShtSpec,
@@ -296,7 +367,7 @@ impl<G: Group> DistributedRealSht<G> {
         self.part.layout()
     }
 
-    /// Transform this rank's patch `x` (`[.., lat_range, lon_range]`, `D ≥
+    /// Transform this rank's patch `x` (`[.., lat, lon_range]`, `D ≥
     /// 2`) into its block of coefficients (`E = D + 1` dimensions).
     ///
     /// # Errors
@@ -316,7 +387,7 @@ impl<G: Group> DistributedRealSht<G> {
 
 /// [`InverseRealSht`](crate::InverseRealSht) on a process grid: each rank
 /// passes its block `[.., l_range, orders, 2]` of the coefficients and
-/// gets its patch `[.., lat_range, lon_range]` of the field. Collective.
+/// gets its patch `[.., lat, lon_range]` of the field. Collective.
 ///
 /// # Example
 /// ```

@@ -12,7 +12,7 @@ use crate::legendre_stage::Kind;
 use crate::{LatitudeSplit, ShtSpec, SphereError, SphereLayout};
 
 /// [`RealVectorSht`](crate::RealVectorSht) on a process grid: each rank
-/// passes its patch `[.., 2, lat_range, lon_range]` of the tangential field
+/// passes its patch `[.., 2, lat, lon_range]` of the tangential field
 /// and gets its block `[.., 2, l_range, orders, 2]` of the spheroidal and
 /// toroidal coefficients (see [`SphereLayout`]). Collective: every rank of
 /// the grid calls it with the same leading dimensions.
@@ -80,7 +80,7 @@ impl<G: Group> DistributedRealVectorSht<G> {
         self.part.layout()
     }
 
-    /// Transform this rank's patch `x` (`[.., 2, lat_range, lon_range]`,
+    /// Transform this rank's patch `x` (`[.., 2, lat, lon_range]`,
     /// `D ≥ 3`) into its block of coefficients (`E = D + 1` dimensions).
     ///
     /// # Errors
@@ -101,7 +101,7 @@ impl<G: Group> DistributedRealVectorSht<G> {
 
 /// [`InverseRealVectorSht`](crate::InverseRealVectorSht) on a process grid:
 /// each rank passes its block `[.., 2, l_range, orders, 2]` of the
-/// coefficients and gets its patch `[.., 2, lat_range, lon_range]` of the
+/// coefficients and gets its patch `[.., 2, lat, lon_range]` of the
 /// tangential field. Collective.
 ///
 /// # Example
@@ -163,7 +163,7 @@ impl<G: Group> DistributedInverseRealVectorSht<G> {
     }
 
     /// Synthesise this rank's patch (`E = D − 1` dimensions, the last three
-    /// `[2, lat_range, lon_range]`) from its block of coefficients `c`
+    /// `[2, lat, lon_range]`) from its block of coefficients `c`
     /// (`[.., 2, l_range, orders, 2]`, `D ≥ 4`).
     ///
     /// # Errors

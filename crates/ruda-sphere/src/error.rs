@@ -126,6 +126,22 @@ pub enum SphereError {
         /// The world ranks whose input was refused.
         offenders: Vec<usize>,
     },
+    /// The ranks of a distributed transform hold different layouts of the
+    /// latitudes (made with different [`crate::LatitudeSplit`]s, or on
+    /// hosts that computed the mirrored bands' cuts differently): every
+    /// rank gets this error, before any data moves.
+    #[error(
+        "{op} on rank {rank}: the ranks hold different layouts of the latitudes (a fingerprint of each rank's polar split, by rank: {fingerprints:?}); no data moved"
+    )]
+    Layouts {
+        /// The transform.
+        op: &'static str,
+        /// This rank in the world.
+        rank: usize,
+        /// Each rank's fingerprint of its layout's split and latitude
+        /// counts.
+        fingerprints: Vec<u16>,
+    },
     /// A setting of a solver or a model is out of its range.
     #[error("{what} = {value}: must be {expected}")]
     Setting {

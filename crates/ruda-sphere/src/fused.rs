@@ -38,8 +38,9 @@ use crate::fourier::Modes;
 use crate::legendre_fly::Step;
 use crate::profile::{Stage, timed};
 
-/// One serial transform's parameters: its Legendre step (every order,
-/// mirrored latitude pairs) and its longitude kernel (natural order
+/// One serial transform's parameters, or one polar rank's: its Legendre
+/// step (every order, over the whole grid's mirrored latitude pairs or a
+/// rank's latitudes) and its longitude kernel (natural order
 /// sequence: [`Modes::forward_orders`] writes each order's block, and the
 /// synthesis reads the orders of each row).
 #[derive(Clone, Debug)]

@@ -11,11 +11,13 @@ use crate::{ShtSpec, SphereError};
 
 /// The split of a transform's field and coefficients over a polar ×
 /// azimuth process grid, in ruda's balanced chunks (`compute_split_shapes`:
-/// the first `size % ranks` chunks one longer), so uneven sizes are fine:
+/// the first `size % ranks` chunks one longer; a mirrored split's
+/// latitudes are cut by work instead, see [`LatitudeSplit`]), so uneven
+/// sizes are fine:
 ///
 /// | what | split over | this rank's part |
 /// |---|---|---|
-/// | latitudes (field) | polar ranks | [`SphereLayout::lat_range`] |
+/// | latitudes (field) | polar ranks | [`SphereLayout::lat_bands`] (one run: [`SphereLayout::lat_range`]) |
 /// | longitudes (field) | azimuth ranks | [`SphereLayout::lon_range`] |
 /// | degrees `l` (coefficients) | polar ranks | [`SphereLayout::l_range`] |
 /// | orders `m` (coefficients) | azimuth ranks, dealt round-robin | [`SphereLayout::orders`] |
@@ -68,7 +70,7 @@ pub struct SphereLayout {
 ///
 /// | split | polar rank `p` of `P` holds | Legendre work per rank |
 /// |---|---|---|
-/// | `Contiguous` | the `p`-th of `P` balanced runs of latitudes | each latitude walked on its own (the whole grid's work over `P`, twice) |
+/// | `Contiguous` | the `p`-th of `P` balanced runs of latitudes | each latitude walked on its own, unless the run happens to be symmetric about the equator (the whole grid's work over `P`, twice) |
 /// | `Mirrored` | the `p`-th of `P` runs of the northern latitudes (the equator counted with them), balanced by work, and their mirrors in the south | each mirrored pair walked once, as the serial transform does (the whole grid's work over `P`) |
 ///
 /// A rank of a mirrored split sums and differences each pair once for all
@@ -187,6 +189,11 @@ fn deal_latitudes(
             if ranks == 0 || ranks > half {
                 return Err(("latitudes from the pole to the equator", half));
             }
+            if ranks == 1 {
+                // The whole grid: no cut to make (and no work to weigh).
+                let all = 0..nlat;
+                return Ok((vec![all], vec![nlat]));
+            }
             // Each walked latitude's Legendre work, and the Fourier
             // transforms' share (as much again in all, per latitude: a
             // pair has two, the equator one).
@@ -254,7 +261,9 @@ impl SphereLayout {
     /// let spec = ShtSpec::new(12, 22, LatitudeGrid::Equiangular)?; // 6 pairs
     /// let l = SphereLayout::with_split(spec, (1, 3), (0, 2), LatitudeSplit::Mirrored)?;
     /// assert_eq!(l.lat_bands(), &[2..4, 8..10]);
-    /// assert!(SphereLayout::with_split(spec, (0, 7), (0, 1), LatitudeSplit::Mirrored).is_err());
+    /// // 7 polar ranks for 6 latitudes from pole to equator.
+    /// let e = SphereLayout::with_split(spec, (0, 7), (0, 1), LatitudeSplit::Mirrored).unwrap_err();
+    /// assert!(matches!(e, ruda_sphere::SphereError::Split { size: 6, ranks: 7, .. }), "{e}");
     /// # Ok::<(), ruda_sphere::SphereError>(())
     /// ```
     pub fn with_split(
@@ -319,6 +328,14 @@ impl SphereLayout {
     }
 
     /// How the latitudes are dealt to the polar ranks.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_sphere::{LatitudeGrid, LatitudeSplit, ShtSpec, SphereLayout};
+    /// let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular)?;
+    /// assert_eq!(SphereLayout::new(spec, (0, 2), (0, 1))?.split(), LatitudeSplit::Contiguous);
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
     pub fn split(&self) -> LatitudeSplit {
         self.split
     }
@@ -326,6 +343,17 @@ impl SphereLayout {
     /// This rank's latitudes of the field, ascending, as one run or (a
     /// [`LatitudeSplit::Mirrored`] band away from the equator) two: its
     /// patch holds them in this order.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_sphere::{LatitudeGrid, LatitudeSplit, ShtSpec, SphereLayout};
+    /// let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular)?;
+    /// let contiguous = SphereLayout::new(spec, (0, 2), (0, 1))?;
+    /// assert_eq!(contiguous.lat_bands(), &[contiguous.lat_range()]);
+    /// let mirrored = SphereLayout::with_split(spec, (0, 2), (0, 1), LatitudeSplit::Mirrored)?;
+    /// assert_eq!(mirrored.lat_bands(), &[0..4, 9..13]);
+    /// # Ok::<(), ruda_sphere::SphereError>(())
+    /// ```
     pub fn lat_bands(&self) -> &[Range<usize>] {
         &self.bands
     }

@@ -13,7 +13,7 @@ mod common;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use common::{dot, random, tensor, values};
-use ruda_comm::LocalWorld;
+use ruda_comm::{Communicator, LocalWorld};
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
     DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, LatitudeSplit,
@@ -490,7 +490,8 @@ fn gradient_checkpointing_on_flex_runs_the_host_kernels() {
         assert_eq!(got.grad_x, want.grad_x, "{kind:?}");
         assert_eq!(got.isht_c, want.isht_c, "{kind:?}");
         assert_eq!(got.grad_c, want.grad_c, "{kind:?}");
-        check_on(kind, spec, &[(2, 2)], &setup);
+        check_on(kind, spec, &[(2, 2), (2, 1)], &setup);
+        check_on(kind, spec, &[(2, 1)], &setup.clone().mirrored());
     }
 }
 
@@ -551,6 +552,17 @@ fn mirrored_polar_bands_equal_serial_on_every_grid() {
             &[(2, 2)],
             &Setup::tensor_ops(true, DType::F32).mirrored(),
         );
+        // The host kernels in f32 (a polar split: the fused path).
+        let f32_host = Setup {
+            dtype: DType::F32,
+            tol: 2e-6,
+            ..Setup::host().mirrored()
+        };
+        check_on(kind, ea, &[(2, 1), (3, 1), (2, 2)], &f32_host);
+        // Three latitudes: a pole pair on one rank, the equator alone on
+        // the other.
+        let tiny = ShtSpec::new(3, 8, LatitudeGrid::Equiangular).unwrap();
+        check_on(kind, tiny, &[(2, 1)], &Setup::host().mirrored());
     }
 }
 
@@ -558,16 +570,17 @@ fn mirrored_polar_bands_equal_serial_on_every_grid() {
 fn mirrored_bands_deal_every_latitude_once_in_pairs() {
     // Every grid from 2 to 40 latitudes over 1 to 8 polar ranks: the ranks'
     // bands cover the latitudes once, each rank's are ascending runs that
-    // do not touch and mirror themselves, the counts of pairs differ by at
-    // most one, and too many ranks is an error naming the walked count.
+    // do not touch and mirror themselves, each rank holds at least one
+    // pair (or the equator), and too many ranks is an error naming the
+    // walked count. (That the cuts even out the work is a unit test of
+    // `layout.rs`.)
     for nlat in 2..=40 {
-        let spec = ShtSpec::new(nlat, 8, LatitudeGrid::Equiangular).unwrap();
+        // Longitudes enough for lmax = ceil(nlat / 2): the latitudes are
+        // what runs out first.
+        let spec = ShtSpec::new(nlat, 2 * nlat, LatitudeGrid::Equiangular).unwrap();
         let half = nlat.div_ceil(2);
+        assert_eq!(spec.lmax(), half);
         for p in 1..=8 {
-            // Degrees (lmax) must split too: skip the grids they refuse.
-            if p > spec.lmax() {
-                continue;
-            }
             let layouts: Result<Vec<SphereLayout>, _> = (0..p)
                 .map(|r| SphereLayout::with_split(spec, (r, p), (0, 1), LatitudeSplit::Mirrored))
                 .collect();
@@ -613,9 +626,79 @@ fn mirrored_bands_deal_every_latitude_once_in_pairs() {
                 assert_eq!(l.lat_sizes(), layouts[0].lat_sizes());
             }
             assert!(seen.iter().all(|&c| c == 1), "{nlat}/{p}: {seen:?}");
-            let (lo, hi) = (walked.iter().min().unwrap(), walked.iter().max().unwrap());
-            assert!(hi - lo <= 1, "{nlat}/{p}: pairs per rank {walked:?}");
+            assert!(walked.iter().all(|&w| w >= 1), "{nlat}/{p}: {walked:?}");
             assert_eq!(walked.iter().sum::<usize>(), half);
+        }
+    }
+}
+
+#[test]
+fn ranks_on_different_paths_agree_and_different_layouts_fail_together() {
+    // Rank 0 on the tensor operations (as a rank on another backend),
+    // rank 1 on the host kernels: both take the transposes' path (the
+    // fused one sends its partial sums in another layout) and the result
+    // is the serial one.
+    let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+    let dev = Device::flex();
+    let xv = random(2 * 13 * 22, 11);
+    let want = values(
+        RealSht::new(spec)
+            .forward::<3, 4>(tensor(xv.clone(), [2, 13, 22], &dev))
+            .unwrap(),
+    );
+    for split in [LatitudeSplit::Contiguous, LatitudeSplit::Mirrored] {
+        let got = LocalWorld::new(2)
+            .run(|comm| {
+                let rank = comm.rank();
+                let grid = ProcessGrid::new(comm, 2, 1)?;
+                let sht = DistributedRealSht::with_split(&grid, spec, split)?;
+                let rows: Vec<usize> = sht.layout().lat_bands().iter().cloned().flatten().collect();
+                let all: Vec<usize> = (0..22).collect();
+                let x = tensor(
+                    block(&xv, [2, 13, 22, 1], &rows, &all),
+                    [2, rows.len(), 22],
+                    &dev,
+                );
+                let run = || sht.forward::<3, 4>(x);
+                let c = if rank == 0 {
+                    ruda_sphere::testing::with_tensor_ops(run)
+                } else {
+                    run()
+                }?;
+                let l = sht.layout();
+                Ok::<_, SphereError>((values(c), l.l_range().collect::<Vec<_>>(), l.orders()))
+            })
+            .unwrap();
+        for (c, ls, ms) in got {
+            let d = max_diff(&c, &block(&want, [2, 7, 7, 2], &ls, &ms));
+            assert!(d <= 1e-13 * scale(&want), "{split:?}: {d:e}");
+        }
+    }
+    // Rank 0 contiguous, rank 1 mirrored: 7 + 6 latitudes against 8 + 5,
+    // refused on both ranks before any data moves.
+    let errs = LocalWorld::new(2)
+        .run(|comm| {
+            let rank = comm.rank();
+            let grid = ProcessGrid::new(comm, 2, 1)?;
+            let split = [LatitudeSplit::Contiguous, LatitudeSplit::Mirrored][rank];
+            let sht = DistributedRealSht::with_split(&grid, spec, split)?;
+            let rows = sht.layout().lat_sizes()[rank];
+            let x = tensor(vec![1.0; 2 * rows * 22], [2, rows, 22], &dev);
+            Ok::<_, SphereError>(sht.forward::<3, 4>(x).unwrap_err())
+        })
+        .unwrap();
+    for (rank, e) in errs.iter().enumerate() {
+        match e {
+            SphereError::Layouts {
+                rank: r,
+                fingerprints,
+                ..
+            } => {
+                assert_eq!(*r, rank);
+                assert_eq!(fingerprints.len(), 2);
+                assert_ne!(fingerprints[0], fingerprints[1]);
+            }
+            other => panic!("rank {rank}: {other}"),
         }
     }
 }

@@ -12,8 +12,8 @@ use common::tensor;
 use ruda_comm::LocalWorld;
 use ruda_sphere::{
     DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
-    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht,
-    RealVectorSht, ShtSpec, SphereError,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, LatitudeSplit,
+    RealSht, RealVectorSht, ShtSpec, SphereError,
 };
 use ruda_tensor::{DeviceWorld, Group, ProcessGrid};
 
@@ -103,16 +103,17 @@ fn the_serial_transforms_of_an_empty_batch_are_tracked_with_an_empty_gradient() 
 /// One rank's empty batches through the four distributed transforms.
 fn rank_part<G: Group>(
     grid: &ProcessGrid<G>,
+    split: LatitudeSplit,
     device: &Device,
     what: &str,
 ) -> Result<(), SphereError> {
     let s = spec();
-    let sht = DistributedRealSht::new(grid, s)?;
-    let isht = DistributedInverseRealSht::new(grid, s)?;
-    let vsht = DistributedRealVectorSht::new(grid, s)?;
-    let ivsht = DistributedInverseRealVectorSht::new(grid, s)?;
+    let sht = DistributedRealSht::with_split(grid, s, split)?;
+    let isht = DistributedInverseRealSht::with_split(grid, s, split)?;
+    let vsht = DistributedRealVectorSht::with_split(grid, s, split)?;
+    let ivsht = DistributedInverseRealVectorSht::with_split(grid, s, split)?;
     let lay = sht.layout().clone();
-    let (lat, lon) = (lay.lat_range().len(), lay.lon_range().len());
+    let (lat, lon) = (lay.lat_sizes()[grid.polar_rank()], lay.lon_range().len());
     let (ls, ms) = (lay.l_range().len(), lay.orders().len());
 
     let x = tensor(Vec::new(), [0, lat, lon], device).require_grad();
@@ -137,15 +138,21 @@ fn rank_part<G: Group>(
 
 #[test]
 fn the_distributed_transforms_of_an_empty_batch_are_empty_and_tracked() {
-    // Host-staged and device-resident ranks, on every path.
-    for (p, a) in [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3)] {
+    // Host-staged and device-resident ranks, on every path, latitudes
+    // contiguous and in mirrored bands.
+    let grids = [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3)];
+    let runs = grids
+        .iter()
+        .map(|&g| (g, LatitudeSplit::Contiguous))
+        .chain([(2, 1), (3, 1), (2, 2)].map(|g| (g, LatitudeSplit::Mirrored)));
+    for ((p, a), split) in runs {
         for (device, ops) in paths() {
-            let what = format!("{p}x{a} on {device:?}, tensor operations {ops}");
+            let what = format!("{p}x{a} {split:?} on {device:?}, tensor operations {ops}");
             LocalWorld::new(p * a)
                 .run(|comm| {
                     on_path(ops, || {
                         let grid = ProcessGrid::new(comm, p, a)?;
-                        rank_part(&grid, &device, &format!("host-staged {what}"))
+                        rank_part(&grid, split, &device, &format!("host-staged {what}"))
                     })
                 })
                 .unwrap_or_else(|e| panic!("host-staged {what}: {e}"));
@@ -153,7 +160,7 @@ fn the_distributed_transforms_of_an_empty_batch_are_empty_and_tracked() {
                 .run(|group, _| {
                     on_path(ops, || {
                         let grid = ProcessGrid::from_group(group, p, a)?;
-                        rank_part(&grid, &device, &format!("device-resident {what}"))
+                        rank_part(&grid, split, &device, &format!("device-resident {what}"))
                     })
                 })
                 .unwrap_or_else(|e| panic!("device-resident {what}: {e}"));

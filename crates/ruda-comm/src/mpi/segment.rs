@@ -534,7 +534,8 @@ impl Segment {
             } else if waited < self.patience.yield_for {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(nap(waited));
+                // Never past the deadline: a rank notices it on time.
+                std::thread::sleep(nap(waited).min(deadline.saturating_duration_since(now)));
             }
         }
     }
