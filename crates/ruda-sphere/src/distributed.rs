@@ -26,10 +26,13 @@ use ruda_tensor::tensor_api as ta;
 use ruda_tensor::{Group, ProcessGrid};
 
 use crate::fourier::Modes;
-use crate::fourier::SpectralLayout::OrdersFirst;
+use crate::fourier::SpectralLayout::{OrdersFirst, RowsFirst};
+use crate::fused::Fused;
 use crate::legendre_stage::{Kind, LegendreStage, check_components};
 use crate::on_device::DeviceConstants;
-use crate::route::{check_dtype, host_kernels, lon_forward, lon_inverse};
+use crate::route::{
+    check_dtype, host_kernels, lon_forward, lon_inverse, sht_analysis, sht_synthesis,
+};
 use crate::shapes::{check_rank, flatten_coefficients, flatten_field, swap_orders, unflatten};
 use crate::sht::{fused_analysis, fused_synthesis};
 use crate::{LatitudeSplit, ShtSpec, SphereError, SphereLayout};
@@ -200,10 +203,26 @@ impl<G: Group> Part<G> {
         let (x, lead, fused) = agree_inputs(g, op, local, l, here)?;
         let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2];
         if fused {
-            // [b, l, m, 2]: this rank's latitudes' part of every
-            // coefficient, then the polar sum keeping this rank's degrees.
-            let partial = fused_analysis(op, s, &self.stage, x)?;
-            let c = ta::reduce_from_scatter_to_polar_region(g, partial, 1)?;
+            // This rank's latitudes' part of every coefficient, then the
+            // polar sum keeping this rank's degrees.
+            let c = match &self.stage {
+                LegendreStage::Scalar(step) => {
+                    // [m, l, b, 2] as the kernel writes it: only this
+                    // rank's share of the degrees is permuted.
+                    let f = Fused {
+                        step: step.clone(),
+                        modes: Modes::analysis(s.nlon(), s.mmax(), RowsFirst),
+                        orders_first: true,
+                    };
+                    let partial = sht_analysis(op, x, f)?;
+                    swap_orders(ta::reduce_from_scatter_to_polar_region(g, partial, 1)?)
+                }
+                // [b, l, m, 2].
+                LegendreStage::Vector(_) => {
+                    let partial = fused_analysis(op, s, &self.stage, x)?;
+                    ta::reduce_from_scatter_to_polar_region(g, partial, 1)?
+                }
+            };
             return Ok(unflatten(c, &lead, &block));
         }
         // [b, lat, lon]: longitudes whole, this rank's latitudes split
@@ -251,10 +270,26 @@ impl<G: Group> Part<G> {
         let (c, lead, fused) = agree_inputs(g, op, local, l, here)?;
         let patch = [l.lat_sizes()[g.polar_rank()], l.lon_range().len()];
         if fused {
-            // [b, l, m, 2] with all degrees (backward: reduce-scatter),
-            // then this rank's latitudes from them.
-            let c = ta::gather_from_copy_to_polar_region(g, c, 1, l.l_sizes())?;
-            let x = fused_synthesis(op, s, &self.stage, c)?;
+            // All degrees (backward: reduce-scatter), then this rank's
+            // latitudes from them.
+            let x = match &self.stage {
+                LegendreStage::Scalar(step) => {
+                    // [m, l, b, 2]: each order's block as the kernel reads it.
+                    let c =
+                        ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
+                    let f = Fused {
+                        step: step.clone(),
+                        modes: Modes::synthesis(s.nlon(), s.mmax(), RowsFirst),
+                        orders_first: true,
+                    };
+                    sht_synthesis(op, c, f)?
+                }
+                // [b, l, m, 2].
+                LegendreStage::Vector(_) => {
+                    let c = ta::gather_from_copy_to_polar_region(g, c, 1, l.l_sizes())?;
+                    fused_synthesis(op, s, &self.stage, c)?
+                }
+            };
             return Ok(unflatten(x, &lead, &patch));
         }
         // [m, l, b, 2] with all degrees of this rank's orders (backward:

@@ -20,6 +20,13 @@
 //!
 //! The backward of each is the other with the adjoint longitude factors
 //! ([`Modes`]) and the same Legendre weighting.
+//!
+//! With [`Fused::orders_first`] the coefficients are `[m, l, b, 2]`
+//! instead: each order's block just as the Legendre kernel writes (and
+//! reads) it, with no scatter or gather. A polar rank of a distributed
+//! transform takes this form: its partial sums go into the polar
+//! reduce-scatter along the degrees as they are, and only its own share
+//! of the degrees is permuted afterwards.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -47,6 +54,9 @@ use crate::profile::{Stage, timed};
 pub(crate) struct Fused {
     pub(crate) step: Step,
     pub(crate) modes: Modes,
+    /// Coefficients `[m, l, b, 2]` (each order's block as the kernel
+    /// writes it) rather than `[b, l, m, 2]`.
+    pub(crate) orders_first: bool,
 }
 
 /// The fused transforms as backend operations.
@@ -80,6 +90,26 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     // [k, b, 2] per order, straight from the FFT.
     let inputs = f.modes.forward_orders(x, b, nk);
     let cols = 2 * b;
+    if f.orders_first {
+        // [m, l, b, 2]: each order's block where the kernel's result goes.
+        let mut out = vec![T::zero(); nm * nl * cols];
+        if out.is_empty() {
+            return out;
+        }
+        timed(Stage::Legendre, || {
+            out.par_chunks_mut(nl * cols)
+                .zip(inputs.par_iter())
+                .enumerate()
+                .for_each(|(m, (chunk, s))| {
+                    let mut o = vec![0.0; nl * cols];
+                    rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
+                    for (d, &v) in chunk.iter_mut().zip(&o) {
+                        *d = T::narrow(v);
+                    }
+                });
+        });
+        return out;
+    }
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
         inputs
             .par_iter()
@@ -101,6 +131,24 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let cols = 2 * b;
+    if f.orders_first {
+        // [m, l, b, 2]: each order's block is a slice of `c`.
+        let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
+            (0..nm)
+                .into_par_iter()
+                .map(|m| {
+                    let a: Vec<f64> = c[m * nl * cols..(m + 1) * nl * cols]
+                        .iter()
+                        .map(|&v| v.into())
+                        .collect();
+                    let mut o = vec![0.0; nk * cols];
+                    rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
+                    o
+                })
+                .collect()
+        });
+        return f.modes.inverse_orders(&blocks, b, nk, T::narrow);
+    }
     // [l, b, 2] per order.
     let inputs = timed(Stage::Reorder, || gather_orders(c, b, nl, nm));
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
@@ -244,18 +292,31 @@ impl FusedSht for Flex {
             "a [b, nlat, nlon] field (checked before routing)"
         );
         let b = shape[0];
-        let out = vec![b, rec.lmax(), f.modes.mmax, 2];
+        let out = if f.orders_first {
+            vec![f.modes.mmax, rec.lmax(), b, 2]
+        } else {
+            vec![b, rec.lmax(), f.modes.mmax, 2]
+        };
         on_values(x, out, |v| analysis(v, b, &f), |v| analysis(v, b, &f))
     }
 
     fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self> {
         let shape = c.shape().to_vec();
         let rec = &f.step.rec;
-        assert!(
-            shape.len() == 4 && shape[1] == rec.lmax() && shape[2] == f.modes.mmax && shape[3] == 2,
-            "[b, lmax, mmax, 2] coefficients (checked before routing)"
+        assert_eq!(
+            shape.len(),
+            4,
+            "coefficients of rank 4 (checked before routing)"
         );
-        let b = shape[0];
+        let (orders, b) = if f.orders_first {
+            (shape[0], shape[2])
+        } else {
+            (shape[2], shape[0])
+        };
+        assert!(
+            shape[1] == rec.lmax() && orders == f.modes.mmax && shape[3] == 2,
+            "[b, lmax, mmax, 2] or [mmax, lmax, b, 2] coefficients (checked before routing)"
+        );
         let out = vec![b, rec.nlat(), f.modes.nlon];
         on_values(c, out, |v| synthesis(v, b, &f), |v| synthesis(v, b, &f))
     }
@@ -280,6 +341,85 @@ impl<B: FusedSht, C: CheckpointStrategy> FusedSht for Autodiff<B, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fourier::SpectralLayout::RowsFirst;
+    use crate::legendre_stage::{Kind, LegendreStage};
+    use crate::{LatitudeGrid, ShtSpec};
+
+    /// The scalar fused operations of `spec` on the latitudes `bands`.
+    fn fused(spec: &ShtSpec, bands: &[core::ops::Range<usize>], forward: bool) -> Fused {
+        let orders: Vec<usize> = (0..spec.mmax()).collect();
+        let LegendreStage::Scalar(step) =
+            LegendreStage::new(spec, Kind::Scalar, &orders, bands, forward)
+        else {
+            unreachable!("a scalar stage")
+        };
+        let modes = if forward {
+            Modes::analysis(spec.nlon(), spec.mmax(), RowsFirst)
+        } else {
+            Modes::synthesis(spec.nlon(), spec.mmax(), RowsFirst)
+        };
+        Fused {
+            step,
+            modes,
+            orders_first: false,
+        }
+    }
+
+    #[test]
+    fn orders_first_coefficients_are_the_same_values_permuted() {
+        // Whole grid and a mirrored band, 0, 1 and 3 fields, f64 and f32:
+        // [m, l, b, 2] holds bit for bit the values [b, l, m, 2] holds.
+        let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+        let (nl, nm) = (spec.lmax(), spec.mmax());
+        let whole = 0..13;
+        for bands in [vec![whole], vec![0..4, 9..13]] {
+            let nk: usize = bands.iter().map(|r| r.len()).sum();
+            for b in [0, 1, 3] {
+                let x: Vec<f64> = (0..b * nk * 22)
+                    .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
+                    .collect();
+                let rows = fused(&spec, &bands, true);
+                let orders = Fused {
+                    orders_first: true,
+                    ..rows.clone()
+                };
+                let (c_rows, c_orders) = (analysis(&x, b, &rows), analysis(&x, b, &orders));
+                let c32_orders =
+                    analysis(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), b, &orders);
+                let c32_rows = analysis(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), b, &rows);
+                assert_eq!(c_orders.len(), c_rows.len());
+                for bi in 0..b {
+                    for l in 0..nl {
+                        for m in 0..nm {
+                            for p in 0..2 {
+                                let r = ((bi * nl + l) * nm + m) * 2 + p;
+                                let o = ((m * nl + l) * b + bi) * 2 + p;
+                                assert_eq!(c_orders[o].to_bits(), c_rows[r].to_bits());
+                                assert_eq!(c32_orders[o].to_bits(), c32_rows[r].to_bits());
+                            }
+                        }
+                    }
+                }
+                // Synthesis from each layout gives the same field.
+                let inv = fused(&spec, &bands, false);
+                let inv_orders = Fused {
+                    orders_first: true,
+                    ..inv.clone()
+                };
+                let (y_rows, y_orders) = (
+                    synthesis(&c_rows, b, &inv),
+                    synthesis(&c_orders, b, &inv_orders),
+                );
+                assert_eq!(y_rows.len(), b * nk * 22);
+                assert!(
+                    y_rows
+                        .iter()
+                        .zip(&y_orders)
+                        .all(|(a, c)| a.to_bits() == c.to_bits())
+                );
+            }
+        }
+    }
 
     /// Gathering each order's block from `[fields, r, m, 2]` values undoes
     /// scattering the blocks there (after `fields_first`), bit for bit, f64

@@ -75,7 +75,16 @@ pub(crate) fn fused_analysis(
     match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            sht_analysis(op, x, Fused { step, modes })
+            let orders_first = false;
+            sht_analysis(
+                op,
+                x,
+                Fused {
+                    step,
+                    modes,
+                    orders_first,
+                },
+            )
         }
         LegendreStage::Vector(v) => {
             let (step, factors) = (v.step.clone(), v.f.clone());
@@ -127,7 +136,16 @@ pub(crate) fn fused_synthesis(
     match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            sht_synthesis(op, c, Fused { step, modes })
+            let orders_first = false;
+            sht_synthesis(
+                op,
+                c,
+                Fused {
+                    step,
+                    modes,
+                    orders_first,
+                },
+            )
         }
         LegendreStage::Vector(v) => {
             let (step, factors) = (v.step.clone(), v.f.clone());
