@@ -19,7 +19,9 @@
 //! transposes are the identity and a rank's steps from its latitudes to
 //! every coefficient are the serial transform's fused operation
 //! ([`crate::sht::fused_analysis`]) on its latitudes, between the same
-//! polar collectives.
+//! polar collectives; the scalar transforms' partial sums stay orders
+//! first (`[m, l, b, 2]`, as the kernel writes them), so that only this
+//! rank's share of the degrees is permuted.
 
 use burn_tensor::Tensor;
 use ruda_tensor::tensor_api as ta;
