@@ -17,11 +17,12 @@
 //!
 //! With one azimuth rank (a polar split only) on the host kernels, the
 //! transposes are the identity and a rank's steps from its latitudes to
-//! every coefficient are the serial transform's fused operation
-//! ([`crate::sht::fused_analysis`]) on its latitudes, between the same
-//! polar collectives; the scalar transforms' partial sums stay orders
-//! first (`[m, l, b, 2]`, as the kernel writes them), so that only this
-//! rank's share of the degrees is permuted.
+//! every coefficient are the serial transforms' fused operation on its
+//! latitudes, between the same polar collectives; the scalar transforms'
+//! partial sums stay orders first (`[m, l, b, 2]`, as the kernel writes
+//! them, [`crate::fused::Fused::orders_first`]), so that only this rank's
+//! share of the degrees is permuted; the vector transforms' are
+//! `[b, l, m, 2]` ([`crate::sht::fused_analysis`]).
 
 use burn_tensor::Tensor;
 use ruda_tensor::tensor_api as ta;

@@ -24,7 +24,7 @@
 //! With [`Fused::orders_first`] the coefficients are `[m, l, b, 2]`
 //! instead: each order's block just as the Legendre kernel writes (and
 //! reads) it, with no scatter or gather. A polar rank of a distributed
-//! transform takes this form: its partial sums go into the polar
+//! scalar transform takes this form: its partial sums go into the polar
 //! reduce-scatter along the degrees as they are, and only its own share
 //! of the degrees is permuted afterwards.
 
@@ -61,9 +61,11 @@ pub(crate) struct Fused {
 
 /// The fused transforms as backend operations.
 pub(crate) trait FusedSht: Backend {
-    /// `[b, k, nlon] → [b, l, m, 2]`.
+    /// `[b, k, nlon] → [b, l, m, 2]` (`[m, l, b, 2]` when
+    /// [`Fused::orders_first`]).
     fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
-    /// `[b, l, m, 2] → [b, k, nlon]`.
+    /// `[b, l, m, 2]` (`[m, l, b, 2]` when [`Fused::orders_first`]) →
+    /// `[b, k, nlon]`.
     fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
 }
 
@@ -92,6 +94,7 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     let cols = 2 * b;
     if f.orders_first {
         // [m, l, b, 2]: each order's block where the kernel's result goes.
+        debug_assert_eq!(inputs.len(), nm, "a block per order");
         let mut out = vec![T::zero(); nm * nl * cols];
         if out.is_empty() {
             return out;
@@ -126,7 +129,8 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     timed(Stage::Reorder, || scatter_orders(&blocks, b * nl))
 }
 
-/// The synthesis on host values `c` (`[b, l, m, 2]`).
+/// The synthesis on host values `c` (`[b, l, m, 2]`, or `[m, l, b, 2]`
+/// when [`Fused::orders_first`]).
 fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
@@ -410,11 +414,22 @@ mod tests {
                     synthesis(&c_rows, b, &inv),
                     synthesis(&c_orders, b, &inv_orders),
                 );
-                assert_eq!(y_rows.len(), b * nk * 22);
+                assert_eq!((y_rows.len(), y_orders.len()), (b * nk * 22, b * nk * 22));
                 assert!(
                     y_rows
                         .iter()
                         .zip(&y_orders)
+                        .all(|(a, c)| a.to_bits() == c.to_bits())
+                );
+                let (y32_rows, y32_orders) = (
+                    synthesis(&c32_rows, b, &inv),
+                    synthesis(&c32_orders, b, &inv_orders),
+                );
+                assert_eq!(y32_orders.len(), y32_rows.len());
+                assert!(
+                    y32_rows
+                        .iter()
+                        .zip(&y32_orders)
                         .all(|(a, c)| a.to_bits() == c.to_bits())
                 );
             }

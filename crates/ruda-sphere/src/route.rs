@@ -204,8 +204,9 @@ impl PrimOp for FusedSynthesis {
     }
 }
 
-/// `[b, nlat, nlon] → [b, lmax, mmax, 2]` by the fused serial analysis;
-/// the caller has checked the shape.
+/// `[b, nlat, nlon] → [b, lmax, mmax, 2]` (`[mmax, lmax, b, 2]` when
+/// `f.orders_first`) by the fused analysis; the caller has checked the
+/// shape.
 pub(crate) fn sht_analysis(
     op: &'static str,
     x: Tensor<3>,
@@ -214,8 +215,9 @@ pub(crate) fn sht_analysis(
     route(op, x, FusedAnalysis(f))
 }
 
-/// `[b, lmax, mmax, 2] → [b, nlat, nlon]` by the fused serial synthesis;
-/// the caller has checked the shape.
+/// `[b, lmax, mmax, 2]` (`[mmax, lmax, b, 2]` when `f.orders_first`) →
+/// `[b, nlat, nlon]` by the fused synthesis; the caller has checked the
+/// shape.
 pub(crate) fn sht_synthesis(
     op: &'static str,
     c: Tensor<4>,

@@ -63,8 +63,9 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
 /// The host kernels' one operation from a field `[b, lat, nlon]` (the
 /// latitudes `stage` was made for, all longitudes) to its coefficients
 /// `[b, l, m, 2]` over all of `stage`'s degrees and orders: the serial
-/// transform's, or a rank's part of a polar split (its latitudes' share of
-/// every coefficient).
+/// transform's, or a rank's part of a polar split of a vector transform
+/// (its latitudes' share of every coefficient; a scalar one's rank writes
+/// its share orders first instead, [`crate::fused::Fused::orders_first`]).
 pub(crate) fn fused_analysis(
     op: &'static str,
     s: &ShtSpec,
