@@ -92,16 +92,21 @@ fn fingerprint(layout: &SphereLayout) -> u16 {
 /// collective; ranks that pass different numbers of fields all get
 /// [`SphereError::LeadingDims`], ranks whose layouts differ
 /// [`SphereError::Layouts`]. The last value says whether every rank can
-/// run the fused kernels (`fused`: this rank can), so that all ranks take
-/// the same path (the two send their partial sums in different layouts).
-fn agree_inputs<G: Group, T>(
+/// run the fused kernels (one azimuth rank, a tensor on the host kernels),
+/// so that all ranks take the same path (the two send their partial sums
+/// in different layouts).
+fn agree_inputs<G: Group, const D: usize>(
     grid: &ProcessGrid<G>,
     op: &'static str,
-    local: Result<(T, Vec<usize>), SphereError>,
+    local: Result<(Tensor<D>, Vec<usize>), SphereError>,
     layout: &SphereLayout,
-    fused: bool,
-) -> Result<(T, Vec<usize>, bool), SphereError> {
-    let tail = (i64::from(fingerprint(layout)) << 1) | i64::from(fused);
+) -> Result<(Tensor<D>, Vec<usize>, bool), SphereError> {
+    let fused = match &local {
+        Ok((t, _)) => grid.azimuth_size() == 1 && host_kernels(&t.device()),
+        Err(_) => false,
+    };
+    let print = fingerprint(layout);
+    let tail = (i64::from(print) << 1) | i64::from(fused);
     let fields = local.as_ref().ok().map(|(_, lead)| {
         i64::try_from(lead.iter().product::<usize>())
             .unwrap_or(i64::MAX)
@@ -123,7 +128,7 @@ fn agree_inputs<G: Group, T>(
         });
     }
     let prints: Vec<u16> = all.iter().map(|&w| (w >> 1) as u16).collect();
-    if prints.iter().any(|&p| p != fingerprint(layout)) {
+    if prints.iter().any(|&p| p != print) {
         return Err(SphereError::Layouts {
             op,
             rank,
@@ -199,11 +204,7 @@ impl<G: Group> Part<G> {
                 Ok((x, lead))
             });
         let g = &self.grid;
-        let here = match &local {
-            Ok((x, _)) => g.azimuth_size() == 1 && host_kernels(&x.device()),
-            Err(_) => false,
-        };
-        let (x, lead, fused) = agree_inputs(g, op, local, l, here)?;
+        let (x, lead, fused) = agree_inputs(g, op, local, l)?;
         let block = [l.l_range().len(), l.m_sizes()[g.azimuth_rank()], 2];
         if fused {
             // This rank's latitudes' part of every coefficient, then the
@@ -266,11 +267,7 @@ impl<G: Group> Part<G> {
                 check_dtype(op, c.dtype())?;
                 Ok((c, lead))
             });
-        let here = match &local {
-            Ok((c, _)) => g.azimuth_size() == 1 && host_kernels(&c.device()),
-            Err(_) => false,
-        };
-        let (c, lead, fused) = agree_inputs(g, op, local, l, here)?;
+        let (c, lead, fused) = agree_inputs(g, op, local, l)?;
         let patch = [l.lat_sizes()[g.polar_rank()], l.lon_range().len()];
         if fused {
             // All degrees (backward: reduce-scatter), then this rank's
