@@ -476,6 +476,13 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
         }
         last = Some(y);
     }
+    let (err, scale) = round_trip_error(last, dtype, &local);
+    Ok(((times, (err, scale)), stages_sum.mean(cfg.iters)))
+}
+
+/// The largest `|y − x|` of the last round trip `y` against the field `x`
+/// it started from, and the largest `|x|`.
+fn round_trip_error(last: Option<Tensor<4>>, dtype: DType, x: &[f64]) -> (f64, f64) {
     let y = last.expect("at least one iteration").into_data();
     let y: Vec<f64> = match dtype {
         DType::F32 => y
@@ -488,10 +495,9 @@ fn time_rank<C: Communicator + std::fmt::Debug + 'static>(
     };
     let err = y
         .iter()
-        .zip(&local)
+        .zip(x)
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    let scale = local.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    Ok(((times, (err, scale)), stages_sum.mean(cfg.iters)))
+    (err, x.iter().fold(0.0f64, |m, v| m.max(v.abs())))
 }
 
 /// The serial transforms' timings on a pool of `threads` (every core: not
@@ -555,21 +561,7 @@ fn serial_timing_here(
     let mut split = split.mean(cfg.iters);
     split.legendre_gflops =
         legendre_flops(spec, cfg.channels, cfg.vector) / (split.legendre * 1e-3) / 1e9;
-    let y = last.expect("at least one iteration").into_data();
-    let y: Vec<f64> = match dtype {
-        DType::F32 => y
-            .try_to_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        _ => y.try_to_vec::<f64>().expect("f64"),
-    };
-    let err = y
-        .iter()
-        .zip(field)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    let scale = field.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (err, scale) = round_trip_error(last, dtype, field);
     Ok(((times, (err, scale)), split))
 }
 
