@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod communicator;
+mod copy;
 mod element;
 mod error;
 mod fingerprint;
@@ -35,6 +36,7 @@ mod replica;
 mod validate;
 
 pub use communicator::Communicator;
+pub use copy::copy_streaming;
 pub use element::{Accumulator, DType, Element};
 pub use error::{
     BufferRole, CommError, ErrorContext, InvalidArgument, OpLabel, PeerFailureCause, RankName,

@@ -61,6 +61,17 @@ fn large_buffers_cross_reduction_chunks() {
 }
 
 #[test]
+fn streamed_outputs_from_4_mib() {
+    // Outputs of 4 MiB and more are written with non-temporal stores and
+    // all-gathers read blocks in rank order: every op, uneven tails.
+    for n in [2, 3] {
+        world(n)
+            .run(|c| conformance::check_dtype::<_, f32>(&c, (4 << 20) / 4 + 13, 23))
+            .unwrap_or_else(|e| panic!("n={n}: {e}"));
+    }
+}
+
+#[test]
 fn results_are_bit_identical_on_every_rank() {
     // Each element is reduced once, in rank order, and copied to all.
     let out = world(5)

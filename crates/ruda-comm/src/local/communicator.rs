@@ -231,7 +231,8 @@ impl LocalCommunicator {
         self.collective(slot, |slots| {
             let c = slots[0].fp.count;
             let dst = ptr::<T>(&slots[me]).1;
-            for p in kernels::rotation(me, slots.len()) {
+            let bytes = c.saturating_mul(size_of::<T>());
+            for p in kernels::gather_order(me, slots.len(), bytes) {
                 // SAFETY: lengths checked; only this rank writes its receive buffer.
                 unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(p * c), c) }
             }
@@ -262,8 +263,11 @@ impl LocalCommunicator {
                 // (checked), so block `me` starts in bounds.
                 .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
                 .collect();
-            // SAFETY: lengths checked; only this rank writes its receive buffer.
-            unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
+            // SAFETY: lengths checked; only this rank writes its receive
+            // buffer, which overlaps no send buffer: it is borrowed `&mut`
+            // by its rank's caller while the send buffers are borrowed by
+            // theirs.
+            unsafe { kernels::reduce_into(&ins, ptr::<T>(&slots[me]).1, c, op) }
         })
     }
 
@@ -516,7 +520,9 @@ impl Communicator for LocalCommunicator {
             let dst = ptr::<T>(&slots[me]).1;
             let lens: Vec<usize> = slots.iter().map(|s| s.send_len).collect();
             let off = kernels::offsets(&lens);
-            for p in kernels::rotation(me, slots.len()) {
+            let largest = lens.iter().copied().max().unwrap_or(0);
+            let bytes = largest.saturating_mul(size_of::<T>());
+            for p in kernels::gather_order(me, slots.len(), bytes) {
                 // SAFETY: counts and lengths checked above.
                 unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(off[p]), lens[p]) }
             }
@@ -560,8 +566,11 @@ impl Communicator for LocalCommunicator {
                 // (checked), so this rank's block starts in bounds.
                 .map(|s| unsafe { ptr::<T>(s).0.add(offsets[me]) })
                 .collect();
-            // SAFETY: lengths checked; only this rank writes its receive buffer.
-            unsafe { kernels::reduce(&ins, &[ptr::<T>(&slots[me]).1], c, op) }
+            // SAFETY: lengths checked; only this rank writes its receive
+            // buffer, which overlaps no send buffer: it is borrowed `&mut`
+            // by its rank's caller while the send buffers are borrowed by
+            // theirs.
+            unsafe { kernels::reduce_into(&ins, ptr::<T>(&slots[me]).1, c, op) }
         })
     }
 

@@ -29,15 +29,184 @@ pub(crate) unsafe fn reduce<T: Element>(
     op: ReduceOp,
 ) {
     // SAFETY: forwarded from the caller.
+    unsafe { reduce_dispatch::<T, false>(inputs, outputs, len, op) }
+}
+
+/// The output size from which a call writes its output with non-temporal
+/// stores ([`streams`]): about the last-level cache of a small machine.
+/// Below it the result is likely read again soon from cache, and cached
+/// stores are faster.
+const STREAM_FROM_BYTES: usize = 4 << 20;
+
+/// Whether a call that writes `len` elements of `T` to fresh memory (not
+/// read by the call) should write them with non-temporal stores
+/// ([`reduce_to`], [`copy_to`]): from [`STREAM_FROM_BYTES`] on. A cached
+/// store to a line not in cache first reads that line from memory
+/// (write-allocate), so such a write moves two bytes of memory per byte
+/// instead of one; a reduction of `n` inputs into a fresh buffer moved
+/// `n + 2` bytes per output byte instead of `n + 1` (measured:
+/// reduce-scatter at 64 MiB on 2 threads, 46–69 % of its roofline with
+/// cached stores, 67–117 % streamed).
+pub(crate) fn streams<T>(len: usize) -> bool {
+    len.saturating_mul(size_of::<T>()) >= STREAM_FROM_BYTES
+}
+
+/// [`reduce`] into one output that no input overlaps (a reduce-scatter's
+/// receive buffer), streamed when [`streams`] says so; complete and
+/// ordered before any later store when it returns.
+///
+/// # Safety
+/// As [`reduce`], and `out` overlaps no input.
+pub(crate) unsafe fn reduce_into<T: Element>(
+    inputs: &[*const T],
+    out: *mut T,
+    len: usize,
+    op: ReduceOp,
+) {
+    let stream = streams::<T>(len);
+    // SAFETY: forwarded from the caller.
+    unsafe { reduce_to(inputs, out, len, op, stream) };
+    if stream {
+        fence();
+    }
+}
+
+/// [`reduce`] into one output that no input overlaps; with `stream`, the
+/// whole tiles are written with non-temporal stores where the platform has
+/// them and `out` is aligned to 16 bytes (cached stores otherwise).
+///
+/// # Safety
+/// As [`reduce`], and `out` overlaps no input. With `stream`, the caller
+/// runs [`fence`] before another thread may read `out` (streaming stores
+/// are weakly ordered).
+pub(crate) unsafe fn reduce_to<T: Element>(
+    inputs: &[*const T],
+    out: *mut T,
+    len: usize,
+    op: ReduceOp,
+    stream: bool,
+) {
+    // SAFETY: forwarded from the caller; streaming needs no overlap
+    // between the output and the inputs (caller) and the alignment
+    // `nt::usable` checks.
+    unsafe {
+        if stream && nt::usable(out) {
+            reduce_dispatch::<T, true>(inputs, &[out], len, op);
+        } else {
+            reduce_dispatch::<T, false>(inputs, &[out], len, op);
+        }
+    }
+}
+
+/// Order every earlier non-temporal store ([`reduce_to`], [`copy_to`] with
+/// `stream`) before every later store: on x86 they are weakly ordered, and
+/// a release store (the barrier that publishes a result) does not order
+/// them. A no-op elsewhere.
+pub(crate) fn fence() {
+    nt::fence();
+}
+
+/// Runs [`fence`] when dropped, if made with `true`: a call that streams
+/// into the caller's buffer round by round orders its stores on every way
+/// out, an early error return included.
+pub(crate) struct FenceOnExit(pub(crate) bool);
+
+impl Drop for FenceOnExit {
+    fn drop(&mut self) {
+        if self.0 {
+            fence();
+        }
+    }
+}
+
+/// [`reduce_with`] for `op`; `STREAM` as there.
+///
+/// # Safety
+/// As [`reduce`]; with `STREAM`, every output is [`nt::usable`] and
+/// overlaps no input, and the caller runs [`nt::fence`] before another
+/// thread may read the outputs.
+#[inline(always)]
+unsafe fn reduce_dispatch<T: Element, const STREAM: bool>(
+    inputs: &[*const T],
+    outputs: &[*mut T],
+    len: usize,
+    op: ReduceOp,
+) {
+    let n = inputs.len();
+    // SAFETY: forwarded from the caller.
     unsafe {
         match op {
-            ReduceOp::Sum => reduce_with::<T, _>(inputs, outputs, len, Accumulator::add, None),
-            ReduceOp::Prod => reduce_with::<T, _>(inputs, outputs, len, Accumulator::mul, None),
-            ReduceOp::Min => reduce_with::<T, _>(inputs, outputs, len, Accumulator::min, None),
-            ReduceOp::Max => reduce_with::<T, _>(inputs, outputs, len, Accumulator::max, None),
-            ReduceOp::Mean => {
-                reduce_with::<T, _>(inputs, outputs, len, Accumulator::add, Some(inputs.len()))
+            ReduceOp::Sum => {
+                reduce_with::<T, _, STREAM>(inputs, outputs, len, Accumulator::add, None)
             }
+            ReduceOp::Prod => {
+                reduce_with::<T, _, STREAM>(inputs, outputs, len, Accumulator::mul, None)
+            }
+            ReduceOp::Min => {
+                reduce_with::<T, _, STREAM>(inputs, outputs, len, Accumulator::min, None)
+            }
+            ReduceOp::Max => {
+                reduce_with::<T, _, STREAM>(inputs, outputs, len, Accumulator::max, None)
+            }
+            ReduceOp::Mean => {
+                reduce_with::<T, _, STREAM>(inputs, outputs, len, Accumulator::add, Some(n))
+            }
+        }
+    }
+}
+
+/// Non-temporal (streaming) stores of whole tiles.
+mod nt {
+    use super::TILE;
+
+    /// Whether tiles can be streamed to `p`: x86-64 (outside Miri) and `p`
+    /// aligned to 16 bytes. A tile is `64 × size_of::<T>()` bytes, a
+    /// multiple of 16, so every later tile of the same buffer is aligned
+    /// too.
+    pub(super) fn usable<T>(p: *mut T) -> bool {
+        cfg!(all(target_arch = "x86_64", not(miri))) && (p as usize).is_multiple_of(16)
+    }
+
+    /// Write the tile `y` to `dst` with non-temporal stores.
+    ///
+    /// # Safety
+    /// `dst` is valid for `TILE` writes, no other thread accesses it, and
+    /// [`usable`] holds for it.
+    #[inline(always)]
+    pub(super) unsafe fn store<T>(dst: *mut T, y: &[T; TILE]) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            let bytes = size_of::<[T; TILE]>();
+            let (src, dst) = (y.as_ptr().cast::<u8>(), dst.cast::<u8>());
+            let mut i = 0;
+            while i < bytes {
+                // SAFETY: `i + 16 <= bytes` (a tile is a multiple of 16
+                // bytes), inside `y` and inside the `TILE` elements at
+                // `dst` (caller); `dst + i` is 16-byte aligned (`usable`);
+                // SSE2 is part of x86-64's baseline.
+                unsafe {
+                    _mm_stream_si128(
+                        dst.add(i).cast::<__m128i>(),
+                        _mm_loadu_si128(src.add(i).cast::<__m128i>()),
+                    );
+                }
+                i += 16;
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        // SAFETY: `dst` is valid for `TILE` writes (caller).
+        unsafe {
+            dst.cast::<[T; TILE]>().write_unaligned(*y)
+        }
+    }
+
+    /// `sfence` on x86-64: see [`super::fence`].
+    pub(super) fn fence() {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: SSE is part of x86-64's baseline; `sfence` has no operands.
+        unsafe {
+            core::arch::x86_64::_mm_sfence()
         }
     }
 }
@@ -49,8 +218,13 @@ pub(crate) unsafe fn reduce<T: Element>(
 /// half the rate of a fused loop on large buffers.
 const TILE: usize = 64;
 
+/// The tiled reduction; with `STREAM` the tiles are written by
+/// [`nt::store`] (the tail with cached stores).
+///
+/// # Safety
+/// As [`reduce_dispatch`].
 #[inline(always)]
-unsafe fn reduce_with<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc>(
+unsafe fn reduce_with<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc, const STREAM: bool>(
     inputs: &[*const T],
     outputs: &[*mut T],
     len: usize,
@@ -87,7 +261,11 @@ unsafe fn reduce_with<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc>(
                 *y = finish(a);
             }
             for &p in outputs {
-                p.add(off).cast::<[T; TILE]>().write_unaligned(y);
+                if STREAM {
+                    nt::store(p.add(off), &y);
+                } else {
+                    p.add(off).cast::<[T; TILE]>().write_unaligned(y);
+                }
             }
         }
         off += TILE;
@@ -116,6 +294,32 @@ unsafe fn reduce_with<T: Element, F: Fn(T::Acc, T::Acc) -> T::Acc>(
 /// `rotation(1, 3)` yields 1, 2, 0.
 pub(crate) fn rotation(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (me + k) % n)
+}
+
+/// The block size from which [`gather_order`] has every rank read the same
+/// block at the same time.
+const SHARED_READ_FROM_BYTES: usize = 1 << 20;
+
+/// The order in which rank `me` of `n` copies the blocks of an all-gather
+/// whose largest block is `block_bytes`: [`rotation`] for small blocks,
+/// which start with its own block, hot in its cache. From
+/// [`SHARED_READ_FROM_BYTES`] on, every rank copies the blocks in rank order,
+/// so the ranks read the same block at once and a line that one rank brings
+/// from memory into the shared last-level cache is a hit for the others: a
+/// rank that falls behind reads from cache and catches up. With rotation,
+/// each block came from memory once per rank (all-gather at 64 MiB on 2
+/// threads: 58–84 % of the roofline, which counts each block once).
+///
+/// # Example (crate-internal)
+/// `gather_order(1, 3, 64)` yields 1, 2, 0; `gather_order(1, 3, 4 << 20)`
+/// yields 0, 1, 2.
+pub(crate) fn gather_order(me: usize, n: usize, block_bytes: usize) -> impl Iterator<Item = usize> {
+    let start = if block_bytes >= SHARED_READ_FROM_BYTES {
+        0
+    } else {
+        me
+    };
+    rotation(start, n)
 }
 
 /// The size from which a broadcast's copies are shared among all ranks.
@@ -149,16 +353,48 @@ pub(crate) fn broadcast_pieces<T>(
         .collect()
 }
 
-/// Copy `len` elements from `src` to `dst`.
+/// Copy `len` elements from `src` to `dst`, streamed when [`streams`] says
+/// so; complete and ordered before any later store when it returns.
 ///
 /// # Safety
 /// `src` valid for `len` reads, `dst` for `len` writes, not overlapping, and
 /// no other thread writes either range during the call.
 #[inline]
 pub(crate) unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
-    if len > 0 {
-        // SAFETY: forwarded from the caller.
-        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
+    let stream = streams::<T>(len);
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_to(src, dst, len, stream) };
+    if stream {
+        fence();
+    }
+}
+
+/// Copy `len` elements from `src` to `dst`; with `stream`, the whole tiles
+/// are written with non-temporal stores where the platform has them and
+/// `dst` is aligned to 16 bytes (`memcpy` otherwise).
+///
+/// # Safety
+/// As [`copy`]. With `stream`, the caller runs [`fence`] before another
+/// thread may read `dst`.
+pub(crate) unsafe fn copy_to<T: Element>(src: *const T, dst: *mut T, len: usize, stream: bool) {
+    let whole = if stream && nt::usable(dst) {
+        len - len % TILE
+    } else {
+        0
+    };
+    let mut off = 0;
+    while off < whole {
+        // SAFETY: `off + TILE <= len`, inside both ranges (caller); `dst`
+        // is `nt::usable` and whole tiles keep its alignment.
+        unsafe {
+            let y = src.add(off).cast::<[T; TILE]>().read_unaligned();
+            nt::store(dst.add(off), &y);
+        }
+        off += TILE;
+    }
+    if len > whole {
+        // SAFETY: `whole..len`, inside both ranges (caller).
+        unsafe { core::ptr::copy_nonoverlapping(src.add(whole), dst.add(whole), len - whole) }
     }
 }
 

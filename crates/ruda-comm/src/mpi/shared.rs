@@ -90,6 +90,8 @@ pub(crate) fn reduce_scatter<T: Element>(
     let k = block_elems::<T>(seg.slot_len(), n);
     let offsets = kernels::offsets(counts);
     let longest = counts.iter().copied().max().unwrap_or(0);
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
     let mut off = 0;
     while off < longest {
         let b = seg.next_round();
@@ -114,8 +116,9 @@ pub(crate) fn reduce_scatter<T: Element>(
             .map(|q| slot(q).wrapping_add(me * k).cast_const())
             .collect();
         // SAFETY: block `me` of every slot is read by this rank only, until
-        // the next round's barrier; `recv[off..off + m]` is ours.
-        unsafe { kernels::reduce(&ins, &[recv[off..].as_mut_ptr()], m, op) };
+        // the next round's barrier; `recv[off..off + m]` is ours and no
+        // slot (the caller's own buffer); `_fence` orders streamed stores.
+        unsafe { kernels::reduce_to(&ins, recv[off..].as_mut_ptr(), m, op, stream) };
         off += k;
     }
     Ok(())
@@ -134,6 +137,8 @@ pub(crate) fn all_gather<T: Element>(
     let chunk = block_elems::<T>(seg.slot_len(), 1);
     let offsets = kernels::offsets(counts);
     let longest = counts.iter().copied().max().unwrap_or(0);
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
     let mut off = 0;
     while off < longest {
         let b = seg.next_round();
@@ -152,8 +157,16 @@ pub(crate) fn all_gather<T: Element>(
             }
             // SAFETY: rank `q` wrote `m` elements to its slot before the
             // barrier and writes it again only after the next round's
-            // barrier; `recv[o + off..o + off + m]` is ours.
-            unsafe { copy(slot(q).cast_const(), recv[o + off..].as_mut_ptr(), m) };
+            // barrier; `recv[o + off..o + off + m]` is ours; `_fence`
+            // orders streamed stores.
+            unsafe {
+                kernels::copy_to(
+                    slot(q).cast_const(),
+                    recv[o + off..].as_mut_ptr(),
+                    m,
+                    stream,
+                )
+            };
         }
         off += chunk;
     }
@@ -169,6 +182,8 @@ pub(crate) fn broadcast<T: Element>(
 ) -> Result<(), Stop> {
     let me = seg.rank();
     let chunk = block_elems::<T>(seg.slot_len(), 1);
+    let stream = me != root && kernels::streams::<T>(buf.len());
+    let _fence = kernels::FenceOnExit(stream);
     let mut off = 0;
     while off < buf.len() {
         let m = chunk.min(buf.len() - off);
@@ -181,8 +196,9 @@ pub(crate) fn broadcast<T: Element>(
         seg.barrier(deadline)?;
         if me != root {
             // SAFETY: written by the root before the barrier, and not again
-            // before the next round's barrier.
-            unsafe { copy(slot.cast_const(), buf[off..].as_mut_ptr(), m) };
+            // before the next round's barrier; `_fence` orders streamed
+            // stores.
+            unsafe { kernels::copy_to(slot.cast_const(), buf[off..].as_mut_ptr(), m, stream) };
         }
         off += m;
     }
@@ -200,6 +216,8 @@ pub(crate) fn all_to_all<T: Element>(
 ) -> Result<(), Stop> {
     let (me, n) = (seg.rank(), seg.size());
     let k = block_elems::<T>(seg.slot_len(), n);
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
     let mut off = 0;
     while off < block {
         let m = k.min(block - off);
@@ -213,12 +231,14 @@ pub(crate) fn all_to_all<T: Element>(
         seg.barrier(deadline)?;
         for q in 0..n {
             // SAFETY: rank `q` wrote its block for us before the barrier and
-            // writes it again only after the next round's barrier.
+            // writes it again only after the next round's barrier; `_fence`
+            // orders streamed stores.
             unsafe {
-                copy(
+                kernels::copy_to(
                     slot(q).add(me * k).cast_const(),
                     recv[q * block + off..].as_mut_ptr(),
                     m,
+                    stream,
                 )
             };
         }
@@ -370,6 +390,59 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Outputs from 4 MiB on are written with streaming stores, round by
+    /// round: exact, with uneven tails, on 2 and 3 ranks.
+    #[test]
+    fn streamed_outputs_are_exact() {
+        let big = (4 << 20) / 4 + 5;
+        for n in [2, 3] {
+            let counts: Vec<usize> = (0..n).map(|q| big + 61 * q).collect();
+            let total: usize = counts.iter().sum();
+            let c = counts.clone();
+            let out = ranks(n, move |r, seg| {
+                let send: Vec<u32> = (0..total).map(|i| (i * 3 + r) as u32).collect();
+                let mut rs = vec![0u32; c[r]];
+                assert!(kernels::streams::<u32>(rs.len()) && (rs.as_ptr() as usize).is_multiple_of(16));
+                reduce_scatter(seg, &send, &mut rs, &c, ReduceOp::Sum, deadline()).unwrap();
+                let mine: Vec<u32> = (0..c[r]).map(|i| (i * 5 + r) as u32).collect();
+                let mut ag = vec![0u32; total];
+                all_gather(seg, &mine, &mut ag, &c, deadline()).unwrap();
+                let mut b: Vec<u32> = (0..big)
+                    .map(|i| if r == 0 { i as u32 } else { 9 })
+                    .collect();
+                broadcast(seg, &mut b, 0, deadline()).unwrap();
+                let block = big / n + 3;
+                let send: Vec<u32> = (0..n * block)
+                    .map(|i| (r * 10_000_000 + i) as u32)
+                    .collect();
+                let mut a2a = vec![0u32; n * block];
+                all_to_all(seg, &send, &mut a2a, block, deadline()).unwrap();
+                (rs, ag, b, a2a)
+            });
+            let offsets = kernels::offsets(&counts);
+            let block = big / n + 3;
+            for (me, (rs, ag, b, a2a)) in out.into_iter().enumerate() {
+                for (j, x) in rs.iter().enumerate() {
+                    let want: usize = (0..n).map(|r| (offsets[me] + j) * 3 + r).sum();
+                    assert_eq!(*x, want as u32, "reduce-scatter n {n} rank {me} at {j}");
+                }
+                for q in 0..n {
+                    for i in 0..counts[q] {
+                        assert_eq!(ag[offsets[q] + i], (i * 5 + q) as u32, "all-gather n {n}");
+                    }
+                    for j in 0..block {
+                        let want = (q * 10_000_000 + me * block + j) as u32;
+                        assert_eq!(a2a[q * block + j], want, "all-to-all n {n}");
+                    }
+                }
+                assert!(
+                    b.iter().enumerate().all(|(i, &x)| x == i as u32),
+                    "broadcast n {n}"
+                );
             }
         }
     }
