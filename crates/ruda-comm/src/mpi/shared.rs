@@ -7,8 +7,9 @@
 //! slots of its peers: a reduction reduces its share (`1/n` of the round,
 //! or its own block) from every slot in rank order with the thread
 //! transport's kernel, so the result has the same bits as a
-//! [`crate::LocalWorld`] run. An all-reduce writes its share back to every
-//! slot and passes a second barrier before copying the round out.
+//! [`crate::LocalWorld`] run. An all-reduce keeps its own share in its
+//! buffer, writes that share's result to its buffer and its slot, and
+//! passes a second barrier before copying its peers' results out.
 //!
 //! Every barrier has the call's deadline: a rank that never comes (it
 //! died, or is stuck elsewhere) fails the barrier on every rank, which
@@ -40,6 +41,15 @@ unsafe fn copy<T>(src: *const T, dst: *mut T, len: usize) {
 }
 
 /// All-reduce `buf` in place over every rank of the segment.
+///
+/// Each round of `m` elements is cut into `n` shares ([`kernels::partition`]);
+/// rank `q` reduces share `q`. A rank copies only its peers' shares into
+/// its slot (its own share never leaves its buffer), reduces its share from
+/// its own buffer and its peers' slots in rank order, writing the result
+/// to its buffer and to its slot's own share, and after the second barrier
+/// copies its peers' results out of their slots. Per round a rank moves
+/// about `4m` elements through memory at `n = 2`, where copying the whole
+/// round in and out moved `6m`.
 pub(crate) fn all_reduce<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
@@ -51,26 +61,45 @@ pub(crate) fn all_reduce<T: Element>(
     let mut off = 0;
     while off < buf.len() {
         let m = chunk.min(buf.len() - off);
+        let share = |q: usize| kernels::partition::<T>(m, q, n);
         let b = seg.next_round();
         let slot = |q: usize| seg.slot(q, b).cast::<T>();
-        // SAFETY: this rank's slot holds `chunk >= m` elements (aligned:
-        // slots are 4 KiB aligned) and nobody else accesses it until the
-        // barrier (see `Segment::next_round`); `buf[off..off + m]` is ours.
-        unsafe { copy(buf[off..].as_ptr(), slot(me), m) };
+        let round = buf[off..off + m].as_mut_ptr();
+        for q in (0..n).filter(|&q| q != me) {
+            let (lo, hi) = share(q);
+            // SAFETY: this rank's slot holds `chunk >= hi` elements (aligned:
+            // slots are 4 KiB aligned) and nobody else accesses it until the
+            // barrier (see `Segment::next_round`); `round[lo..hi]` is in
+            // `buf`, ours.
+            unsafe { copy(round.add(lo).cast_const(), slot(me).add(lo), hi - lo) };
+        }
         seg.barrier(deadline)?;
-        let (lo, hi) = kernels::partition::<T>(m, me, n);
-        let slot = |q: usize| seg.slot(q, b).cast::<T>();
-        let ptrs: Vec<*mut T> = (0..n).map(|q| slot(q).wrapping_add(lo)).collect();
-        let ins: Vec<*const T> = ptrs.iter().map(|&p| p.cast_const()).collect();
-        // SAFETY: valid: each pointer is share `lo..hi` of a mapped slot of `chunk >= hi` elements;
-        // unaliased: between the barriers a rank touches only its own (disjoint) share, and the
-        // kernel reads each tile of every input before writing that tile.
-        unsafe { kernels::reduce(&ins, &ptrs, hi - lo, op) };
+        let (lo, hi) = share(me);
+        let ins: Vec<*const T> = (0..n)
+            .map(|q| {
+                if q == me {
+                    round.wrapping_add(lo).cast_const()
+                } else {
+                    slot(q).wrapping_add(lo).cast_const()
+                }
+            })
+            .collect();
+        let outs = [round.wrapping_add(lo), slot(me).wrapping_add(lo)];
+        // SAFETY: valid: share `lo..hi` of our round of `buf` and of every
+        // mapped slot of `chunk >= hi` elements. Unaliased: between the
+        // barriers peers read only their own shares of our slot, and write
+        // only their own slots; the kernel reads each tile of every input
+        // before it writes that tile (our buffer is both).
+        unsafe { kernels::reduce(&ins, &outs, hi - lo, op) };
         seg.barrier(deadline)?;
-        // SAFETY: every share of this rank's slot is final after the second
-        // barrier, and no rank writes it again before this rank passes the
-        // next round's first barrier.
-        unsafe { copy(slot(me).cast_const(), buf[off..].as_mut_ptr(), m) };
+        for q in (0..n).filter(|&q| q != me) {
+            let (lo, hi) = share(q);
+            // SAFETY: rank `q` wrote its share's result to its slot before
+            // the second barrier and writes that slot again only after
+            // this rank passes the next round of the same parity's first
+            // barrier; `round[lo..hi]` is ours.
+            unsafe { copy(slot(q).add(lo).cast_const(), round.add(lo), hi - lo) };
+        }
         off += m;
     }
     Ok(())
@@ -406,7 +435,9 @@ mod tests {
             let out = ranks(n, move |r, seg| {
                 let send: Vec<u32> = (0..total).map(|i| (i * 3 + r) as u32).collect();
                 let mut rs = vec![0u32; c[r]];
-                assert!(kernels::streams::<u32>(rs.len()) && (rs.as_ptr() as usize).is_multiple_of(16));
+                assert!(
+                    kernels::streams::<u32>(rs.len()) && (rs.as_ptr() as usize).is_multiple_of(16)
+                );
                 reduce_scatter(seg, &send, &mut rs, &c, ReduceOp::Sum, deadline()).unwrap();
                 let mine: Vec<u32> = (0..c[r]).map(|i| (i * 5 + r) as u32).collect();
                 let mut ag = vec![0u32; total];
