@@ -109,8 +109,10 @@ pub(crate) fn fence() {
 /// Runs [`fence`] when dropped, if made with `true`: a call that streams
 /// into the caller's buffer round by round orders its stores on every way
 /// out, an early error return included.
+#[cfg(feature = "mpi")]
 pub(crate) struct FenceOnExit(pub(crate) bool);
 
+#[cfg(feature = "mpi")]
 impl Drop for FenceOnExit {
     fn drop(&mut self) {
         if self.0 {
