@@ -156,7 +156,7 @@ impl Modes {
         }
         let plan = crate::fft_plans::forward::<T>(n);
         let factors = self.factors::<T>();
-        let mut rows = alloc::vec![T::zero(); b_len * k_len * mmax * 2];
+        let mut rows = crate::huge_pages::zeroed::<T>(b_len * k_len * mmax * 2);
         timed(Stage::Fourier, || {
             rows.par_chunks_mut(mmax * 2)
                 .zip(input.par_chunks(n))
@@ -185,7 +185,7 @@ impl Modes {
                 // [b, k, m, 2] → [m, k, b, 2], one order per task, the
                 // orders in their dealt sequence.
                 let sequence = self.order_sequence();
-                let mut out = alloc::vec![T::zero(); rows.len()];
+                let mut out = crate::huge_pages::zeroed::<T>(rows.len());
                 out.par_chunks_mut(k_len * b_len * 2)
                     .zip(sequence.par_iter())
                     .for_each(|(o, &m)| {
@@ -285,7 +285,7 @@ impl Modes {
         let n = self.nlon;
         debug_assert_eq!(self.order_stride, 1, "the natural order sequence");
         debug_assert!(blocks.iter().all(|b| b.len() == k_len * fields * 2));
-        let mut out = alloc::vec![T::zero(); fields * k_len * n];
+        let mut out = crate::huge_pages::zeroed::<T>(fields * k_len * n);
         if out.is_empty() {
             return out;
         }
@@ -350,7 +350,7 @@ impl Modes {
                 for (p, m) in self.order_sequence().into_iter().enumerate() {
                     position[m] = p;
                 }
-                let mut r = alloc::vec![T::zero(); input.len()];
+                let mut r = crate::huge_pages::zeroed::<T>(input.len());
                 r.par_chunks_mut(mmax * 2).enumerate().for_each(|(row, o)| {
                     let (b, k) = (row / k_len, row % k_len);
                     for (m, &p) in position.iter().enumerate() {
@@ -380,7 +380,7 @@ impl Modes {
         let n = self.nlon;
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
-        let mut out = alloc::vec![T::zero(); rows * n];
+        let mut out = crate::huge_pages::zeroed::<T>(rows * n);
         if out.is_empty() {
             return out;
         }

@@ -95,7 +95,7 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     if f.orders_first {
         // [m, l, b, 2]: each order's block where the kernel's result goes.
         debug_assert_eq!(inputs.len(), nm, "a block per order");
-        let mut out = vec![T::zero(); nm * nl * cols];
+        let mut out = crate::huge_pages::zeroed::<T>(nm * nl * cols);
         if out.is_empty() {
             return out;
         }
@@ -237,7 +237,7 @@ pub(crate) fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
 /// that each block is read along consecutive rows.
 pub(crate) fn scatter_orders<T: Real>(blocks: &[Vec<f64>], rows_in_all: usize) -> Vec<T> {
     let nm = blocks.len();
-    let mut out = vec![T::zero(); rows_in_all * nm * 2];
+    let mut out = crate::huge_pages::zeroed::<T>(rows_in_all * nm * 2);
     if out.is_empty() {
         return out;
     }

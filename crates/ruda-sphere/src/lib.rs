@@ -72,6 +72,7 @@ mod fft_plans;
 pub mod fourier;
 mod fused;
 mod fused_vector;
+mod huge_pages;
 mod kernel_level;
 mod layout;
 mod legendre;

@@ -1,0 +1,127 @@
+//! Large host buffers of the transforms, backed by transparent huge pages
+//! where Linux offers them on request.
+//!
+//! A transform of a large grid writes fresh buffers of tens to hundreds of
+//! MiB per call (the FFT's spectra, the reordered coefficients, the output
+//! field). The allocator maps each from the kernel anew, and with 4 KiB
+//! pages the first write to each page is a fault: about 43 000 faults per
+//! forward + inverse pair at 1441×2880 f64 with 4 fields, a quarter of the
+//! process's time in the kernel. Advising these buffers for 2 MiB pages
+//! (`madvise(MADV_HUGEPAGE)`, honoured when the system's transparent huge
+//! pages are `always` or `madvise`) takes 512 times fewer faults.
+//!
+//! The advice is the only side effect: it marks the memory of the advised
+//! buffer, which the allocator returns to the kernel when the buffer is
+//! freed (buffers this large are mapped on their own), or keeps for reuse
+//! inside this process.
+
+/// Buffers from this size on are advised; smaller ones come from the
+/// allocator's heap, already mapped.
+const ADVISE_FROM_BYTES: usize = 4 << 20;
+
+/// The huge page size of x86-64 and of most aarch64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// `len` zeros in a fresh vector. From 4 MiB on, on Linux, the whole
+/// 2 MiB pages inside it are advised for transparent huge pages before its
+/// first write (a zeroed allocation this large is mapped untouched).
+pub(crate) fn zeroed<T: realfft::FftNum>(len: usize) -> Vec<T> {
+    let v = vec![T::zero(); len];
+    advise(&v);
+    v
+}
+
+/// Advise the whole huge pages inside `v` for transparent huge pages; a
+/// no-op below [`ADVISE_FROM_BYTES`], off Linux, or where the kernel
+/// refuses (the advice is only ever a hint).
+fn advise<T>(v: &[T]) {
+    let bytes = size_of_val(v);
+    if bytes < ADVISE_FROM_BYTES {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let start = v.as_ptr() as usize;
+        let Some(end) = start.checked_add(bytes) else {
+            return;
+        };
+        let Some(first) = start.checked_next_multiple_of(HUGE_PAGE) else {
+            return;
+        };
+        let last = end - end % HUGE_PAGE;
+        if last <= first {
+            return;
+        }
+        // SAFETY: `first..last` lies inside `v`'s allocation (rounded
+        // inwards to huge-page boundaries, which are page aligned, as
+        // madvise requires). MADV_HUGEPAGE changes neither the contents
+        // nor the validity of the memory, only how the kernel backs it.
+        let _ = unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_is_zero_at_every_size() {
+        for len in [0usize, 1, 1000, (4 << 20) / 8 + 3, (9 << 20) / 8] {
+            let v: Vec<f64> = zeroed(len);
+            assert_eq!(v.len(), len);
+            assert!(v.iter().all(|&x| x == 0.0));
+        }
+    }
+
+    /// On Linux with transparent huge pages on request, a large advised
+    /// buffer is backed by huge pages once written (read from
+    /// /proc/self/smaps); skipped where the kernel does not offer them.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_buffers_get_huge_pages_where_offered() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !(mode.contains("[madvise]") || mode.contains("[always]")) {
+            return;
+        }
+        let mut v: Vec<f64> = zeroed((32 << 20) / 8);
+        v.iter_mut().enumerate().for_each(|(i, x)| *x = i as f64);
+        // The middle: the advised part is a mapping of its own.
+        let at = v[v.len() / 2..].as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut huge_kb = None;
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((lo, hi)) = range.split_once('-')
+                && let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = lo <= at && at < hi;
+                continue;
+            }
+            if inside && let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                huge_kb = kb
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<usize>()
+                    .ok();
+            }
+        }
+        let huge_kb = huge_kb.expect("the buffer's mapping is listed");
+        // Memory may be too fragmented for some pages: at least one huge
+        // page shows the advice was given (none is 0 kB).
+        assert!(
+            huge_kb >= 2 << 10,
+            "{huge_kb} kB of the advised 30 MiB in huge pages"
+        );
+        assert_eq!(v[12345], 12345.0);
+    }
+}
