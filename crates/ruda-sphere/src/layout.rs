@@ -85,7 +85,7 @@ pub struct SphereLayout {
 /// mirrored runs are therefore cut where the work is even, not the count:
 /// each pair weighs the degrees its kernels walk over the orders kept
 /// there, plus an equal share per latitude for the Fourier transforms
-/// (which cost about as much as the Legendre step in all). Making a
+/// (which cost about half the Legendre step in all). Making a
 /// mirrored layout runs polar optimisation's check over the whole grid
 /// (as making a serial transform does; 50 ms at 1441 × 2880 on 2 cores).
 ///
@@ -139,6 +139,33 @@ fn range(sizes: &[usize], i: usize) -> Range<usize> {
 /// as even as a cut between items allows: run `j` ends at the item
 /// boundary nearest to `j / ranks` of the total (each run's cost is at most
 /// the mean plus the largest item). Needs `1 ≤ ranks ≤ costs.len()`.
+/// The Fourier transforms' cost against the Legendre step's, in all: a
+/// rank of a 2×1 mirrored split at 1441 × 2880 f64 (4 fields, one thread
+/// a rank, huge-page buffers) spent 105–115 ms in FFTs and 203–225 ms in
+/// the Legendre step, both ranks together; 0.64 at 721 × 1440.
+const FOURIER_PER_LEGENDRE: f64 = 0.5;
+
+/// The estimated cost of each latitude pair from the north pole to the
+/// equator (the last is the equator alone when `nlat` is odd): the
+/// Legendre work its kernels walk ([`pair_work`]) plus the Fourier
+/// transforms' share, [`FOURIER_PER_LEGENDRE`] of the Legendre total
+/// spread evenly over the latitudes (a pair has two, the equator one).
+fn pair_costs(spec: &ShtSpec) -> Vec<f64> {
+    let nlat = spec.nlat();
+    let work = pair_work(spec);
+    let fourier = FOURIER_PER_LEGENDRE * work.iter().sum::<f64>() / nlat as f64;
+    work.iter()
+        .enumerate()
+        .map(|(k, w)| {
+            w + if 2 * k + 1 == nlat {
+                fourier
+            } else {
+                2.0 * fourier
+            }
+        })
+        .collect()
+}
+
 fn even_runs(costs: &[f64], ranks: usize) -> Vec<usize> {
     let n = costs.len();
     let mut prefix = Vec::with_capacity(n + 1);
@@ -194,23 +221,7 @@ fn deal_latitudes(
                 let all = 0..nlat;
                 return Ok((vec![all], vec![nlat]));
             }
-            // Each walked latitude's Legendre work, and the Fourier
-            // transforms' share (as much again in all, per latitude: a
-            // pair has two, the equator one).
-            let work = pair_work(spec);
-            let fourier = work.iter().sum::<f64>() / nlat as f64;
-            let costs: Vec<f64> = work
-                .iter()
-                .enumerate()
-                .map(|(k, w)| {
-                    w + if 2 * k + 1 == nlat {
-                        fourier
-                    } else {
-                        2.0 * fourier
-                    }
-                })
-                .collect();
-            let pairs = even_runs(&costs, ranks);
+            let pairs = even_runs(&pair_costs(spec), ranks);
             let rows = |i: usize| {
                 let north = range(&pairs, i);
                 let south = nlat - north.end..nlat - north.start;
@@ -500,8 +511,13 @@ mod tests {
         let work = pair_work(&spec);
         assert_eq!(work.len(), 181);
         assert!(work[180] > 2.0 * work[10], "{} vs {}", work[180], work[10]);
-        let fourier = work.iter().sum::<f64>() / 361.0;
-        let cost = |k: usize| work[k] + if k == 180 { fourier } else { 2.0 * fourier };
+        let pairs = pair_costs(&spec);
+        assert_eq!(pairs.len(), 181);
+        // The equator's latitude has one Fourier share, every pair two.
+        let fourier = FOURIER_PER_LEGENDRE * work.iter().sum::<f64>() / 361.0;
+        assert!((pairs[180] - work[180] - fourier).abs() < 1e-9 * pairs[180]);
+        assert!((pairs[10] - work[10] - 2.0 * fourier).abs() < 1e-9 * pairs[10]);
+        let cost = |k: usize| pairs[k];
         let largest = (0..181).map(cost).fold(0.0, f64::max);
         for ranks in 2..=8 {
             let layouts: Vec<SphereLayout> = (0..ranks)
