@@ -158,7 +158,9 @@ pub fn stream<C: Communicator>(
     it: Iterations,
 ) -> Result<f64, CommError> {
     let rate = stream_with(comm, kernel, footprint, it, false)?;
-    if kernel != StreamKernel::Copy {
+    let array_bytes = (footprint / 2 / size_of::<f32>()).max(16) * size_of::<f32>();
+    if kernel != StreamKernel::Copy || array_bytes < ruda_comm::COPY_STREAMING_FROM_BYTES {
+        // Below its threshold the streaming copy is `memcpy` itself.
         return Ok(rate);
     }
     // The faster of two copies counts: `memcpy`, and the non-temporal copy

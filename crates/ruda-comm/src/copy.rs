@@ -4,7 +4,18 @@
 
 use crate::Element;
 
-/// Copy `src` into `dst` (like [`slice::copy_from_slice`]). From 4 MiB on
+/// The size from which [`copy_streaming`] (and the local transport's
+/// copies and reductions into fresh buffers) write with non-temporal
+/// stores: about the last-level cache of a small machine.
+///
+/// # Example
+/// ```
+/// assert_eq!(ruda_comm::COPY_STREAMING_FROM_BYTES, 4 << 20);
+/// ```
+pub const COPY_STREAMING_FROM_BYTES: usize = 4 << 20;
+
+/// Copy `src` into `dst` (like [`slice::copy_from_slice`]). From
+/// [`COPY_STREAMING_FROM_BYTES`] (4 MiB) on
 /// (on x86-64, with `dst` aligned to 16 bytes) the copy writes with
 /// non-temporal stores: it skips the read of each destination line that a
 /// cached store first makes (write-allocate), so it moves two bytes of
@@ -67,9 +78,32 @@ mod tests {
         }
     }
 
+    /// Streamed copies of other element sizes, with and without a tail.
+    #[test]
+    fn streams_bytes_and_doubles_with_and_without_a_tail() {
+        for extra in [0usize, 5] {
+            let len = COPY_STREAMING_FROM_BYTES + 64 * 3 + extra;
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            let mut dst = vec![0u8; len];
+            assert!(kernels_stream_bytes(dst.as_ptr() as usize));
+            copy_streaming(&src, &mut dst);
+            assert_eq!(src, dst, "u8, tail {extra}");
+            let n = COPY_STREAMING_FROM_BYTES / 8 + extra;
+            let src: Vec<f64> = (0..n).map(|i| i as f64 * 0.5 - 3.0).collect();
+            let mut dst = vec![0f64; n];
+            assert!(kernels_stream_bytes(dst.as_ptr() as usize));
+            copy_streaming(&src, &mut dst);
+            assert_eq!(src, dst, "f64, tail {extra}");
+        }
+    }
+
+    fn kernels_stream_bytes(at: usize) -> bool {
+        !cfg!(all(target_arch = "x86_64", not(miri))) || at.is_multiple_of(16)
+    }
+
     /// Whether a copy to `dst` streams on this platform.
     fn kernels_stream(dst: &[u32]) -> bool {
-        !cfg!(all(target_arch = "x86_64", not(miri))) || (dst.as_ptr() as usize).is_multiple_of(16)
+        kernels_stream_bytes(dst.as_ptr() as usize)
     }
 
     #[test]

@@ -3,17 +3,25 @@
 //!
 //! A transform of a large grid writes fresh buffers of tens to hundreds of
 //! MiB per call (the FFT's spectra, the reordered coefficients, the output
-//! field). The allocator maps each from the kernel anew, and with 4 KiB
-//! pages the first write to each page is a fault: about 43 000 faults per
+//! field). glibc maps each buffer over 32 MiB from the kernel anew, and
+//! hands heap memory above its trim threshold back, so with 4 KiB pages
+//! the first write to each page is a fault: about 43 000 faults per
 //! forward + inverse pair at 1441×2880 f64 with 4 fields, a quarter of the
 //! process's time in the kernel. Advising these buffers for 2 MiB pages
 //! (`madvise(MADV_HUGEPAGE)`, honoured when the system's transparent huge
-//! pages are `always` or `madvise`) takes 512 times fewer faults.
+//! pages are `always` or `madvise`) left about 750 faults per pair.
 //!
-//! The advice is the only side effect: it marks the memory of the advised
-//! buffer, which the allocator returns to the kernel when the buffer is
-//! freed (buffers this large are mapped on their own), or keeps for reuse
-//! inside this process.
+//! Side effects on the process, all confined to memory these buffers
+//! occupy:
+//! - the advice splits the allocator's mapping at the advised range, and
+//!   stays on that memory: a buffer over 32 MiB is unmapped when freed,
+//!   but one between 4 and 32 MiB may come from glibc's heap (once a
+//!   larger mapped block was freed), whose region then keeps the advice
+//!   for later allocations there (up to 2 MiB more resident memory per
+//!   huge page partly used);
+//! - with the kernel's default `defrag` setting (`madvise`), a fault in
+//!   advised memory may compact memory to find a huge page, which can
+//!   stall the faulting thread on a fragmented machine.
 
 /// Buffers from this size on are advised; smaller ones come from the
 /// allocator's heap, already mapped.
@@ -23,8 +31,9 @@ const ADVISE_FROM_BYTES: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 /// `len` zeros in a fresh vector. From 4 MiB on, on Linux, the whole
-/// 2 MiB pages inside it are advised for transparent huge pages before its
-/// first write (a zeroed allocation this large is mapped untouched).
+/// 2 MiB pages inside it are advised for transparent huge pages: before
+/// its first write where the allocator maps it untouched (over 32 MiB, or
+/// fresh heap), for its later faults otherwise.
 pub(crate) fn zeroed<T: realfft::FftNum>(len: usize) -> Vec<T> {
     let v = vec![T::zero(); len];
     advise(&v);

@@ -84,20 +84,23 @@ pub(crate) fn all_reduce<T: Element>(
                 }
             })
             .collect();
+        // Alone, no peer reads the slot.
         let outs = [round.wrapping_add(lo), slot(me).wrapping_add(lo)];
+        let outs = if n > 1 { &outs[..] } else { &outs[..1] };
         // SAFETY: valid: share `lo..hi` of our round of `buf` and of every
         // mapped slot of `chunk >= hi` elements. Unaliased: between the
         // barriers peers read only their own shares of our slot, and write
         // only their own slots; the kernel reads each tile of every input
         // before it writes that tile (our buffer is both).
-        unsafe { kernels::reduce(&ins, &outs, hi - lo, op) };
+        unsafe { kernels::reduce(&ins, outs, hi - lo, op) };
         seg.barrier(deadline)?;
         for q in (0..n).filter(|&q| q != me) {
             let (lo, hi) = share(q);
             // SAFETY: rank `q` wrote its share's result to its slot before
-            // the second barrier and writes that slot again only after
-            // this rank passes the next round of the same parity's first
-            // barrier; `round[lo..hi]` is ours.
+            // the second barrier. It writes this slot buffer again in the
+            // round after next (the same parity), which it starts only
+            // after passing the next round's barriers, which this rank
+            // reaches only after this copy; `round[lo..hi]` is ours.
             unsafe { copy(slot(q).add(lo).cast_const(), round.add(lo), hi - lo) };
         }
         off += m;
