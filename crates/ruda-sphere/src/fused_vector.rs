@@ -63,11 +63,6 @@ pub(crate) trait FusedVectorSht: Backend {
     fn vsht_synthesis(c: FloatTensor<Self>, f: FusedVector) -> FloatTensor<Self>;
 }
 
-/// `(re, im)` of entry `c` of a row of complex pairs.
-fn at(row: &[f64], c: usize) -> (f64, f64) {
-    (row[2 * c], row[2 * c + 1])
-}
-
 /// The analysis on host values `x` (`[2b, k, nlon]`, fields of (θ, φ)).
 fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
     let rec = &f.step.rec;
@@ -86,32 +81,34 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &FusedVector) -> Vec<T> {
                 // H = R̂(X) over degrees 0..=L.
                 let mut o = vec![0.0; (nl + 1) * cols];
                 rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
-                // [l, 2b, 2]: (s, t) of each field.
+                // [l, 2b, 2]: (s, t) of each field. Per field, four
+                // values: (re, im) of θ, then of φ, in `o` and in `st`.
                 let mut st = vec![0.0; nl * cols];
                 let mf = fc.m[m];
+                let none = vec![0.0; cols];
                 for l in 0..nl {
                     let at_l = m * nl + l;
                     let (c0, c1, c2) = (fc.c0[at_l], fc.c1[at_l], fc.c2[at_l]);
                     let inv = if f.scaled { fc.inv_ll[l] } else { 1.0 };
                     let row = &o[l * cols..(l + 1) * cols];
                     let up = &o[(l + 1) * cols..(l + 2) * cols];
-                    let below = (l > 0).then(|| &o[(l - 1) * cols..l * cols]);
-                    // A0(X) = c0 H_l + c1 H_{l+1} + c2 H_{l−1}.
-                    let a0 = |field: usize| -> (f64, f64) {
-                        let (h, u) = (at(row, field), at(up, field));
-                        let d = below.map_or((0.0, 0.0), |r| at(r, field));
-                        (
-                            c0 * h.0 + c1 * u.0 + c2 * d.0,
-                            c0 * h.1 + c1 * u.1 + c2 * d.1,
-                        )
+                    let below = if l > 0 {
+                        &o[(l - 1) * cols..l * cols]
+                    } else {
+                        &none[..]
                     };
-                    for bi in 0..b {
-                        let (th, ph) = (2 * bi, 2 * bi + 1);
-                        let (a0x0, a0x1) = (a0(th), a0(ph));
-                        let (h0, h1) = (at(row, th), at(row, ph));
-                        let (a1x0, a1x1) = ((mf * h0.0, mf * h0.1), (mf * h1.0, mf * h1.1));
+                    let out = &mut st[l * cols..(l + 1) * cols];
+                    for (((out, h), u), d) in out
+                        .chunks_exact_mut(4)
+                        .zip(row.chunks_exact(4))
+                        .zip(up.chunks_exact(4))
+                        .zip(below.chunks_exact(4))
+                    {
+                        // A0(X) = c0 H_l + c1 H_{l+1} + c2 H_{l−1}.
+                        let a0 = |i: usize| c0 * h[i] + c1 * u[i] + c2 * d[i];
+                        let (a0x0, a0x1) = ((a0(0), a0(1)), (a0(2), a0(3)));
+                        let (a1x0, a1x1) = ((mf * h[0], mf * h[1]), (mf * h[2], mf * h[3]));
                         // s = A0(X0) − i A1(X1), t = −i A1(X0) − A0(X1).
-                        let out = &mut st[(l * 2 * b + th) * 2..(l * 2 * b + ph + 1) * 2];
                         out[0] = inv * (a0x0.0 + a1x1.1);
                         out[1] = inv * (a0x0.1 - a1x1.0);
                         out[2] = inv * (a1x0.1 - a0x1.0);
@@ -141,42 +138,43 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &FusedVector) -> Vec<T> {
             .par_iter()
             .enumerate()
             .map(|(m, block)| {
-                // Field `field`'s coefficient of degree `l` (0 outside 0..L).
-                let coef = |field: usize, l: Option<usize>| -> (f64, f64) {
-                    let Some(l) = l.filter(|&l| l < nl) else {
-                        return (0.0, 0.0);
-                    };
-                    let from = (l * 2 * b + field) * 2;
+                // Row `l + 1`: the coefficients of degree `l` scaled, per
+                // field (re, im) of s, then of t; rows of degrees −1, L and
+                // L + 1 are zero.
+                let mut padded = vec![0.0; (nl + 3) * cols];
+                for l in 0..nl {
                     let inv = if f.scaled { fc.inv_ll[l] } else { 1.0 };
-                    (inv * block[from], inv * block[from + 1])
-                };
+                    let to = &mut padded[(l + 1) * cols..(l + 2) * cols];
+                    for (t, &v) in to.iter_mut().zip(&block[l * cols..(l + 1) * cols]) {
+                        *t = inv * v;
+                    }
+                }
                 let mf = fc.m[m];
                 let mut a = vec![0.0; (nl + 1) * cols];
                 for j in 0..=nl {
                     let at_j = m * (nl + 1) + j;
                     let (k0, k1, k2) = (fc.k0[at_j], fc.k1[at_j], fc.k2[at_j]);
-                    // E(C)_j = c0_j C_j + c1_{j−1} C_{j−1} + c2_{j+1} C_{j+1}.
-                    let e = |field: usize| -> (f64, f64) {
-                        let (h, d, u) = (
-                            coef(field, Some(j)),
-                            coef(field, j.checked_sub(1)),
-                            coef(field, Some(j + 1)),
-                        );
-                        (
-                            k0 * h.0 + k1 * d.0 + k2 * u.0,
-                            k0 * h.1 + k1 * d.1 + k2 * u.1,
-                        )
-                    };
+                    let (d, h, u) = (
+                        &padded[j * cols..(j + 1) * cols],
+                        &padded[(j + 1) * cols..(j + 2) * cols],
+                        &padded[(j + 2) * cols..(j + 3) * cols],
+                    );
                     let row = &mut a[j * cols..(j + 1) * cols];
-                    for bi in 0..b {
-                        let (sf, tf) = (2 * bi, 2 * bi + 1);
-                        let (s, t) = (coef(sf, Some(j)), coef(tf, Some(j)));
-                        let (es, et) = (e(sf), e(tf));
+                    for (((row, h), d), u) in row
+                        .chunks_exact_mut(4)
+                        .zip(h.chunks_exact(4))
+                        .zip(d.chunks_exact(4))
+                        .zip(u.chunks_exact(4))
+                    {
+                        // E(C)_j = c0_j C_j + c1_{j−1} C_{j−1} + c2_{j+1} C_{j+1}.
+                        let e = |i: usize| k0 * h[i] + k1 * d[i] + k2 * u[i];
+                        let (s, t) = ((h[0], h[1]), (h[2], h[3]));
+                        let (es, et) = ((e(0), e(1)), (e(2), e(3)));
                         // F0: E(s) + i m t; F1: i m s − E(t).
-                        row[2 * sf] = es.0 - mf * t.1;
-                        row[2 * sf + 1] = es.1 + mf * t.0;
-                        row[2 * tf] = -mf * s.1 - et.0;
-                        row[2 * tf + 1] = mf * s.0 - et.1;
+                        row[0] = es.0 - mf * t.1;
+                        row[1] = es.1 + mf * t.0;
+                        row[2] = -mf * s.1 - et.0;
+                        row[3] = mf * s.0 - et.1;
                     }
                 }
                 // [k, 2b, 2]: (θ, φ) of each field.
