@@ -19,10 +19,11 @@
 //! transposes are the identity and a rank's steps from its latitudes to
 //! every coefficient are the serial transforms' fused operation on its
 //! latitudes, between the same polar collectives; the scalar transforms'
-//! partial sums stay orders first (`[m, l, b, 2]`, as the kernel writes
-//! them, [`crate::fused::Fused::orders_first`]), so that only this rank's
-//! share of the degrees is permuted; the vector transforms' are
-//! `[b, l, m, 2]` ([`crate::sht::fused_analysis`]).
+//! partial sums are degrees first (`[l, m, b, 2]`, each order's rows as
+//! the kernel writes them, [`crate::fused::Fused::degrees_first`]), so that
+//! the polar reduce-scatter and gather along the degrees move contiguous
+//! rows and only this rank's share of the degrees is permuted; the vector
+//! transforms' are `[b, l, m, 2]` ([`crate::sht::fused_analysis`]).
 
 use burn_tensor::Tensor;
 use ruda_tensor::tensor_api as ta;
@@ -211,15 +212,16 @@ impl<G: Group> Part<G> {
             // polar sum keeping this rank's degrees.
             let c = match &self.stage {
                 LegendreStage::Scalar(step) => {
-                    // [m, l, b, 2] as the kernel writes it: only this
-                    // rank's share of the degrees is permuted.
+                    // [l, m, b, 2] as the kernel writes it: the sum cuts
+                    // contiguous rows, and only this rank's share of the
+                    // degrees is permuted to [b, l, m, 2].
                     let f = Fused {
                         step: step.clone(),
                         modes: Modes::analysis(s.nlon(), s.mmax(), RowsFirst),
-                        orders_first: true,
+                        degrees_first: true,
                     };
                     let partial = sht_analysis(op, x, f)?;
-                    swap_orders(ta::reduce_from_scatter_to_polar_region(g, partial, 1)?)
+                    ta::reduce_from_scatter_to_polar_region(g, partial, 0)?.permute([2, 0, 1, 3])
                 }
                 // [b, l, m, 2].
                 LegendreStage::Vector(_) => {
@@ -274,13 +276,18 @@ impl<G: Group> Part<G> {
             // latitudes from them.
             let x = match &self.stage {
                 LegendreStage::Scalar(step) => {
-                    // [m, l, b, 2]: each order's block as the kernel reads it.
-                    let c =
-                        ta::gather_from_copy_to_polar_region(g, swap_orders(c), 1, l.l_sizes())?;
+                    // [l, m, b, 2]: each order's rows as the kernel reads
+                    // them, gathered as contiguous rows.
+                    let c = ta::gather_from_copy_to_polar_region(
+                        g,
+                        c.permute([1, 2, 0, 3]),
+                        0,
+                        l.l_sizes(),
+                    )?;
                     let f = Fused {
                         step: step.clone(),
                         modes: Modes::synthesis(s.nlon(), s.mmax(), RowsFirst),
-                        orders_first: true,
+                        degrees_first: true,
                     };
                     sht_synthesis(op, c, f)?
                 }

@@ -21,12 +21,14 @@
 //! The backward of each is the other with the adjoint longitude factors
 //! ([`Modes`]) and the same Legendre weighting.
 //!
-//! With [`Fused::orders_first`] the coefficients are `[m, l, b, 2]`
-//! instead: each order's block just as the Legendre kernel writes (and
-//! reads) it, with no scatter or gather. A polar rank of a distributed
-//! scalar transform takes this form: its partial sums go into the polar
-//! reduce-scatter along the degrees as they are, and only its own share
-//! of the degrees is permuted afterwards.
+//! With [`Fused::degrees_first`] the coefficients are `[l, m, b, 2]`
+//! instead: each order's rows as the Legendre kernel writes (and reads)
+//! them, `m·b·2` values apart, with no scatter or gather. A polar rank of
+//! a distributed scalar transform takes this form: the polar
+//! reduce-scatter along the degrees then cuts contiguous rows (no
+//! transposing copy before it), the gather before the synthesis yields
+//! them contiguous, and only the rank's own share of the degrees is
+//! permuted to `[b, l, m, 2]`.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -54,17 +56,17 @@ use crate::profile::{Stage, timed};
 pub(crate) struct Fused {
     pub(crate) step: Step,
     pub(crate) modes: Modes,
-    /// Coefficients `[m, l, b, 2]` (each order's block as the kernel
-    /// writes it) rather than `[b, l, m, 2]`.
-    pub(crate) orders_first: bool,
+    /// Coefficients `[l, m, b, 2]` (each order's rows as the kernel
+    /// writes them) rather than `[b, l, m, 2]`.
+    pub(crate) degrees_first: bool,
 }
 
 /// The fused transforms as backend operations.
 pub(crate) trait FusedSht: Backend {
-    /// `[b, k, nlon] → [b, l, m, 2]` (`[m, l, b, 2]` when
-    /// [`Fused::orders_first`]).
+    /// `[b, k, nlon] → [b, l, m, 2]` (`[l, m, b, 2]` when
+    /// [`Fused::degrees_first`]).
     fn sht_analysis(x: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
-    /// `[b, l, m, 2]` (`[m, l, b, 2]` when [`Fused::orders_first`]) →
+    /// `[b, l, m, 2]` (`[l, m, b, 2]` when [`Fused::degrees_first`]) →
     /// `[b, k, nlon]`.
     fn sht_synthesis(c: FloatTensor<Self>, f: Fused) -> FloatTensor<Self>;
 }
@@ -92,24 +94,31 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     // [k, b, 2] per order, straight from the FFT.
     let inputs = f.modes.forward_orders(x, b, nk);
     let cols = 2 * b;
-    if f.orders_first {
-        // [m, l, b, 2]: each order's block where the kernel's result goes.
+    if f.degrees_first {
+        // [l, m, b, 2]: row (l, m) is order m's row l as the kernel
+        // writes it.
         debug_assert_eq!(inputs.len(), nm, "a block per order");
-        let mut out = crate::huge_pages::zeroed::<T>(nm * nl * cols);
+        let mut out = crate::huge_pages::zeroed::<T>(nl * nm * cols);
         if out.is_empty() {
             return out;
         }
+        let rows = RowsOf(out.as_mut_ptr());
         timed(Stage::Legendre, || {
-            out.par_chunks_mut(nl * cols)
-                .zip(inputs.par_iter())
-                .enumerate()
-                .for_each(|(m, (chunk, s))| {
-                    let mut o = vec![0.0; nl * cols];
-                    rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
-                    for (d, &v) in chunk.iter_mut().zip(&o) {
+            inputs.par_iter().enumerate().for_each(|(m, s)| {
+                let mut o = vec![0.0; nl * cols];
+                rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
+                for (l, row) in o.chunks_exact(cols).enumerate() {
+                    // SAFETY: `(l · nm + m) · cols + cols <= nl · nm ·
+                    // cols`, the length of `out` (`l < nl`, `m < nm`), which
+                    // outlives the parallel loop; rows (l, m) of distinct
+                    // orders never overlap, and this task alone writes the
+                    // rows of order `m`; nothing reads `out` meanwhile.
+                    let dst = unsafe { rows.row((l * nm + m) * cols, cols) };
+                    for (d, &v) in dst.iter_mut().zip(row) {
                         *d = T::narrow(v);
                     }
-                });
+                }
+            });
         });
         return out;
     }
@@ -129,22 +138,26 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     timed(Stage::Reorder, || scatter_orders(&blocks, b * nl))
 }
 
-/// The synthesis on host values `c` (`[b, l, m, 2]`, or `[m, l, b, 2]`
-/// when [`Fused::orders_first`]).
+/// The synthesis on host values `c` (`[b, l, m, 2]`, or `[l, m, b, 2]`
+/// when [`Fused::degrees_first`]).
 fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let cols = 2 * b;
-    if f.orders_first {
-        // [m, l, b, 2]: each order's block is a slice of `c`.
+    if f.degrees_first {
+        // [l, m, b, 2]: order m's block is its rows, `nm · cols` apart.
         let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
             (0..nm)
                 .into_par_iter()
                 .map(|m| {
-                    let a: Vec<f64> = c[m * nl * cols..(m + 1) * nl * cols]
-                        .iter()
-                        .map(|&v| v.into())
-                        .collect();
+                    let mut a = vec![0.0; nl * cols];
+                    // No rows to read in an empty batch (`cols` = 0).
+                    for (l, row) in a.chunks_exact_mut(cols.max(1)).enumerate() {
+                        let at = (l * nm + m) * cols;
+                        for (d, &v) in row.iter_mut().zip(&c[at..at + cols]) {
+                            *d = v.into();
+                        }
+                    }
                     let mut o = vec![0.0; nk * cols];
                     rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
                     o
@@ -169,6 +182,30 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     drop(inputs);
     // Each row's FFT reads its orders straight from the blocks.
     f.modes.inverse_orders(&blocks, b, nk, T::narrow)
+}
+
+/// The rows of a `[l, m, b, 2]` output that the analysis's parallel tasks
+/// write, one order's rows each.
+#[derive(Clone, Copy)]
+struct RowsOf<T>(*mut T);
+
+// SAFETY: the pointer is only dereferenced through `RowsOf::row`, whose
+// callers write disjoint rows from their own tasks while the buffer lives.
+unsafe impl<T: Send> Send for RowsOf<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for RowsOf<T> {}
+
+impl<T> RowsOf<T> {
+    /// The `len` elements at `at`.
+    ///
+    /// # Safety
+    /// `at + len` is within the buffer, which outlives the slice, and no
+    /// other reference to those elements exists while it lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, at: usize, len: usize) -> &mut [T] {
+        // SAFETY: forwarded from the caller.
+        unsafe { core::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
 }
 
 /// Each order's `[r, fields, 2]` block, widened to f64, from `[fields, r,
@@ -296,8 +333,8 @@ impl FusedSht for Flex {
             "a [b, nlat, nlon] field (checked before routing)"
         );
         let b = shape[0];
-        let out = if f.orders_first {
-            vec![f.modes.mmax, rec.lmax(), b, 2]
+        let out = if f.degrees_first {
+            vec![rec.lmax(), f.modes.mmax, b, 2]
         } else {
             vec![b, rec.lmax(), f.modes.mmax, 2]
         };
@@ -312,14 +349,14 @@ impl FusedSht for Flex {
             4,
             "coefficients of rank 4 (checked before routing)"
         );
-        let (orders, b) = if f.orders_first {
-            (shape[0], shape[2])
+        let (degrees, orders, b) = if f.degrees_first {
+            (shape[0], shape[1], shape[2])
         } else {
-            (shape[2], shape[0])
+            (shape[1], shape[2], shape[0])
         };
         assert!(
-            shape[1] == rec.lmax() && orders == f.modes.mmax && shape[3] == 2,
-            "[b, lmax, mmax, 2] or [mmax, lmax, b, 2] coefficients (checked before routing)"
+            degrees == rec.lmax() && orders == f.modes.mmax && shape[3] == 2,
+            "[b, lmax, mmax, 2] or [lmax, mmax, b, 2] coefficients (checked before routing)"
         );
         let out = vec![b, rec.nlat(), f.modes.nlon];
         on_values(c, out, |v| synthesis(v, b, &f), |v| synthesis(v, b, &f))
@@ -365,14 +402,14 @@ mod tests {
         Fused {
             step,
             modes,
-            orders_first: false,
+            degrees_first: false,
         }
     }
 
     #[test]
-    fn orders_first_coefficients_are_the_same_values_permuted() {
+    fn degrees_first_coefficients_are_the_same_values_permuted() {
         // Whole grid and a mirrored band, 0, 1 and 3 fields, f64 and f32:
-        // [m, l, b, 2] holds bit for bit the values [b, l, m, 2] holds.
+        // [l, m, b, 2] holds bit for bit the values [b, l, m, 2] holds.
         let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
         let (nl, nm) = (spec.lmax(), spec.mmax());
         let whole = 0..13;
@@ -384,7 +421,7 @@ mod tests {
                     .collect();
                 let rows = fused(&spec, &bands, true);
                 let orders = Fused {
-                    orders_first: true,
+                    degrees_first: true,
                     ..rows.clone()
                 };
                 let (c_rows, c_orders) = (analysis(&x, b, &rows), analysis(&x, b, &orders));
@@ -397,7 +434,7 @@ mod tests {
                         for m in 0..nm {
                             for p in 0..2 {
                                 let r = ((bi * nl + l) * nm + m) * 2 + p;
-                                let o = ((m * nl + l) * b + bi) * 2 + p;
+                                let o = ((l * nm + m) * b + bi) * 2 + p;
                                 assert_eq!(c_orders[o].to_bits(), c_rows[r].to_bits());
                                 assert_eq!(c32_orders[o].to_bits(), c32_rows[r].to_bits());
                             }
@@ -407,7 +444,7 @@ mod tests {
                 // Synthesis from each layout gives the same field.
                 let inv = fused(&spec, &bands, false);
                 let inv_orders = Fused {
-                    orders_first: true,
+                    degrees_first: true,
                     ..inv.clone()
                 };
                 let (y_rows, y_orders) = (

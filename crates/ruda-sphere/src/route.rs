@@ -204,8 +204,8 @@ impl PrimOp for FusedSynthesis {
     }
 }
 
-/// `[b, nlat, nlon] → [b, lmax, mmax, 2]` (`[mmax, lmax, b, 2]` when
-/// `f.orders_first`) by the fused analysis; the caller has checked the
+/// `[b, nlat, nlon] → [b, lmax, mmax, 2]` (`[lmax, mmax, b, 2]` when
+/// `f.degrees_first`) by the fused analysis; the caller has checked the
 /// shape.
 pub(crate) fn sht_analysis(
     op: &'static str,
@@ -215,7 +215,7 @@ pub(crate) fn sht_analysis(
     route(op, x, FusedAnalysis(f))
 }
 
-/// `[b, lmax, mmax, 2]` (`[mmax, lmax, b, 2]` when `f.orders_first`) →
+/// `[b, lmax, mmax, 2]` (`[lmax, mmax, b, 2]` when `f.degrees_first`) →
 /// `[b, nlat, nlon]` by the fused synthesis; the caller has checked the
 /// shape.
 pub(crate) fn sht_synthesis(

@@ -65,7 +65,7 @@ pub(crate) fn analyse<const D: usize, const E: usize>(
 /// `[b, l, m, 2]` over all of `stage`'s degrees and orders: the serial
 /// transform's, or a rank's part of a polar split of a vector transform
 /// (its latitudes' share of every coefficient; a scalar one's rank writes
-/// its share orders first instead, [`crate::fused::Fused::orders_first`]).
+/// its share degrees first instead, [`crate::fused::Fused::degrees_first`]).
 pub(crate) fn fused_analysis(
     op: &'static str,
     s: &ShtSpec,
@@ -76,14 +76,14 @@ pub(crate) fn fused_analysis(
     match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            let orders_first = false;
+            let degrees_first = false;
             sht_analysis(
                 op,
                 x,
                 Fused {
                     step,
                     modes,
-                    orders_first,
+                    degrees_first,
                 },
             )
         }
@@ -137,14 +137,14 @@ pub(crate) fn fused_synthesis(
     match stage {
         LegendreStage::Scalar(step) => {
             let step = step.clone();
-            let orders_first = false;
+            let degrees_first = false;
             sht_synthesis(
                 op,
                 c,
                 Fused {
                     step,
                     modes,
-                    orders_first,
+                    degrees_first,
                 },
             )
         }
