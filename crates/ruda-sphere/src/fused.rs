@@ -23,7 +23,7 @@
 //!
 //! With [`Fused::degrees_first`] the coefficients are `[l, m, b, 2]`
 //! instead: each order's rows as the Legendre kernel writes (and reads)
-//! them, `m·b·2` values apart, with no scatter or gather. A polar rank of
+//! them, `mmax·b·2` values apart, with no scatter or gather. A polar rank of
 //! a distributed scalar transform takes this form: the polar
 //! reduce-scatter along the degrees then cuts contiguous rows (no
 //! transposing copy before it), the gather before the synthesis yields
@@ -96,23 +96,24 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     let cols = 2 * b;
     if f.degrees_first {
         // [l, m, b, 2]: row (l, m) is order m's row l as the kernel
-        // writes it.
-        debug_assert_eq!(inputs.len(), nm, "a block per order");
+        // writes it. The rows below are in bounds only with a block per
+        // order: checked in every build.
+        assert_eq!(inputs.len(), nm, "a block per order");
         let mut out = crate::huge_pages::zeroed::<T>(nl * nm * cols);
         if out.is_empty() {
             return out;
         }
-        let rows = RowsOf(out.as_mut_ptr());
+        let rows = RowsOf::new(&mut out);
         timed(Stage::Legendre, || {
             inputs.par_iter().enumerate().for_each(|(m, s)| {
                 let mut o = vec![0.0; nl * cols];
                 rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
                 for (l, row) in o.chunks_exact(cols).enumerate() {
-                    // SAFETY: `(l · nm + m) · cols + cols <= nl · nm ·
-                    // cols`, the length of `out` (`l < nl`, `m < nm`), which
-                    // outlives the parallel loop; rows (l, m) of distinct
-                    // orders never overlap, and this task alone writes the
-                    // rows of order `m`; nothing reads `out` meanwhile.
+                    // SAFETY: rows (l, m) of distinct orders never overlap
+                    // (`m < nm`: one block per order, asserted above) and
+                    // this task alone handles order `m`, one row at a time
+                    // (each slice is dropped before the next is made);
+                    // `row` checks the bounds.
                     let dst = unsafe { rows.row((l * nm + m) * cols, cols) };
                     for (d, &v) in dst.iter_mut().zip(row) {
                         *d = T::narrow(v);
@@ -185,26 +186,46 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
 }
 
 /// The rows of a `[l, m, b, 2]` output that the analysis's parallel tasks
-/// write, one order's rows each.
-#[derive(Clone, Copy)]
-struct RowsOf<T>(*mut T);
+/// write, one order's rows each: the buffer borrowed for `'a`, so it
+/// outlives every row handed out.
+struct RowsOf<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _buffer: core::marker::PhantomData<&'a mut [T]>,
+}
 
-// SAFETY: the pointer is only dereferenced through `RowsOf::row`, whose
-// callers write disjoint rows from their own tasks while the buffer lives.
-unsafe impl<T: Send> Send for RowsOf<T> {}
+// SAFETY: a `RowsOf` stands for the exclusive borrow of its buffer, which
+// may move to or be shared with other threads as `&mut [T]` may for
+// `T: Send`; every access goes through `RowsOf::row`, whose callers
+// promise that no two threads touch the same elements.
+unsafe impl<T: Send> Send for RowsOf<'_, T> {}
 // SAFETY: as above.
-unsafe impl<T: Send> Sync for RowsOf<T> {}
+unsafe impl<T: Send> Sync for RowsOf<'_, T> {}
 
-impl<T> RowsOf<T> {
+impl<'a, T> RowsOf<'a, T> {
+    fn new(buffer: &'a mut [T]) -> Self {
+        RowsOf {
+            ptr: buffer.as_mut_ptr(),
+            len: buffer.len(),
+            _buffer: core::marker::PhantomData,
+        }
+    }
+
     /// The `len` elements at `at`.
     ///
+    /// # Panics
+    /// If they are not all within the buffer.
+    ///
     /// # Safety
-    /// `at + len` is within the buffer, which outlives the slice, and no
-    /// other reference to those elements exists while it lives.
+    /// No other reference to, or access through this `RowsOf` of, those
+    /// elements exists while the slice lives.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn row(&self, at: usize, len: usize) -> &mut [T] {
-        // SAFETY: forwarded from the caller.
-        unsafe { core::slice::from_raw_parts_mut(self.0.add(at), len) }
+    unsafe fn row(&self, at: usize, len: usize) -> &'a mut [T] {
+        let end = at.checked_add(len).expect("a row's end fits in usize");
+        assert!(end <= self.len, "row {at}..{end} of {} elements", self.len);
+        // SAFETY: `at..end` is within the borrowed buffer (checked), which
+        // lives for `'a`; exclusivity is the caller's promise.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
 }
 
@@ -420,53 +441,56 @@ mod tests {
                     .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
                     .collect();
                 let rows = fused(&spec, &bands, true);
-                let orders = Fused {
+                let degrees = Fused {
                     degrees_first: true,
                     ..rows.clone()
                 };
-                let (c_rows, c_orders) = (analysis(&x, b, &rows), analysis(&x, b, &orders));
-                let c32_orders =
-                    analysis(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), b, &orders);
+                let (c_rows, c_degrees) = (analysis(&x, b, &rows), analysis(&x, b, &degrees));
+                let c32_degrees = analysis(
+                    &x.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+                    b,
+                    &degrees,
+                );
                 let c32_rows = analysis(&x.iter().map(|&v| v as f32).collect::<Vec<_>>(), b, &rows);
-                assert_eq!(c_orders.len(), c_rows.len());
+                assert_eq!(c_degrees.len(), c_rows.len());
                 for bi in 0..b {
                     for l in 0..nl {
                         for m in 0..nm {
                             for p in 0..2 {
                                 let r = ((bi * nl + l) * nm + m) * 2 + p;
                                 let o = ((l * nm + m) * b + bi) * 2 + p;
-                                assert_eq!(c_orders[o].to_bits(), c_rows[r].to_bits());
-                                assert_eq!(c32_orders[o].to_bits(), c32_rows[r].to_bits());
+                                assert_eq!(c_degrees[o].to_bits(), c_rows[r].to_bits());
+                                assert_eq!(c32_degrees[o].to_bits(), c32_rows[r].to_bits());
                             }
                         }
                     }
                 }
                 // Synthesis from each layout gives the same field.
                 let inv = fused(&spec, &bands, false);
-                let inv_orders = Fused {
+                let inv_degrees = Fused {
                     degrees_first: true,
                     ..inv.clone()
                 };
-                let (y_rows, y_orders) = (
+                let (y_rows, y_degrees) = (
                     synthesis(&c_rows, b, &inv),
-                    synthesis(&c_orders, b, &inv_orders),
+                    synthesis(&c_degrees, b, &inv_degrees),
                 );
-                assert_eq!((y_rows.len(), y_orders.len()), (b * nk * 22, b * nk * 22));
+                assert_eq!((y_rows.len(), y_degrees.len()), (b * nk * 22, b * nk * 22));
                 assert!(
                     y_rows
                         .iter()
-                        .zip(&y_orders)
+                        .zip(&y_degrees)
                         .all(|(a, c)| a.to_bits() == c.to_bits())
                 );
-                let (y32_rows, y32_orders) = (
+                let (y32_rows, y32_degrees) = (
                     synthesis(&c32_rows, b, &inv),
-                    synthesis(&c32_orders, b, &inv_orders),
+                    synthesis(&c32_degrees, b, &inv_degrees),
                 );
-                assert_eq!(y32_orders.len(), y32_rows.len());
+                assert_eq!(y32_degrees.len(), y32_rows.len());
                 assert!(
                     y32_rows
                         .iter()
-                        .zip(&y32_orders)
+                        .zip(&y32_degrees)
                         .all(|(a, c)| a.to_bits() == c.to_bits())
                 );
             }

@@ -135,10 +135,6 @@ fn range(sizes: &[usize], i: usize) -> Range<usize> {
     start..start + sizes[i]
 }
 
-/// Cut `costs` into `ranks` runs of at least one item each whose costs are
-/// as even as a cut between items allows: run `j` ends at the item
-/// boundary nearest to `j / ranks` of the total (each run's cost is at most
-/// the mean plus the largest item). Needs `1 ≤ ranks ≤ costs.len()`.
 /// The Fourier transforms' cost against the Legendre step's, in all: a
 /// rank of a 2×1 mirrored split at 1441 × 2880 f64 (4 fields, one thread
 /// a rank, huge-page buffers) spent 105–115 ms in FFTs and 203–225 ms in
@@ -166,6 +162,10 @@ fn pair_costs(spec: &ShtSpec) -> Vec<f64> {
         .collect()
 }
 
+/// Cut `costs` into `ranks` runs of at least one item each whose costs are
+/// as even as a cut between items allows: run `j` ends at the item
+/// boundary nearest to `j / ranks` of the total (each run's cost is at most
+/// the mean plus the largest item). Needs `1 ≤ ranks ≤ costs.len()`.
 fn even_runs(costs: &[f64], ranks: usize) -> Vec<usize> {
     let n = costs.len();
     let mut prefix = Vec::with_capacity(n + 1);
