@@ -263,10 +263,9 @@ impl LocalCommunicator {
                 // (checked), so block `me` starts in bounds.
                 .map(|s| unsafe { ptr::<T>(s).0.add(me * c) })
                 .collect();
-            // SAFETY: lengths checked; only this rank writes its receive
-            // buffer, which overlaps no send buffer: it is borrowed `&mut`
-            // by its rank's caller while the send buffers are borrowed by
-            // theirs.
+            // The receive buffer is borrowed `&mut` by this rank's caller,
+            // the send buffers `&` by theirs, so none overlaps it.
+            // SAFETY: valid: lengths checked; unaliased: see above.
             unsafe { kernels::reduce_into(&ins, ptr::<T>(&slots[me]).1, c, op) }
         })
     }
@@ -566,10 +565,9 @@ impl Communicator for LocalCommunicator {
                 // (checked), so this rank's block starts in bounds.
                 .map(|s| unsafe { ptr::<T>(s).0.add(offsets[me]) })
                 .collect();
-            // SAFETY: lengths checked; only this rank writes its receive
-            // buffer, which overlaps no send buffer: it is borrowed `&mut`
-            // by its rank's caller while the send buffers are borrowed by
-            // theirs.
+            // The receive buffer is borrowed `&mut` by this rank's caller,
+            // the send buffers `&` by theirs, so none overlaps it.
+            // SAFETY: valid: lengths checked; unaliased: see above.
             unsafe { kernels::reduce_into(&ins, ptr::<T>(&slots[me]).1, c, op) }
         })
     }

@@ -187,10 +187,9 @@ mod nt {
             let (src, dst) = (y.as_ptr().cast::<u8>(), dst.cast::<u8>());
             let mut i = 0;
             while i < bytes {
-                // SAFETY: `i + 16 <= bytes` (a tile is a multiple of 16
-                // bytes), inside `y` and inside the `TILE` elements at
-                // `dst` (caller); `dst + i` is 16-byte aligned (`usable`);
+                // A tile is a multiple of 16 bytes, so `i + 16 <= bytes`;
                 // SSE2 is part of x86-64's baseline.
+                // SAFETY: in `y` and the caller's tile at `dst`, aligned (`usable`); unaliased (caller).
                 unsafe {
                     _mm_stream_si128(
                         dst.add(i).cast::<__m128i>(),

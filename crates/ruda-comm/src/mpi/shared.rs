@@ -67,10 +67,9 @@ pub(crate) fn all_reduce<T: Element>(
         let round = buf[off..off + m].as_mut_ptr();
         for q in (0..n).filter(|&q| q != me) {
             let (lo, hi) = share(q);
-            // SAFETY: this rank's slot holds `chunk >= hi` elements (aligned:
-            // slots are 4 KiB aligned) and nobody else accesses it until the
-            // barrier (see `Segment::next_round`); `round[lo..hi]` is in
-            // `buf`, ours.
+            // Slots are 4 KiB aligned and hold `chunk >= hi` elements;
+            // nobody else touches ours until the barrier (`next_round`).
+            // SAFETY: `round[lo..hi]` is in `buf`, ours; the slot is valid and ours (above).
             unsafe { copy(round.add(lo).cast_const(), slot(me).add(lo), hi - lo) };
         }
         seg.barrier(deadline)?;
@@ -87,11 +86,10 @@ pub(crate) fn all_reduce<T: Element>(
         // Alone, no peer reads the slot.
         let outs = [round.wrapping_add(lo), slot(me).wrapping_add(lo)];
         let outs = if n > 1 { &outs[..] } else { &outs[..1] };
-        // SAFETY: valid: share `lo..hi` of our round of `buf` and of every
-        // mapped slot of `chunk >= hi` elements. Unaliased: between the
-        // barriers peers read only their own shares of our slot, and write
-        // only their own slots; the kernel reads each tile of every input
-        // before it writes that tile (our buffer is both).
+        // Between the barriers peers read only their own shares of our
+        // slot and write only their own slots; the kernel reads each tile
+        // of every input before it writes it (our buffer is both).
+        // SAFETY: share `lo..hi` of our round and of mapped slots (`chunk >= hi`); unaliased above.
         unsafe { kernels::reduce(&ins, outs, hi - lo, op) };
         seg.barrier(deadline)?;
         for q in (0..n).filter(|&q| q != me) {
