@@ -61,4 +61,6 @@ pub use reduce_op::ReduceOp;
 pub use replica::{ReplicaGroups, ReplicaGroupsError};
 
 #[cfg(feature = "mpi")]
-pub use mpi::{MpiCommunicator, MpiWorld, MpiWorldBuilder};
+pub use mpi::{
+    MpiCommunicator, MpiWorld, MpiWorldBuilder, SINGLE_COPY_BELOW_BYTES, SINGLE_COPY_FROM_BYTES,
+};

@@ -94,9 +94,12 @@ fn conformance_on_one_to_four_ranks() {
         let Some(t) = conformance(n, &[], false) else {
             return;
         };
-        // Ranks on one host move data through shared memory by default.
+        // Ranks on one host move data through shared memory by default,
+        // and read each other directly where the kernel lets them (it does
+        // here: same user, no Yama restriction).
         let on = if n > 1 { "on" } else { "off" };
         assert!(t.contains(&format!("rank 0: shared memory {on}")), "{t}");
+        assert!(t.contains(&format!("rank 0: single copy {on}")), "{t}");
     }
 }
 
@@ -123,6 +126,25 @@ fn conformance_through_small_shared_memory_slots() {
         };
         assert!(t.contains("rank 0: shared memory on"), "{t}");
     }
+}
+
+/// The suite with every all-gather, all-to-all, broadcast and
+/// reduce-scatter of the one-host world (and its splits) reading peers'
+/// buffers directly, from zero-length pieces up: the same results; and
+/// with single copies off, the slots alone.
+#[test]
+fn conformance_through_single_copies_and_without_them() {
+    for n in [2, 3, 4] {
+        let Some(t) = conformance(n, &["conformance", "--single-copy-all"], false) else {
+            return;
+        };
+        assert!(t.contains("rank 0: single copy on"), "{t}");
+    }
+    let Some(t) = conformance(3, &["conformance", "--slots-only"], false) else {
+        return;
+    };
+    assert!(t.contains("rank 0: shared memory on"), "{t}");
+    assert!(t.contains("rank 0: single copy off"), "{t}");
 }
 
 /// Nine ranks: past the groups whose small calls carry their data with

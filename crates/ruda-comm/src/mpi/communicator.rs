@@ -320,6 +320,27 @@ impl MpiCommunicator {
         )
     }
 
+    /// Whether this communicator's shared-memory segment reads peers'
+    /// buffers directly for mid-sized calls (see
+    /// [`super::MpiWorldBuilder::shared_memory_single_copy`]): it has a
+    /// segment ([`Self::shared_memory`]), no rank turned single copies
+    /// off, and every rank of each host could read each of its peers when
+    /// the communicator was made. The same on every rank of a host.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let mpi = ruda_comm::MpiWorld::init().expect("MPI starts");
+    /// let world = mpi.world().unwrap();
+    /// println!("single copies: {}", world.shared_memory_single_copy());
+    /// ```
+    pub fn shared_memory_single_copy(&self) -> bool {
+        match &*self.shm.lock().unwrap_or_else(|e| e.into_inner()) {
+            Shm::Ready(seg) => seg.pids().is_some(),
+            Shm::Hosts(h) => h.seg.pids().is_some(),
+            Shm::Off => false,
+        }
+    }
+
     /// Run `f` on this communicator's shared-memory segment with the data
     /// phase's deadline; `None` when the data goes through MPI instead
     /// (checks off, ranks on several hosts, or no segment could be made).
@@ -337,15 +358,33 @@ impl MpiCommunicator {
         };
         let op = c.fp.op;
         let waited = self.session.timeout;
-        Some(
-            f(seg, Instant::now() + waited).map_err(|stop| CommError::Timeout {
+        Some(f(seg, Instant::now() + waited).map_err(|stop| self.stopped(op, stop, |q| q)))
+    }
+
+    /// The error of a call that stopped on a segment: a single-copy read
+    /// of a live peer's buffer that failed is a [`CommError::Transport`]
+    /// naming the peer; anything else a [`CommError::Timeout`] naming the
+    /// ranks missing at the barrier (`rank` maps a segment rank to this
+    /// communicator's).
+    fn stopped(&self, op: OpKind, stop: Stop, rank: impl Fn(usize) -> usize) -> CommError {
+        match stop.read {
+            Some((q, why)) => CommError::Transport {
                 op,
                 rank: self.rank,
-                missing: stop.missing,
-                waited,
+                message: format!(
+                    "reading rank {}'s buffer through cross-memory attach failed: {why}",
+                    rank(q)
+                ),
                 context: ErrorContext::none(),
-            }),
-        )
+            },
+            None => CommError::Timeout {
+                op,
+                rank: self.rank,
+                missing: stop.missing.iter().map(|&q| rank(q)).collect(),
+                waited: self.session.timeout,
+                context: ErrorContext::none(),
+            },
+        }
     }
 
     /// A hierarchical all-reduce across hosts (see [`Self::shared_memory`]);
@@ -385,15 +424,8 @@ impl MpiCommunicator {
         } else {
             op
         };
-        let waited = self.session.timeout;
         let members = h.members.clone();
-        let named = |stop: Stop| CommError::Timeout {
-            op: OpKind::AllReduce,
-            rank: self.rank,
-            missing: stop.missing.iter().map(|&q| members[q]).collect(),
-            waited,
-            context: ErrorContext::none(),
-        };
+        let named = |stop: Stop| self.stopped(OpKind::AllReduce, stop, |q| members[q]);
         let mut share = vec![T::zeroed(); counts[me]];
         if let Err(stop) =
             shared::reduce_scatter(&mut h.seg, buf, &mut share, &counts, sum, deadline)

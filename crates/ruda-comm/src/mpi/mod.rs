@@ -3,8 +3,10 @@
 
 mod abort;
 mod agree;
+mod cma;
 mod communicator;
 mod data;
+mod direct;
 mod inline;
 mod p2p;
 mod placement;
@@ -17,4 +19,5 @@ mod watchdog;
 mod world;
 
 pub use communicator::MpiCommunicator;
+pub use direct::{SINGLE_COPY_BELOW_BYTES, SINGLE_COPY_FROM_BYTES};
 pub use world::{MpiWorld, MpiWorldBuilder};

@@ -10,8 +10,9 @@ use std::ffi::c_int;
 
 use mpi::ffi;
 
+use super::cma;
 use super::raw::{self, datatype, operator};
-use super::segment::{self, Segment};
+use super::segment::{self, Segment, SingleCopy};
 use super::session::Session;
 use crate::{CommError, DType, OpKind, ReduceOp};
 
@@ -290,7 +291,14 @@ fn open_segment(
         segment::unlink(&n);
     }
     match agreed? {
-        Some(s) => Ok(Some(s)),
+        Some(mut s) => {
+            if size > 1
+                && let Some(single_copy) = probe_single_copy(comm, rank, size, session)?
+            {
+                s.set_single_copy(single_copy);
+            }
+            Ok(Some(s))
+        }
         None => {
             if let Some(why) = why {
                 eprintln!(
@@ -300,4 +308,74 @@ fn open_segment(
             Ok(None)
         }
     }
+}
+
+/// Whether every rank of `comm` (all on one host, with a segment) wants
+/// single copies and can read each peer's memory
+/// ([`super::MpiWorldBuilder::shared_memory_single_copy`]): each rank
+/// publishes its process id and the address of a word it chose, reads
+/// every peer's word with [`cma::readable`], and the ranks agree on the
+/// outcome (the minimum). Collective over `comm`, blocking; returns the
+/// process ids in rank order and rank 0's call sizes when every rank
+/// succeeded.
+fn probe_single_copy(
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    session: &Session,
+) -> Result<Option<SingleCopy>, CommError> {
+    // Each rank's pid, word address, word, whether it wants single
+    // copies, and its call sizes (rank 0's hold).
+    const WORDS: usize = 6;
+    let pid = cma::pid();
+    // A word unlikely to be found by chance at a wrong address: the pid
+    // and the word's own address.
+    let mut word = Box::new(0x7275_6461_0000_0000_u64 ^ u64::from(pid.unsigned_abs()));
+    let at = std::ptr::from_ref::<u64>(&word) as usize;
+    *word ^= at as u64;
+    let token = **std::hint::black_box(&word);
+    let sizes = &session.shm.single_copy_sizes;
+    let mine: [i64; WORDS] = [
+        i64::from(pid),
+        at as i64,
+        token as i64,
+        i64::from(session.shm.single_copy),
+        sizes.start as i64,
+        sizes.end as i64,
+    ];
+    let mut all = vec![0i64; size * WORDS];
+    // SAFETY: `WORDS` i64 from each rank into `all` (`WORDS` per rank); a
+    // blocking call on a valid communicator.
+    let rc = session.mpi(|| unsafe {
+        ffi::MPI_Allgather(
+            mine.as_ptr().cast(),
+            WORDS as c_int,
+            datatype(DType::I64),
+            all.as_mut_ptr().cast(),
+            WORDS as c_int,
+            datatype(DType::I64),
+            comm,
+        )
+    });
+    raw::check(OpKind::Init, rank, rc)?;
+    let ok = all.chunks_exact(WORDS).enumerate().all(|(q, w)| {
+        w[3] == 1
+            && (q == rank
+                || libc::pid_t::try_from(w[0])
+                    .is_ok_and(|p| cma::readable(p, w[1] as usize, w[2] as u64)))
+    });
+    // Every rank has read every word once the agreement returns.
+    let agreed = min_all(comm, &[c_int::from(ok), 0, 0, 0], session)?;
+    drop(std::hint::black_box(word));
+    if agreed[0] != 1 {
+        return Ok(None);
+    }
+    Ok(Some(SingleCopy {
+        pids: all
+            .chunks_exact(WORDS)
+            .map(|w| libc::pid_t::try_from(w[0]).unwrap_or(0))
+            .collect(),
+        from_bytes: all[4] as usize,
+        below_bytes: all[5] as usize,
+    }))
 }

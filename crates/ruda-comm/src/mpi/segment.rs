@@ -86,6 +86,34 @@ pub(crate) struct Stop {
     /// late finds itself here). Empty only if this rank's episodes were
     /// ahead of the segment's, which the protocol rules out.
     pub missing: Vec<usize>,
+    /// This rank's single-copy read of a live peer's buffer failed
+    /// ([`super::direct`]): the peer and the system's error. The call was
+    /// abandoned, so its peers stop too (naming this rank).
+    pub read: Option<(usize, String)>,
+}
+
+impl Stop {
+    /// A stop naming `missing`, with no failed read.
+    pub(crate) fn missing(missing: Vec<usize>) -> Stop {
+        Stop {
+            missing,
+            read: None,
+        }
+    }
+}
+
+/// How a segment's collectives may read their peers' buffers directly
+/// ([`super::direct`]): agreed by every rank when the segment is made.
+#[derive(Clone, Debug)]
+pub(crate) struct SingleCopy {
+    /// Each rank's process id, in rank order.
+    pub pids: Box<[libc::pid_t]>,
+    /// Calls that move at least this many bytes (the same on every rank)
+    /// and fewer than `below_bytes` read directly; others go through the
+    /// slots.
+    pub from_bytes: usize,
+    /// See `from_bytes`.
+    pub below_bytes: usize,
 }
 
 /// How a waiting rank spends its time.
@@ -128,6 +156,12 @@ pub(crate) struct Segment {
     /// Record exchanges run (their parity picks the record area).
     calls: u64,
     patience: Patience,
+    /// Set when every rank can read its peers' memory (`None`: slots only).
+    single_copy: Option<SingleCopy>,
+    /// This rank's private memory for peers' blocks read directly before a
+    /// reduction (a slot's size, made with `single_copy`): process memory,
+    /// not the segment's.
+    scratch: Vec<u64>,
 }
 
 // SAFETY: the mapping is plain shared memory, valid wherever this value
@@ -339,6 +373,8 @@ impl Segment {
             round: 0,
             calls: 0,
             patience,
+            single_copy: None,
+            scratch: Vec::new(),
         })
     }
 
@@ -433,6 +469,41 @@ impl Segment {
         b
     }
 
+    /// Let the collectives read peers' buffers directly (every rank must set
+    /// the same, agreed when the segment is made).
+    pub(crate) fn set_single_copy(&mut self, single_copy: SingleCopy) {
+        debug_assert_eq!(single_copy.pids.len(), self.size);
+        self.single_copy = Some(single_copy);
+        self.scratch = vec![0; self.slot / 8];
+    }
+
+    /// Take this rank's scratch memory for single copies (a slot's size;
+    /// empty without them) for a call; [`Segment::put_scratch`] gives it back.
+    pub(crate) fn take_scratch(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.scratch)
+    }
+
+    /// Give back what [`Segment::take_scratch`] took.
+    pub(crate) fn put_scratch(&mut self, scratch: Vec<u64>) {
+        self.scratch = scratch;
+    }
+
+    /// The peers' process ids when a call of `bytes` (the same on every
+    /// rank) reads their buffers directly; `None` when it goes through the
+    /// slots.
+    pub(crate) fn single_copy(&self, bytes: usize) -> Option<&[libc::pid_t]> {
+        self.single_copy
+            .as_ref()
+            .filter(|s| (s.from_bytes..s.below_bytes).contains(&bytes))
+            .map(|s| &*s.pids)
+    }
+
+    /// Every rank's process id when single copies are on (whatever the
+    /// size).
+    pub(crate) fn pids(&self) -> Option<&[libc::pid_t]> {
+        self.single_copy.as_ref().map(|s| &*s.pids)
+    }
+
     /// Whether a barrier of this segment ever failed.
     #[cfg(test)]
     pub(crate) fn failed(&self) -> bool {
@@ -483,9 +554,7 @@ impl Segment {
             if v + 1 < e {
                 // Ahead of the segment: cannot happen (the verdict is at
                 // least the lowest arrival minus one), kept as a defence.
-                return Err(Stop {
-                    missing: Vec::new(),
-                });
+                return Err(Stop::missing(Vec::new()));
             }
             if (0..self.size).all(|q| self.arrival(q).load(Ordering::Acquire) >= e) {
                 // Either this rank decides, or another decided first (then
@@ -570,7 +639,7 @@ impl Segment {
                 bits & (1 << (q % 64)) != 0
             })
             .collect();
-        Stop { missing }
+        Stop::missing(missing)
     }
 }
 

@@ -42,7 +42,7 @@ pub(crate) struct Session {
 
 /// How a session's communicators may use shared memory (see
 /// `MpiWorldBuilder::shared_memory`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct SharedMemory {
     /// Communicators on one host move data through a segment.
     pub on: bool,
@@ -52,6 +52,12 @@ pub(crate) struct SharedMemory {
     /// Communicators across hosts with as many ranks on each make their
     /// all-reduces hierarchical (`MpiWorldBuilder::hierarchical`).
     pub hierarchical: bool,
+    /// Ranks of one host read their peers' buffers directly where they can
+    /// (`MpiWorldBuilder::shared_memory_single_copy`).
+    pub single_copy: bool,
+    /// The call sizes that read directly, in bytes, as asked for (rank 0's
+    /// hold: `MpiWorldBuilder::shared_memory_single_copy_sizes`).
+    pub single_copy_sizes: std::ops::Range<usize>,
 }
 
 impl Default for SharedMemory {
@@ -60,6 +66,9 @@ impl Default for SharedMemory {
             on: true,
             slot: super::segment::SLOT,
             hierarchical: false,
+            single_copy: true,
+            single_copy_sizes: super::direct::SINGLE_COPY_FROM_BYTES
+                ..super::direct::SINGLE_COPY_BELOW_BYTES,
         }
     }
 }

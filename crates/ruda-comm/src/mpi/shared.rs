@@ -18,6 +18,7 @@
 
 use std::time::Instant;
 
+use super::direct;
 use super::segment::{Segment, Stop};
 use crate::local::kernels;
 use crate::{Element, ReduceOp};
@@ -116,6 +117,9 @@ pub(crate) fn reduce_scatter<T: Element>(
     op: ReduceOp,
     deadline: Instant,
 ) -> Result<(), Stop> {
+    if seg.single_copy(size_of_val(send)).is_some() {
+        return direct::reduce_scatter(seg, send, recv, counts, op, deadline);
+    }
     let (me, n) = (seg.rank(), seg.size());
     let k = block_elems::<T>(seg.slot_len(), n);
     let offsets = kernels::offsets(counts);
@@ -163,6 +167,9 @@ pub(crate) fn all_gather<T: Element>(
     counts: &[usize],
     deadline: Instant,
 ) -> Result<(), Stop> {
+    if seg.single_copy(size_of_val(recv)).is_some() {
+        return direct::all_gather(seg, send, recv, counts, deadline);
+    }
     let me = seg.rank();
     let chunk = block_elems::<T>(seg.slot_len(), 1);
     let offsets = kernels::offsets(counts);
@@ -210,6 +217,9 @@ pub(crate) fn broadcast<T: Element>(
     root: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
+    if seg.single_copy(size_of_val(buf)).is_some() {
+        return direct::broadcast(seg, buf, root, deadline);
+    }
     let me = seg.rank();
     let chunk = block_elems::<T>(seg.slot_len(), 1);
     let stream = me != root && kernels::streams::<T>(buf.len());
@@ -244,6 +254,9 @@ pub(crate) fn all_to_all<T: Element>(
     block: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
+    if seg.single_copy(size_of_val(recv)).is_some() {
+        return direct::all_to_all(seg, send, recv, block, deadline);
+    }
     let (me, n) = (seg.rank(), seg.size());
     let k = block_elems::<T>(seg.slot_len(), n);
     let stream = kernels::streams::<T>(recv.len());
@@ -282,19 +295,37 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::mpi::segment::{self, Segment};
+    use crate::mpi::segment::{self, Segment, SingleCopy};
+
+    /// How the tests' segments move data: through the slots alone; single
+    /// copies for every call but all-reduce's; single copies from 4 to 64
+    /// KiB (other calls through the slots, interleaved).
+    const MODES: [Option<(usize, usize)>; 3] = [None, Some((0, usize::MAX)), Some((4096, 1 << 16))];
 
     /// `n` ranks, each a thread with its own mapping of one segment with
     /// one-page slots (many rounds from small buffers), running `f(rank,
-    /// segment)`; the results in rank order.
+    /// segment)`; with `single_copy`, calls from the first to below the
+    /// second many bytes read their peers' buffers directly (every rank is this process); the
+    /// results in rank order.
     fn ranks<R: Send + 'static>(
         n: usize,
+        single_copy: Option<(usize, usize)>,
         f: impl Fn(usize, &mut Segment) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         let name = segment::fresh_name();
         let slot = segment::slot_bytes(4096, n);
         let mut segs: Vec<Segment> = (0..n)
-            .map(|r| Segment::map(&name, r == 0, n, slot, r).expect("maps"))
+            .map(|r| {
+                let mut seg = Segment::map(&name, r == 0, n, slot, r).expect("maps");
+                if let Some((from_bytes, below_bytes)) = single_copy {
+                    seg.set_single_copy(SingleCopy {
+                        pids: vec![crate::mpi::cma::pid(); n].into(),
+                        from_bytes,
+                        below_bytes,
+                    });
+                }
+                seg
+            })
             .collect();
         segment::unlink(&name);
         let f = std::sync::Arc::new(f);
@@ -327,21 +358,23 @@ mod tests {
 
     #[test]
     fn all_reduce_over_many_rounds_equals_the_rank_order_sum() {
-        for n in 1..=4 {
-            for len in [0usize, 1, 13, 1024, 5000] {
-                let out = ranks(n, move |r, seg| {
-                    let mut buf: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
-                    all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
-                    let mut again: Vec<f32> = (0..len).map(|i| value(r, i) as f32).collect();
-                    all_reduce(seg, &mut again, ReduceOp::Max, deadline()).unwrap();
-                    (buf, again)
-                });
-                for (sum, max) in out {
-                    for i in 0..len {
-                        let want: f64 = (0..n).map(|r| value(r, i)).sum();
-                        assert_eq!(sum[i], want, "n {n} len {len} at {i}");
-                        let top = (0..n).map(|r| value(r, i) as f32).fold(f32::MIN, f32::max);
-                        assert_eq!(max[i], top, "n {n} len {len} at {i}");
+        for mode in MODES {
+            for n in 1..=4 {
+                for len in [0usize, 1, 13, 1024, 5000] {
+                    let out = ranks(n, mode, move |r, seg| {
+                        let mut buf: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
+                        all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+                        let mut again: Vec<f32> = (0..len).map(|i| value(r, i) as f32).collect();
+                        all_reduce(seg, &mut again, ReduceOp::Max, deadline()).unwrap();
+                        (buf, again)
+                    });
+                    for (sum, max) in out {
+                        for i in 0..len {
+                            let want: f64 = (0..n).map(|r| value(r, i)).sum();
+                            assert_eq!(sum[i], want, "n {n} len {len} at {i}");
+                            let top = (0..n).map(|r| value(r, i) as f32).fold(f32::MIN, f32::max);
+                            assert_eq!(max[i], top, "n {n} len {len} at {i}");
+                        }
                     }
                 }
             }
@@ -350,23 +383,26 @@ mod tests {
 
     #[test]
     fn reduce_scatter_with_uneven_and_empty_blocks() {
-        for n in 1..=4 {
-            for seed in 0..3 {
-                let counts = uneven(n, seed);
-                let total: usize = counts.iter().sum();
-                let c = counts.clone();
-                let out = ranks(n, move |r, seg| {
-                    let send: Vec<f32> = (0..total).map(|i| value(r, i) as f32).collect();
-                    let mut recv = vec![0f32; c[r]];
-                    reduce_scatter(seg, &send, &mut recv, &c, ReduceOp::Sum, deadline()).unwrap();
-                    recv
-                });
-                let offsets = kernels::offsets(&counts);
-                for (q, recv) in out.iter().enumerate() {
-                    assert_eq!(recv.len(), counts[q]);
-                    for (j, x) in recv.iter().enumerate() {
-                        let want: f64 = (0..n).map(|r| value(r, offsets[q] + j)).sum();
-                        assert_eq!(*x as f64, want, "n {n} seed {seed} rank {q} at {j}");
+        for mode in MODES {
+            for n in 1..=4 {
+                for seed in 0..3 {
+                    let counts = uneven(n, seed);
+                    let total: usize = counts.iter().sum();
+                    let c = counts.clone();
+                    let out = ranks(n, mode, move |r, seg| {
+                        let send: Vec<f32> = (0..total).map(|i| value(r, i) as f32).collect();
+                        let mut recv = vec![0f32; c[r]];
+                        reduce_scatter(seg, &send, &mut recv, &c, ReduceOp::Sum, deadline())
+                            .unwrap();
+                        recv
+                    });
+                    let offsets = kernels::offsets(&counts);
+                    for (q, recv) in out.iter().enumerate() {
+                        assert_eq!(recv.len(), counts[q]);
+                        for (j, x) in recv.iter().enumerate() {
+                            let want: f64 = (0..n).map(|r| value(r, offsets[q] + j)).sum();
+                            assert_eq!(*x as f64, want, "n {n} seed {seed} rank {q} at {j}");
+                        }
                     }
                 }
             }
@@ -375,22 +411,24 @@ mod tests {
 
     #[test]
     fn all_gather_with_uneven_and_empty_pieces() {
-        for n in 1..=4 {
-            for seed in 0..3 {
-                let counts = uneven(n, seed);
-                let total: usize = counts.iter().sum();
-                let c = counts.clone();
-                let out = ranks(n, move |r, seg| {
-                    let send: Vec<u8> = (0..c[r]).map(|i| (r * 37 + i) as u8).collect();
-                    let mut recv = vec![0u8; total];
-                    all_gather(seg, &send, &mut recv, &c, deadline()).unwrap();
-                    recv
-                });
-                let want: Vec<u8> = (0..n)
-                    .flat_map(|r| (0..counts[r]).map(move |i| (r * 37 + i) as u8))
-                    .collect();
-                for recv in out {
-                    assert_eq!(recv, want, "n {n} seed {seed}");
+        for mode in MODES {
+            for n in 1..=4 {
+                for seed in 0..3 {
+                    let counts = uneven(n, seed);
+                    let total: usize = counts.iter().sum();
+                    let c = counts.clone();
+                    let out = ranks(n, mode, move |r, seg| {
+                        let send: Vec<u8> = (0..c[r]).map(|i| (r * 37 + i) as u8).collect();
+                        let mut recv = vec![0u8; total];
+                        all_gather(seg, &send, &mut recv, &c, deadline()).unwrap();
+                        recv
+                    });
+                    let want: Vec<u8> = (0..n)
+                        .flat_map(|r| (0..counts[r]).map(move |i| (r * 37 + i) as u8))
+                        .collect();
+                    for recv in out {
+                        assert_eq!(recv, want, "n {n} seed {seed}");
+                    }
                 }
             }
         }
@@ -398,25 +436,28 @@ mod tests {
 
     #[test]
     fn broadcast_and_all_to_all_over_many_rounds() {
-        for n in 1..=4 {
-            for len in [0usize, 7, 2000] {
-                let out = ranks(n, move |r, seg| {
-                    let root = n - 1;
-                    let mut b: Vec<i64> = (0..len)
-                        .map(|i| if r == root { i as i64 * 3 } else { -1 })
-                        .collect();
-                    broadcast(seg, &mut b, root, deadline()).unwrap();
-                    let send: Vec<u32> = (0..n * len).map(|i| (r * 100_000 + i) as u32).collect();
-                    let mut recv = vec![0u32; n * len];
-                    all_to_all(seg, &send, &mut recv, len, deadline()).unwrap();
-                    (b, recv)
-                });
-                for (me, (b, recv)) in out.into_iter().enumerate() {
-                    assert!(b.iter().enumerate().all(|(i, &x)| x == i as i64 * 3));
-                    for q in 0..n {
-                        for j in 0..len {
-                            let want = (q * 100_000 + me * len + j) as u32;
-                            assert_eq!(recv[q * len + j], want, "n {n} len {len}");
+        for mode in MODES {
+            for n in 1..=4 {
+                for len in [0usize, 7, 2000] {
+                    let out = ranks(n, mode, move |r, seg| {
+                        let root = n - 1;
+                        let mut b: Vec<i64> = (0..len)
+                            .map(|i| if r == root { i as i64 * 3 } else { -1 })
+                            .collect();
+                        broadcast(seg, &mut b, root, deadline()).unwrap();
+                        let send: Vec<u32> =
+                            (0..n * len).map(|i| (r * 100_000 + i) as u32).collect();
+                        let mut recv = vec![0u32; n * len];
+                        all_to_all(seg, &send, &mut recv, len, deadline()).unwrap();
+                        (b, recv)
+                    });
+                    for (me, (b, recv)) in out.into_iter().enumerate() {
+                        assert!(b.iter().enumerate().all(|(i, &x)| x == i as i64 * 3));
+                        for q in 0..n {
+                            for j in 0..len {
+                                let want = (q * 100_000 + me * len + j) as u32;
+                                assert_eq!(recv[q * len + j], want, "n {n} len {len}");
+                            }
                         }
                     }
                 }
@@ -428,53 +469,56 @@ mod tests {
     /// round: exact, with uneven tails, on 2 and 3 ranks.
     #[test]
     fn streamed_outputs_are_exact() {
-        let big = (4 << 20) / 4 + 5;
-        for n in [2, 3] {
-            let counts: Vec<usize> = (0..n).map(|q| big + 61 * q).collect();
-            let total: usize = counts.iter().sum();
-            let c = counts.clone();
-            let out = ranks(n, move |r, seg| {
-                let send: Vec<u32> = (0..total).map(|i| (i * 3 + r) as u32).collect();
-                let mut rs = vec![0u32; c[r]];
-                assert!(
-                    kernels::streams::<u32>(rs.len()) && (rs.as_ptr() as usize).is_multiple_of(16)
-                );
-                reduce_scatter(seg, &send, &mut rs, &c, ReduceOp::Sum, deadline()).unwrap();
-                let mine: Vec<u32> = (0..c[r]).map(|i| (i * 5 + r) as u32).collect();
-                let mut ag = vec![0u32; total];
-                all_gather(seg, &mine, &mut ag, &c, deadline()).unwrap();
-                let mut b: Vec<u32> = (0..big)
-                    .map(|i| if r == 0 { i as u32 } else { 9 })
-                    .collect();
-                broadcast(seg, &mut b, 0, deadline()).unwrap();
+        for mode in MODES {
+            let big = (4 << 20) / 4 + 5;
+            for n in [2, 3] {
+                let counts: Vec<usize> = (0..n).map(|q| big + 61 * q).collect();
+                let total: usize = counts.iter().sum();
+                let c = counts.clone();
+                let out = ranks(n, mode, move |r, seg| {
+                    let send: Vec<u32> = (0..total).map(|i| (i * 3 + r) as u32).collect();
+                    let mut rs = vec![0u32; c[r]];
+                    assert!(
+                        kernels::streams::<u32>(rs.len())
+                            && (rs.as_ptr() as usize).is_multiple_of(16)
+                    );
+                    reduce_scatter(seg, &send, &mut rs, &c, ReduceOp::Sum, deadline()).unwrap();
+                    let mine: Vec<u32> = (0..c[r]).map(|i| (i * 5 + r) as u32).collect();
+                    let mut ag = vec![0u32; total];
+                    all_gather(seg, &mine, &mut ag, &c, deadline()).unwrap();
+                    let mut b: Vec<u32> = (0..big)
+                        .map(|i| if r == 0 { i as u32 } else { 9 })
+                        .collect();
+                    broadcast(seg, &mut b, 0, deadline()).unwrap();
+                    let block = big / n + 3;
+                    let send: Vec<u32> = (0..n * block)
+                        .map(|i| (r * 10_000_000 + i) as u32)
+                        .collect();
+                    let mut a2a = vec![0u32; n * block];
+                    all_to_all(seg, &send, &mut a2a, block, deadline()).unwrap();
+                    (rs, ag, b, a2a)
+                });
+                let offsets = kernels::offsets(&counts);
                 let block = big / n + 3;
-                let send: Vec<u32> = (0..n * block)
-                    .map(|i| (r * 10_000_000 + i) as u32)
-                    .collect();
-                let mut a2a = vec![0u32; n * block];
-                all_to_all(seg, &send, &mut a2a, block, deadline()).unwrap();
-                (rs, ag, b, a2a)
-            });
-            let offsets = kernels::offsets(&counts);
-            let block = big / n + 3;
-            for (me, (rs, ag, b, a2a)) in out.into_iter().enumerate() {
-                for (j, x) in rs.iter().enumerate() {
-                    let want: usize = (0..n).map(|r| (offsets[me] + j) * 3 + r).sum();
-                    assert_eq!(*x, want as u32, "reduce-scatter n {n} rank {me} at {j}");
-                }
-                for q in 0..n {
-                    for i in 0..counts[q] {
-                        assert_eq!(ag[offsets[q] + i], (i * 5 + q) as u32, "all-gather n {n}");
+                for (me, (rs, ag, b, a2a)) in out.into_iter().enumerate() {
+                    for (j, x) in rs.iter().enumerate() {
+                        let want: usize = (0..n).map(|r| (offsets[me] + j) * 3 + r).sum();
+                        assert_eq!(*x, want as u32, "reduce-scatter n {n} rank {me} at {j}");
                     }
-                    for j in 0..block {
-                        let want = (q * 10_000_000 + me * block + j) as u32;
-                        assert_eq!(a2a[q * block + j], want, "all-to-all n {n}");
+                    for q in 0..n {
+                        for i in 0..counts[q] {
+                            assert_eq!(ag[offsets[q] + i], (i * 5 + q) as u32, "all-gather n {n}");
+                        }
+                        for j in 0..block {
+                            let want = (q * 10_000_000 + me * block + j) as u32;
+                            assert_eq!(a2a[q * block + j], want, "all-to-all n {n}");
+                        }
                     }
+                    assert!(
+                        b.iter().enumerate().all(|(i, &x)| x == i as u32),
+                        "broadcast n {n}"
+                    );
                 }
-                assert!(
-                    b.iter().enumerate().all(|(i, &x)| x == i as u32),
-                    "broadcast n {n}"
-                );
             }
         }
     }
@@ -483,7 +527,7 @@ mod tests {
     /// at their deadline both name it, and the same.
     #[test]
     fn a_rank_gone_midway_is_named_by_every_other_rank() {
-        let out = ranks(3, |r, seg| {
+        let out = ranks(3, None, |r, seg| {
             let len = if r == 1 { 100 } else { 20_000 };
             let mut buf = vec![1f32; len];
             let d = Instant::now() + Duration::from_millis(300);
@@ -491,27 +535,29 @@ mod tests {
         });
         assert_eq!(out[1], Ok(()), "its one round passed");
         for r in [0, 2] {
-            assert_eq!(out[r], Err(Stop { missing: vec![1] }), "rank {r}");
+            assert_eq!(out[r], Err(Stop::missing(vec![1])), "rank {r}");
         }
     }
 
     #[test]
     fn half_precision_sums_accumulate_in_f32_and_round_once() {
-        use half::f16;
-        let out = ranks(3, |r, seg| {
-            // 2048 + 1 + 1 in f16: stepwise rounding loses both ones (the
-            // spacing at 2048 is 2), one rounding of the f32 sum keeps them.
-            let x = [2048.0f32, 1.0, 1.0][r];
-            let mut buf = vec![f16::from_f32(x); 3000];
-            all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
-            buf
-        });
-        for buf in out {
-            assert!(
-                buf.iter().all(|&x| x == f16::from_f32(2050.0)),
-                "{:?}",
-                buf[0]
-            );
+        for mode in MODES {
+            use half::f16;
+            let out = ranks(3, mode, move |r, seg| {
+                // 2048 + 1 + 1 in f16: stepwise rounding loses both ones (the
+                // spacing at 2048 is 2), one rounding of the f32 sum keeps them.
+                let x = [2048.0f32, 1.0, 1.0][r];
+                let mut buf = vec![f16::from_f32(x); 3000];
+                all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+                buf
+            });
+            for buf in out {
+                assert!(
+                    buf.iter().all(|&x| x == f16::from_f32(2050.0)),
+                    "{:?}",
+                    buf[0]
+                );
+            }
         }
     }
 }

@@ -47,6 +47,11 @@
 //!   that size (`MpiWorldBuilder::shared_memory_slot`; 4096 makes the
 //!   suite's 5000-element calls take many rounds). `--hierarchical`:
 //!   `MpiWorldBuilder::hierarchical(true)` (across hosts).
+//!   `--single-copy-all`: every all-gather, all-to-all, broadcast and
+//!   reduce-scatter of ranks on one host reads its peers' buffers directly
+//!   (`MpiWorldBuilder::shared_memory_single_copy_sizes(0..usize::MAX)`);
+//!   `--slots-only`: none does (`shared_memory_single_copy(false)`). Rank
+//!   0 prints whether the world reads directly.
 //! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
 //!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
 //!   packet loss must leave every result right; a cut link or a killed
@@ -309,14 +314,18 @@ fn die(world: &MpiCommunicator) -> Result<usize, String> {
                 .status();
         });
     }
+    // All-reduces through the slots and all-gathers of 1 MiB per rank,
+    // read directly where single copies are on: the kill lands in either.
     let mut v = vec![1f32; 1 << 20];
+    let part = vec![me as f32; 1 << 18];
+    let mut all = vec![0f32; part.len() * world.size()];
     for _ in 0..100_000 {
-        match world.all_reduce(&mut v, ReduceOp::Max) {
-            Ok(()) => {}
-            Err(e) => {
-                println!("rank {me}: die: {e}");
-                return Ok(1);
-            }
+        let r = world
+            .all_reduce(&mut v, ReduceOp::Max)
+            .and_then(|()| world.all_gather(&part, &mut all));
+        if let Err(e) = r {
+            println!("rank {me}: die: {e}");
+            return Ok(1);
         }
     }
     Err("rank 1 should have died".into())
@@ -518,6 +527,12 @@ fn main() -> ExitCode {
     if args.iter().any(|a| a == "--hierarchical") {
         builder = builder.hierarchical(true);
     }
+    if args.iter().any(|a| a == "--single-copy-all") {
+        builder = builder.shared_memory_single_copy_sizes(0..usize::MAX);
+    }
+    if args.iter().any(|a| a == "--slots-only") {
+        builder = builder.shared_memory_single_copy(false);
+    }
     if let Some(i) = args.iter().position(|a| a == "--slot") {
         let Some(bytes) = args.get(i + 1).and_then(|b| b.parse::<usize>().ok()) else {
             eprintln!("--slot takes a number of bytes");
@@ -537,6 +552,12 @@ fn main() -> ExitCode {
     if me == 0 {
         let on = if world.shared_memory() { "on" } else { "off" };
         println!("rank 0: shared memory {on}");
+        let on = if world.shared_memory_single_copy() {
+            "on"
+        } else {
+            "off"
+        };
+        println!("rank 0: single copy {on}");
     }
     let result = match mode.as_str() {
         "conformance" => conformance_suite(&world).and_then(|passed| {
