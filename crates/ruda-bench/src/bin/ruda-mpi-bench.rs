@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slots] [--hierarchical] [--slot BYTES] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slots|--single-copy-all] [--hierarchical] [--slot BYTES] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -17,6 +17,8 @@
 //! sets the segment's slot size (`MpiWorldBuilder::shared_memory_slot`);
 //! `--slots` keeps every call on the segment's slots, without single-copy
 //! reads of peers' buffers (`MpiWorldBuilder::shared_memory_single_copy`);
+//! `--single-copy-all` reads directly at every size
+//! (`MpiWorldBuilder::shared_memory_single_copy_sizes(0..usize::MAX)`);
 //! `--hierarchical` makes all-reduces across hosts hierarchical
 //! (`MpiWorldBuilder::hierarchical`).
 //!
@@ -57,6 +59,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "--slots") {
         builder = builder.shared_memory_single_copy(false);
+    }
+    if args.iter().any(|a| a == "--single-copy-all") {
+        builder = builder.shared_memory_single_copy_sizes(0..usize::MAX);
     }
     if args.iter().any(|a| a == "--hierarchical") {
         builder = builder.hierarchical(true);

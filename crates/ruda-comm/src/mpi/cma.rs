@@ -1,6 +1,6 @@
-//! Cross-memory attach: one process reads another's memory in one copy
-//! (Linux `process_vm_readv`, as Open MPI's shared-memory transport does
-//! for large messages). The kernel checks that the reader may trace the
+//! Cross-memory attach: one process reads or writes another's memory in
+//! one copy (Linux `process_vm_readv` and `process_vm_writev`, as Open
+//! MPI's shared-memory transport does for large messages). The kernel checks that the reader may trace the
 //! target (same user and no `PR_SET_DUMPABLE` off, and Yama's
 //! `ptrace_scope` allowing it), and a container's seccomp profile may
 //! refuse the call: [`readable`] tells whether it works between two
@@ -27,6 +27,44 @@ pub(crate) unsafe fn read(
     local: *mut u8,
     len: usize,
 ) -> io::Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe { transfer(pid, remote, local, len, false) }
+}
+
+/// Write `len` bytes from `local` to address `remote` of process `pid`
+/// (`process_vm_writev`), looping over partial transfers and
+/// interruptions.
+///
+/// # Errors
+/// As [`read`].
+///
+/// # Safety
+/// `local` is valid for `len` reads and nothing writes it during the
+/// call; no one in process `pid` reads or writes the `len` bytes at
+/// `remote` during the call (the caller's protocol).
+#[cfg(target_os = "linux")]
+pub(crate) unsafe fn write(
+    pid: libc::pid_t,
+    remote: usize,
+    local: *const u8,
+    len: usize,
+) -> io::Result<()> {
+    // SAFETY: forwarded from the caller; a write only reads `local`.
+    unsafe { transfer(pid, remote, local.cast_mut(), len, true) }
+}
+
+/// [`read`] or [`write`].
+///
+/// # Safety
+/// As theirs.
+#[cfg(target_os = "linux")]
+unsafe fn transfer(
+    pid: libc::pid_t,
+    remote: usize,
+    local: *mut u8,
+    len: usize,
+    write: bool,
+) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
         let at = remote
@@ -42,8 +80,13 @@ pub(crate) unsafe fn read(
             iov_base: at as *mut libc::c_void,
             iov_len: rest,
         };
-        // SAFETY: one iovec each way; the kernel writes only `into`'s range (valid, ours: caller).
-        let got = unsafe { libc::process_vm_readv(pid, &into, 1, &from, 1, 0) };
+        let got = if write {
+            // SAFETY: one iovec each way; the kernel only reads `into`'s range (valid: caller).
+            unsafe { libc::process_vm_writev(pid, &into, 1, &from, 1, 0) }
+        } else {
+            // SAFETY: one iovec each way; the kernel writes only `into`'s range (valid, ours: caller).
+            unsafe { libc::process_vm_readv(pid, &into, 1, &from, 1, 0) }
+        };
         if got < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -80,6 +123,23 @@ pub(crate) unsafe fn read(
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
+/// Elsewhere than Linux there is no cross-memory attach.
+///
+/// # Errors
+/// Always `Unsupported`.
+///
+/// # Safety
+/// None needed; the signature matches Linux's.
+#[cfg(not(target_os = "linux"))]
+pub(crate) unsafe fn write(
+    _pid: libc::pid_t,
+    _remote: usize,
+    _local: *const u8,
+    _len: usize,
+) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// Whether this process can read the `u64` at `remote` in process `pid`
 /// and finds `expected` there: the probe a communicator runs against each
 /// peer before its collectives read peers' buffers directly.
@@ -102,7 +162,7 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn reads_its_own_memory_and_refuses_an_unmapped_address() {
+    fn reads_and_writes_its_own_memory_and_refuses_an_unmapped_address() {
         let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: `dst` is ours, `src.len()` bytes.
@@ -119,6 +179,14 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
         // SAFETY: as above.
         unsafe { read(pid(), 8, b.as_mut_ptr(), 0) }.expect("nothing to read");
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: `src` is read, `back` (ours, untouched meanwhile) written.
+        unsafe { write(pid(), back.as_mut_ptr() as usize, src.as_ptr(), src.len()) }
+            .expect("a process may write itself");
+        assert_eq!(back, src);
+        // SAFETY: `b` is read; the kernel checks the unmapped target.
+        let e = unsafe { write(pid(), 8, b.as_ptr(), 8) }.unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
     }
 
     #[cfg(target_os = "linux")]

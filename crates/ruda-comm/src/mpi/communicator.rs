@@ -324,8 +324,10 @@ impl MpiCommunicator {
     /// buffers directly for mid-sized calls (see
     /// [`super::MpiWorldBuilder::shared_memory_single_copy`]): it has a
     /// segment ([`Self::shared_memory`]), no rank turned single copies
-    /// off, and every rank of each host could read each of its peers when
-    /// the communicator was made. The same on every rank of a host.
+    /// off, a host has at least as many online CPUs as it runs ranks of
+    /// this communicator, and every rank of each host could read each of
+    /// its peers when the communicator was made. The same on every rank of
+    /// a host.
     ///
     /// # Example
     /// ```no_run
@@ -372,7 +374,7 @@ impl MpiCommunicator {
                 op,
                 rank: self.rank,
                 message: format!(
-                    "reading rank {}'s buffer through cross-memory attach failed: {why}",
+                    "moving data between this rank's and rank {}'s buffers through cross-memory attach failed: {why}",
                     rank(q)
                 ),
                 context: ErrorContext::none(),

@@ -86,7 +86,7 @@ pub(crate) struct Stop {
     /// late finds itself here). Empty only if this rank's episodes were
     /// ahead of the segment's, which the protocol rules out.
     pub missing: Vec<usize>,
-    /// This rank's single-copy read of a live peer's buffer failed
+    /// This rank's single-copy read or write of a live peer's buffer failed
     /// ([`super::direct`]): the peer and the system's error. The call was
     /// abandoned, so its peers stop too (naming this rank).
     pub read: Option<(usize, String)>,

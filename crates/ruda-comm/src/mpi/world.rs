@@ -233,6 +233,11 @@ impl MpiWorldBuilder {
     /// the slot path's time and all-to-all 0.42–0.77×, level with Open
     /// MPI's own (which reads the same way).
     ///
+    /// Single copies are also off where a host runs more of the
+    /// communicator's ranks than it has online CPUs: there, with ranks
+    /// taking turns on the cores, they measured 2–3× slower than the slots
+    /// at 64 KiB to 1 MiB (4 processes on 2 cores), and level at 16 MiB.
+    ///
     /// The kernel allows such reads between processes of one user unless a
     /// process turned off `PR_SET_DUMPABLE`, Yama's `ptrace_scope` is 1 or
     /// more (then only a parent may read its children), or a seccomp
