@@ -1,6 +1,6 @@
-//! Cross-memory attach: one process reads or writes another's memory in
-//! one copy (Linux `process_vm_readv` and `process_vm_writev`, as Open
-//! MPI's shared-memory transport does for large messages). The kernel checks that the reader may trace the
+//! Cross-memory attach: one process reads another's memory in one copy
+//! (Linux `process_vm_readv`, as Open MPI's shared-memory transport does
+//! for large messages). The kernel checks that the reader may trace the
 //! target (same user and no `PR_SET_DUMPABLE` off, and Yama's
 //! `ptrace_scope` allowing it), and a container's seccomp profile may
 //! refuse the call: [`readable`] tells whether it works between two
@@ -27,44 +27,6 @@ pub(crate) unsafe fn read(
     local: *mut u8,
     len: usize,
 ) -> io::Result<()> {
-    // SAFETY: forwarded from the caller.
-    unsafe { transfer(pid, remote, local, len, false) }
-}
-
-/// Write `len` bytes from `local` to address `remote` of process `pid`
-/// (`process_vm_writev`), looping over partial transfers and
-/// interruptions.
-///
-/// # Errors
-/// As [`read`].
-///
-/// # Safety
-/// `local` is valid for `len` reads and nothing writes it during the
-/// call; no one in process `pid` reads or writes the `len` bytes at
-/// `remote` during the call (the caller's protocol).
-#[cfg(target_os = "linux")]
-pub(crate) unsafe fn write(
-    pid: libc::pid_t,
-    remote: usize,
-    local: *const u8,
-    len: usize,
-) -> io::Result<()> {
-    // SAFETY: forwarded from the caller; a write only reads `local`.
-    unsafe { transfer(pid, remote, local.cast_mut(), len, true) }
-}
-
-/// [`read`] or [`write`].
-///
-/// # Safety
-/// As theirs.
-#[cfg(target_os = "linux")]
-unsafe fn transfer(
-    pid: libc::pid_t,
-    remote: usize,
-    local: *mut u8,
-    len: usize,
-    write: bool,
-) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
         let at = remote
@@ -80,13 +42,8 @@ unsafe fn transfer(
             iov_base: at as *mut libc::c_void,
             iov_len: rest,
         };
-        let got = if write {
-            // SAFETY: one iovec each way; the kernel only reads `into`'s range (valid: caller).
-            unsafe { libc::process_vm_writev(pid, &into, 1, &from, 1, 0) }
-        } else {
-            // SAFETY: one iovec each way; the kernel writes only `into`'s range (valid, ours: caller).
-            unsafe { libc::process_vm_readv(pid, &into, 1, &from, 1, 0) }
-        };
+        // SAFETY: one iovec each way; the kernel writes only `into`'s range (valid, ours: caller).
+        let got = unsafe { libc::process_vm_readv(pid, &into, 1, &from, 1, 0) };
         if got < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -123,23 +80,6 @@ pub(crate) unsafe fn read(
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
-/// Elsewhere than Linux there is no cross-memory attach.
-///
-/// # Errors
-/// Always `Unsupported`.
-///
-/// # Safety
-/// None needed; the signature matches Linux's.
-#[cfg(not(target_os = "linux"))]
-pub(crate) unsafe fn write(
-    _pid: libc::pid_t,
-    _remote: usize,
-    _local: *const u8,
-    _len: usize,
-) -> io::Result<()> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
-}
-
 /// Whether this process can read the `u64` at `remote` in process `pid`
 /// and finds `expected` there: the probe a communicator runs against each
 /// peer before its collectives read peers' buffers directly.
@@ -148,6 +88,35 @@ pub(crate) fn readable(pid: libc::pid_t, remote: usize, expected: u64) -> bool {
     // SAFETY: `got` is ours, 8 bytes.
     let ok = unsafe { read(pid, remote, got.as_mut_ptr(), got.len()) }.is_ok();
     ok && u64::from_ne_bytes(got) == expected
+}
+
+/// Words of a CPU mask ([`cpu_mask`]): 1024 CPUs, glibc's `cpu_set_t`.
+pub(crate) const MASK_WORDS: usize = 16;
+
+/// The CPUs this thread may run on (its affinity mask; under `mpirun
+/// --bind-to core`, its core), one bit per CPU; empty if unknown.
+#[cfg(target_os = "linux")]
+pub(crate) fn cpu_mask() -> [u64; MASK_WORDS] {
+    // SAFETY: a plain bit set, valid zeroed.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is ours and as large as the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    let mut mask = [0u64; MASK_WORDS];
+    if rc == 0 {
+        for (cpu, word) in (0..MASK_WORDS * 64).map(|c| (c, c / 64)) {
+            // SAFETY: `cpu` is below `CPU_SETSIZE` (1024 = 16 × 64).
+            if unsafe { libc::CPU_ISSET(cpu, &set) } {
+                mask[word] |= 1 << (cpu % 64);
+            }
+        }
+    }
+    mask
+}
+
+/// Elsewhere than Linux: unknown (no CPUs).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn cpu_mask() -> [u64; MASK_WORDS] {
+    [0; MASK_WORDS]
 }
 
 /// This process's id.
@@ -162,7 +131,7 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn reads_and_writes_its_own_memory_and_refuses_an_unmapped_address() {
+    fn reads_its_own_memory_and_refuses_an_unmapped_address() {
         let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: `dst` is ours, `src.len()` bytes.
@@ -179,14 +148,18 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
         // SAFETY: as above.
         unsafe { read(pid(), 8, b.as_mut_ptr(), 0) }.expect("nothing to read");
-        let mut back = vec![0u8; src.len()];
-        // SAFETY: `src` is read, `back` (ours, untouched meanwhile) written.
-        unsafe { write(pid(), back.as_mut_ptr() as usize, src.as_ptr(), src.len()) }
-            .expect("a process may write itself");
-        assert_eq!(back, src);
-        // SAFETY: `b` is read; the kernel checks the unmapped target.
-        let e = unsafe { write(pid(), 8, b.as_ptr(), 8) }.unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_cpu_mask_counts_the_cpus_this_thread_may_use() {
+        let n: u32 = cpu_mask().iter().map(|w| w.count_ones()).sum();
+        // The standard library's count also honours a cgroup quota.
+        let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(
+            n as usize >= usable.max(1),
+            "{n} CPUs in the mask, {usable} usable"
+        );
     }
 
     #[cfg(target_os = "linux")]

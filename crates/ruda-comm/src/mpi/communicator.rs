@@ -363,29 +363,16 @@ impl MpiCommunicator {
         Some(f(seg, Instant::now() + waited).map_err(|stop| self.stopped(op, stop, |q| q)))
     }
 
-    /// The error of a call that stopped on a segment: a single-copy read
-    /// of a live peer's buffer that failed is a [`CommError::Transport`]
-    /// naming the peer; anything else a [`CommError::Timeout`] naming the
-    /// ranks missing at the barrier (`rank` maps a segment rank to this
-    /// communicator's).
+    /// The error of a call that stopped on a segment: a
+    /// [`CommError::Timeout`] naming the ranks missing at the barrier
+    /// (`rank` maps a segment rank to this communicator's).
     fn stopped(&self, op: OpKind, stop: Stop, rank: impl Fn(usize) -> usize) -> CommError {
-        match stop.read {
-            Some((q, why)) => CommError::Transport {
-                op,
-                rank: self.rank,
-                message: format!(
-                    "moving data between this rank's and rank {}'s buffers through cross-memory attach failed: {why}",
-                    rank(q)
-                ),
-                context: ErrorContext::none(),
-            },
-            None => CommError::Timeout {
-                op,
-                rank: self.rank,
-                missing: stop.missing.iter().map(|&q| rank(q)).collect(),
-                waited: self.session.timeout,
-                context: ErrorContext::none(),
-            },
+        CommError::Timeout {
+            op,
+            rank: self.rank,
+            missing: stop.missing.iter().map(|&q| rank(q)).collect(),
+            waited: self.session.timeout,
+            context: ErrorContext::none(),
         }
     }
 

@@ -8,32 +8,31 @@
 //! segment could read its peers at creation.
 //!
 //! A call is one round of the segment:
-//! 1. each rank writes the addresses of its buffers to the head of its slot
-//!    of the round, and passes a barrier;
+//! 1. each rank writes its buffer's address to the head of its slot of the
+//!    round, and passes a barrier;
 //! 2. each rank reads what it needs from its peers' buffers (a reduction
 //!    reads its peers' blocks for it into private scratch memory, chunk by
 //!    chunk, and reduces them in rank order with the thread transport's
 //!    kernel, so the bits are those of a [`crate::LocalWorld`]);
-//! 3. a last barrier: no rank returns (and lets its caller reuse a buffer)
-//!    while a peer may still read it.
+//! 3. each rank writes whether a read was refused to its slot's head and
+//!    passes a last barrier; if any rank's was, single copies go off on
+//!    every rank and the call runs again through the slots ([`Direct`]).
 //!
-//! A broadcast's root also writes part of each peer's buffer
-//! (`process_vm_writev`), the one range that peer leaves to it.
+//! Nobody but a rank writes its buffers, and only while it is in the call:
+//! a peer's buffers are only ever read. A rank whose last barrier fails
+//! (a peer gone: the same [`Stop`] on every rank, naming it) returns while
+//! a stalled peer might still read its buffers, which changes nothing in
+//! them; that peer then fails the same barrier.
 //!
 //! All-reduce keeps the slots: its slot path already copies only peers'
 //! shares in and results out, and a direct version (each rank reducing its
 //! share from its peers' buffers, then reading their results) measured
 //! slower at every size, cross-memory attach copying at about half of
 //! `memcpy`'s speed here (2 processes: 123 against 99 µs at 1 MiB, 3.3–4.4
-//! against 1.8–2.1 ms at 16 MiB).
-//!
-//! A rank writes only its own buffers (and a broadcast's root the part of
-//! each peer's that the peer leaves to it), and only ranges nobody else
-//! reads or writes in that phase. A transfer that fails because the peer
-//! is gone waits at the next barrier, which fails on every rank naming
-//! it; any other failed transfer abandons the call ([`Segment::abandon`])
-//! and returns the system's error in [`Stop::read`], and the peers stop
-//! naming this rank.
+//! against 1.8–2.1 ms at 16 MiB). Broadcast reads only too: a root that
+//! wrote half of each peer's buffer (`process_vm_writev`) was twice as
+//! fast on 2 processes, but could write into a peer that had already left
+//! the call at its deadline.
 
 use std::time::Instant;
 
@@ -72,93 +71,93 @@ pub const SINGLE_COPY_FROM_BYTES: usize = 64 << 10;
 /// ```
 pub const SINGLE_COPY_BELOW_BYTES: usize = 16 << 20;
 
+/// How a direct call ended when every rank passed its last barrier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Direct {
+    /// Every rank read what it needed: the call is complete.
+    Done,
+    /// Some rank's read was refused (a buffer the kernel cannot read, a
+    /// permission lost): every rank saw it, single copies are now off on
+    /// every rank of the segment, and the caller runs the call through
+    /// the slots instead (its outputs are all rewritten there).
+    Refused,
+}
+
+/// A refused read: the peer and the system's error.
+type Refusal = (usize, std::io::Error);
+
 /// Publish `addr` (this rank's buffer for the call) at the head of this
-/// rank's slot `b`, pass the barrier, and collect every rank's.
+/// rank's slot `b` (word 0; word 1, its refusal flag, cleared), pass the
+/// barrier, and collect every rank's.
 fn exchange(seg: &Segment, b: usize, addr: usize, deadline: Instant) -> Result<Vec<usize>, Stop> {
     let head = seg.slot(seg.rank(), b).cast::<u64>();
-    // SAFETY: the head of this rank's slot of the round (4 KiB aligned, at least a page), written only by this rank before the barrier.
+    // SAFETY: words 0 and 1 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
     unsafe { head.write(addr as u64) };
+    // SAFETY: as above.
+    unsafe { head.add(1).write(0) };
     seg.barrier(deadline)?;
     Ok((0..seg.size())
         .map(|q| {
-            // SAFETY: rank `q` wrote its head before the barrier and writes it again only in a later round of this parity (see `Segment::next_round`).
+            // SAFETY: rank `q` wrote word 0 before the barrier and writes it again only in a later round of this parity (`Segment::next_round`).
             let a = unsafe { seg.slot(q, b).cast::<u64>().read() };
             a as usize
         })
         .collect())
 }
 
+/// End a direct call on round `b`: publish whether this rank's reads were
+/// refused (word 1 of its slot's head), pass the last barrier (after which
+/// no peer reads this rank's buffers), and see whether any rank's were.
+/// If so, single copies go off on every rank (each sees the same flags)
+/// and the call must run again through the slots.
+fn conclude(
+    seg: &mut Segment,
+    b: usize,
+    refused: Option<Refusal>,
+    deadline: Instant,
+) -> Result<Direct, Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    let head = seg.slot(me, b).cast::<u64>();
+    // SAFETY: word 1 of this rank's slot of the round: peers read only word 0 before the barrier below, word 1 after it.
+    unsafe { head.add(1).write(u64::from(refused.is_some())) };
+    seg.barrier(deadline)?;
+    let any = (0..n).any(|q| {
+        // SAFETY: rank `q` wrote word 1 before the barrier and writes it again only in a later round of this parity.
+        unsafe { seg.slot(q, b).cast::<u64>().add(1).read() != 0 }
+    });
+    if !any {
+        return Ok(Direct::Done);
+    }
+    if let Some((q, e)) = refused {
+        eprintln!(
+            "ruda: rank {me} of a shared-memory segment of {n} could not read rank {q}'s buffer directly ({e}); the segment moves data through its slots from now on"
+        );
+    }
+    seg.clear_single_copy();
+    Ok(Direct::Refused)
+}
+
 /// Read `len` elements at `remote` in rank `q` (process `pid`) into
-/// `local`; on failure, stop the call (see the module's documentation).
+/// `local`.
+///
+/// # Errors
+/// The refusal: the peer and the system's error.
 ///
 /// # Safety
 /// `local` is valid for `len` writes and this rank's alone for the call.
 unsafe fn fetch<T>(
-    seg: &Segment,
     q: usize,
     pid: libc::pid_t,
     remote: usize,
     local: *mut T,
     len: usize,
-    deadline: Instant,
-) -> Result<(), Stop> {
+) -> Result<(), Refusal> {
     let bytes = len
         .checked_mul(size_of::<T>())
         .expect("a buffer's size fits usize");
     // SAFETY: forwarded from the caller.
-    let read = unsafe { cma::read(pid, remote, local.cast(), bytes) };
-    stopped(seg, q, read, deadline)
-}
-
-/// Write `len` elements from `local` to `remote` in rank `q` (process
-/// `pid`); on failure, stop the call (see the module's documentation).
-///
-/// # Safety
-/// `local` is valid for `len` reads; by the call's protocol nobody in rank
-/// `q` touches those elements at `remote` until the next barrier.
-unsafe fn put<T>(
-    seg: &Segment,
-    q: usize,
-    pid: libc::pid_t,
-    local: *const T,
-    remote: usize,
-    len: usize,
-    deadline: Instant,
-) -> Result<(), Stop> {
-    let bytes = len
-        .checked_mul(size_of::<T>())
-        .expect("a buffer's size fits usize");
-    // SAFETY: forwarded from the caller.
-    let wrote = unsafe { cma::write(pid, remote, local.cast(), bytes) };
-    stopped(seg, q, wrote, deadline)
-}
-
-/// What a transfer with rank `q` that ended in `moved` means for the call.
-fn stopped(
-    seg: &Segment,
-    q: usize,
-    moved: std::io::Result<()>,
-    deadline: Instant,
-) -> Result<(), Stop> {
-    match moved {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-            // The peer is gone: the next barrier fails on every rank and
-            // names it (it can never arrive).
-            seg.barrier(deadline)?;
-            Err(Stop {
-                missing: vec![q],
-                read: Some((q, e.to_string())),
-            })
-        }
-        Err(e) => {
-            seg.abandon();
-            Err(Stop {
-                missing: vec![seg.rank()],
-                read: Some((q, e.to_string())),
-            })
-        }
-    }
+    unsafe { cma::read(pid, remote, local.cast(), bytes) }.map_err(|e| (q, e))
 }
 
 /// The address `offset` elements of `T` past `base`.
@@ -176,13 +175,16 @@ fn peers(me: usize, n: usize) -> impl Iterator<Item = usize> {
 }
 
 /// Reduce the block of `len` elements from `offset` of every rank's
-/// buffer (this rank's at `own`) into `out`: peers' blocks are read chunk
+/// `send` (this rank's at `own`) into `out`: peers' blocks are read chunk
 /// by chunk into `scratch` (this rank's, [`Segment::take_scratch`]) and
 /// reduced in rank order.
 ///
+/// # Errors
+/// The first refused read (the reduction stops there).
+///
 /// # Safety
-/// `own` valid for `len` reads and `out` for `len` writes (they may be the
-/// same range); no peer reads `out` during the call's phase.
+/// `own` valid for `len` reads and `out` for `len` writes, not
+/// overlapping; no peer reads `out`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn reduce_block<T: Element>(
     seg: &Segment,
@@ -194,37 +196,36 @@ unsafe fn reduce_block<T: Element>(
     len: usize,
     op: ReduceOp,
     stream: bool,
-    deadline: Instant,
-) -> Result<(), Stop> {
+) -> Result<(), Refusal> {
     let (me, n) = (seg.rank(), seg.size());
     let pids = seg.pids().expect("single copy is on");
-    let room = size_of_val(scratch) / size_of::<T>().max(1) / (n - 1).max(1);
+    // Whole tiles per piece, so that every chunk of `out` stays aligned
+    // for streaming stores.
+    let grain = (64 / size_of::<T>().max(1)).max(1);
+    let room = size_of_val(scratch) / size_of::<T>().max(1) / (n - 1).max(1) / grain * grain;
     assert!(room > 0 || n == 1, "scratch for single copies");
     let base = scratch.as_mut_ptr().cast::<T>();
+    // Peer `q`'s piece of the scratch.
+    let piece = |q: usize| base.wrapping_add(if q < me { q } else { q - 1 } * room);
     let mut off = 0;
     while off < len {
         let m = room.min(len - off);
-        let mut ins = Vec::with_capacity(n);
-        for q in 0..n {
-            if q == me {
-                ins.push(own.wrapping_add(off));
-                continue;
-            }
-            let i = if q < me { q } else { q - 1 };
-            let piece = base.wrapping_add(i * room);
+        for q in peers(me, n) {
             let from = at::<T>(addrs[q], offset + off);
-            // SAFETY: piece `i` of `scratch` (borrowed mutably) holds `room >= m` elements.
-            unsafe { fetch(seg, q, pids[q], from, piece, m, deadline)? };
-            ins.push(piece.cast_const());
+            // SAFETY: peer `q`'s piece of `scratch` (borrowed mutably) holds `room >= m` elements.
+            unsafe { fetch(q, pids[q], from, piece(q), m)? };
         }
-        let to = out.wrapping_add(off);
-        if stream {
-            // SAFETY: inputs valid for `m` reads (scratch, `own`), `to` for `m` writes and, streamed, a reduce-scatter's `recv` (no input).
-            unsafe { kernels::reduce_to(&ins, to, m, op, true) };
-        } else {
-            // SAFETY: as above; `to` may be `own`'s range (the kernel reads each tile before writing it).
-            unsafe { kernels::reduce(&ins, &[to], m, op) };
-        }
+        let ins: Vec<*const T> = (0..n)
+            .map(|q| {
+                if q == me {
+                    own.wrapping_add(off)
+                } else {
+                    piece(q).cast_const()
+                }
+            })
+            .collect();
+        // SAFETY: inputs valid for `m` reads (scratch, `own`), `out + off` for `m` writes, overlapping none; `stream` is fenced by the caller.
+        unsafe { kernels::reduce_to(&ins, out.wrapping_add(off), m, op, stream) };
         off += m;
     }
     Ok(())
@@ -239,25 +240,20 @@ pub(crate) fn reduce_scatter<T: Element>(
     counts: &[usize],
     op: ReduceOp,
     deadline: Instant,
-) -> Result<(), Stop> {
+) -> Result<Direct, Stop> {
+    let me = seg.rank();
+    let offsets = kernels::offsets(counts);
+    let (o, c) = (offsets[me], counts[me]);
+    let (own, out) = (send[o..o + c].as_ptr(), recv[..c].as_mut_ptr());
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
     let b = seg.next_round();
+    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
     let mut scratch = seg.take_scratch();
-    let seg_ = &*seg;
-    let mut run = |scratch: &mut [u64]| {
-        let me = seg_.rank();
-        let offsets = kernels::offsets(counts);
-        let addrs = exchange(seg_, b, send.as_ptr() as usize, deadline)?;
-        let stream = kernels::streams::<T>(recv.len());
-        let _fence = kernels::FenceOnExit(stream);
-        let (o, c) = (offsets[me], counts[me]);
-        let (own, out) = (send[o..o + c].as_ptr(), recv[..c].as_mut_ptr());
-        // SAFETY: `own` is `c` elements of `send`; `recv` (ours, no peer reads it) holds `c`.
-        unsafe { reduce_block(seg_, scratch, &addrs, o, own, out, c, op, stream, deadline)? };
-        seg_.barrier(deadline)
-    };
-    let out = run(&mut scratch);
+    // SAFETY: `own` is `c` elements of `send`, `out` the first `c` of `recv` (ours, read by no peer).
+    let refused = unsafe { reduce_block(seg, &mut scratch, &addrs, o, own, out, c, op, stream) };
     seg.put_scratch(scratch);
-    out
+    conclude(seg, b, refused.err(), deadline)
 }
 
 /// [`super::shared::all_gather`] in single copies: this rank copies its
@@ -268,79 +264,45 @@ pub(crate) fn all_gather<T: Element>(
     recv: &mut [T],
     counts: &[usize],
     deadline: Instant,
-) -> Result<(), Stop> {
-    let b = seg.next_round();
-    let seg = &*seg;
+) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
-    let pids = seg.pids().expect("single copy is on");
     let offsets = kernels::offsets(counts);
-    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
-    let o = offsets[me];
+    let blocks: Vec<*mut T> = (0..n)
+        .map(|q| recv[offsets[q]..offsets[q] + counts[q]].as_mut_ptr())
+        .collect();
     assert_eq!(send.len(), counts[me], "the agreed count of rank {me}");
-    // SAFETY: `send` and block `me` of `recv` (ours) hold `counts[me]` elements; `kernels::copy` fences what it streams.
-    unsafe { kernels::copy(send.as_ptr(), recv[o..].as_mut_ptr(), counts[me]) };
-    for q in peers(me, n) {
-        let into = recv[offsets[q]..offsets[q] + counts[q]].as_mut_ptr();
-        // SAFETY: block `q` of `recv`, ours.
-        unsafe { fetch(seg, q, pids[q], addrs[q], into, counts[q], deadline)? };
-    }
-    seg.barrier(deadline)
+    let b = seg.next_round();
+    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
+    // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements, checked above); `kernels::copy` fences what it streams.
+    unsafe { kernels::copy(send.as_ptr(), blocks[me], counts[me]) };
+    let pids = seg.pids().expect("single copy is on");
+    let refused = peers(me, n).try_for_each(|q| {
+        // SAFETY: block `q` of `recv` (sliced above), ours.
+        unsafe { fetch(q, pids[q], addrs[q], blocks[q], counts[q]) }
+    });
+    conclude(seg, b, refused.err(), deadline)
 }
 
-/// [`super::shared::broadcast`] in single copies. The buffer is cut into
-/// `n` parts ([`kernels::partition`]); the root writes part `q` straight
-/// into each rank `q`'s buffer while every rank but the root reads the
-/// other parts from the root's, so the root's core copies too (on 2 ranks
-/// each copies half).
+/// [`super::shared::broadcast`] in single copies: every rank but the root
+/// reads the root's `buf` into its own. (The root does not write into its
+/// peers' buffers: a peer that leaves the call at its deadline must not
+/// have its memory written after it returned.)
 pub(crate) fn broadcast<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
     root: usize,
     deadline: Instant,
-) -> Result<(), Stop> {
+) -> Result<Direct, Stop> {
+    let me = seg.rank();
     let b = seg.next_round();
-    let seg = &*seg;
-    let (me, n) = (seg.rank(), seg.size());
-    let pids = seg.pids().expect("single copy is on");
-    let len = buf.len();
-    let part = |q: usize| kernels::partition::<T>(len, q, n);
     let addrs = exchange(seg, b, buf.as_ptr() as usize, deadline)?;
-    if me == root {
-        for q in peers(me, n) {
-            let (lo, hi) = part(q);
-            let from = buf[lo..hi].as_ptr();
-            // SAFETY: our part `q` is read; rank `q` leaves its part `q` to us until the barrier.
-            unsafe {
-                put(
-                    seg,
-                    q,
-                    pids[q],
-                    from,
-                    at::<T>(addrs[q], lo),
-                    hi - lo,
-                    deadline,
-                )?
-            };
-        }
-    } else {
-        for p in (0..n).filter(|&p| p != me) {
-            let (lo, hi) = part(p);
-            let into = buf[lo..hi].as_mut_ptr();
-            // SAFETY: part `p` of `buf` is ours (the root writes only part `me`); the root's is only read.
-            unsafe {
-                fetch(
-                    seg,
-                    root,
-                    pids[root],
-                    at::<T>(addrs[root], lo),
-                    into,
-                    hi - lo,
-                    deadline,
-                )?
-            };
-        }
+    let mut refused = Ok(());
+    if me != root {
+        let pid = seg.pids().expect("single copy is on")[root];
+        // SAFETY: `buf` is ours; the root's is only read.
+        refused = unsafe { fetch(root, pid, addrs[root], buf.as_mut_ptr(), buf.len()) };
     }
-    seg.barrier(deadline)
+    conclude(seg, b, refused.err(), deadline)
 }
 
 /// [`super::shared::all_to_all`] in single copies: this rank reads block
@@ -351,32 +313,24 @@ pub(crate) fn all_to_all<T: Element>(
     recv: &mut [T],
     block: usize,
     deadline: Instant,
-) -> Result<(), Stop> {
-    let b = seg.next_round();
-    let seg = &*seg;
+) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
-    let pids = seg.pids().expect("single copy is on");
-    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
     let mine = me * block;
-    let (from, to) = (&send[mine..mine + block], &mut recv[mine..mine + block]);
-    // SAFETY: two ranges of `block` elements, `to` ours; `kernels::copy` fences what it streams.
-    unsafe { kernels::copy(from.as_ptr(), to.as_mut_ptr(), block) };
-    for q in peers(me, n) {
-        let into = recv[q * block..(q + 1) * block].as_mut_ptr();
-        // SAFETY: block `q` of `recv`, ours.
-        unsafe {
-            fetch(
-                seg,
-                q,
-                pids[q],
-                at::<T>(addrs[q], mine),
-                into,
-                block,
-                deadline,
-            )?
-        };
-    }
-    seg.barrier(deadline)
+    let blocks: Vec<*mut T> = (0..n)
+        .map(|q| recv[q * block..(q + 1) * block].as_mut_ptr())
+        .collect();
+    let own = send[mine..mine + block].as_ptr();
+    let b = seg.next_round();
+    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
+    // SAFETY: two ranges of `block` elements (sliced above), the second ours; `kernels::copy` fences what it streams.
+    unsafe { kernels::copy(own, blocks[me], block) };
+    let pids = seg.pids().expect("single copy is on");
+    let refused = peers(me, n).try_for_each(|q| {
+        let from = at::<T>(addrs[q], mine);
+        // SAFETY: block `q` of `recv` (sliced above), ours.
+        unsafe { fetch(q, pids[q], from, blocks[q], block) }
+    });
+    conclude(seg, b, refused.err(), deadline)
 }
 
 #[cfg(test)]
@@ -385,16 +339,20 @@ mod tests {
 
     use super::*;
     use crate::mpi::segment::{self, SLOT, SingleCopy};
+    use crate::mpi::shared;
 
     /// Two ranks of this process, each with its own mapping of one segment,
-    /// reading each other directly from any size.
-    fn pair() -> (Segment, Segment) {
+    /// reading each other directly from any size; rank `r` sees its peer's
+    /// process as `pids[r]`.
+    fn pair(pids: [libc::pid_t; 2]) -> Vec<Segment> {
         let name = segment::fresh_name();
-        let mut segs: Vec<Segment> = (0..2)
+        let segs = (0..2)
             .map(|r| {
                 let mut s = Segment::map(&name, r == 0, 2, SLOT, r).expect("maps");
+                let mut seen = vec![cma::pid(); 2];
+                seen[1 - r] = pids[r];
                 s.set_single_copy(SingleCopy {
-                    pids: vec![cma::pid(); 2].into(),
+                    pids: seen.into(),
                     from_bytes: 0,
                     below_bytes: usize::MAX,
                 });
@@ -402,45 +360,64 @@ mod tests {
             })
             .collect();
         segment::unlink(&name);
-        let b = segs.pop().expect("two");
-        (segs.pop().expect("two"), b)
+        segs
     }
 
-    /// A read refused while the peer lives (here: an unmapped address)
-    /// fails this rank's call with the system's error naming the peer, and
-    /// fails the peer's next barrier at once, naming this rank.
-    #[test]
-    fn a_refused_read_stops_both_ranks_at_once() {
-        let (a, b) = pair();
-        let long = Instant::now() + Duration::from_secs(60);
-        let mut x = [0f32; 4];
-        // SAFETY: `x` is ours, 4 elements.
-        let stop = unsafe { fetch(&a, 1, cma::pid(), 8, x.as_mut_ptr(), 4, long) }.unwrap_err();
-        assert_eq!(stop.missing, vec![0]);
-        let (peer, why) = stop.read.expect("a failed read");
-        assert_eq!(peer, 1);
-        assert!(why.contains("Bad address"), "{why}");
-        let start = Instant::now();
-        let peer_stop = b.barrier(long).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(10), "at once");
-        assert_eq!(peer_stop, Stop::missing(vec![0]));
-    }
-
-    /// A peer that is gone (its process ended: `ESRCH`) is named by the
-    /// barrier that follows, at the deadline, as on the slot path.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_peer_gone_is_named_at_the_deadline() {
-        let (a, _b) = pair();
+    /// The pid of a process that has ended (reading it is `ESRCH`).
+    fn gone() -> libc::pid_t {
         let mut child = std::process::Command::new("true").spawn().expect("spawns");
-        let gone = libc::pid_t::try_from(child.id()).expect("a pid");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
         child.wait().expect("ends");
+        pid
+    }
+
+    /// Rank 0 cannot read rank 1 (it looks for it in a process that has
+    /// ended): both ranks see the refusal at the last barrier, run the
+    /// call through the slots with the right result, and read directly no
+    /// more; the next calls are right too.
+    #[test]
+    fn a_refused_read_sends_the_call_through_the_slots_on_every_rank() {
+        let segs = pair([gone(), cma::pid()]);
+        let handles: Vec<_> = segs
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut seg)| {
+                std::thread::spawn(move || {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    let counts = [3000usize, 5000];
+                    let send: Vec<f32> = (0..counts[r]).map(|i| (r * 10_000 + i) as f32).collect();
+                    let mut recv = vec![0f32; 8000];
+                    shared::all_gather(&mut seg, &send, &mut recv, &counts, deadline).unwrap();
+                    let after = seg.pids().is_some();
+                    let mut b = vec![r as f64; 4000];
+                    shared::broadcast(&mut seg, &mut b, 1, deadline).unwrap();
+                    (recv, after, b)
+                })
+            })
+            .collect();
+        for (r, h) in handles.into_iter().enumerate() {
+            let (recv, after, b) = h.join().unwrap();
+            let want: Vec<f32> = (0..3000)
+                .map(|i| i as f32)
+                .chain((0..5000).map(|i| (10_000 + i) as f32))
+                .collect();
+            assert_eq!(recv, want, "rank {r}");
+            assert!(!after, "rank {r} reads directly no more");
+            assert!(b.iter().all(|&x| x == 1.0), "rank {r}");
+        }
+    }
+
+    /// A peer that never publishes its buffer is named at the deadline by
+    /// the first barrier, as on the slot path.
+    #[test]
+    fn a_peer_that_never_comes_is_named_at_the_deadline() {
+        let mut segs = pair([cma::pid(), cma::pid()]);
+        let mut a = segs.remove(0);
         let deadline = Instant::now() + Duration::from_millis(200);
-        let mut x = [0u8; 4];
-        // SAFETY: `x` is ours, 4 elements.
-        let stop = unsafe { fetch(&a, 1, gone, 4096, x.as_mut_ptr(), 4, deadline) }.unwrap_err();
+        let mut recv = vec![0u8; 8];
+        let out = all_gather(&mut a, &[1u8; 4], &mut recv, &[4, 4], deadline);
         assert!(Instant::now() >= deadline, "waited for the peer");
-        assert_eq!(stop, Stop::missing(vec![1]));
+        assert_eq!(out, Err(Stop::missing(vec![1])));
     }
 
     #[test]

@@ -311,8 +311,8 @@ fn open_segment(
 }
 
 /// Whether every rank of `comm` (all on one host, with a segment) wants
-/// single copies, the ranks fit the host's online CPUs, and every rank
-/// can read each peer's memory
+/// single copies, the ranks have a CPU each (in the union of their
+/// affinity masks), and every rank can read each peer's memory
 /// ([`super::MpiWorldBuilder::shared_memory_single_copy`]): each rank
 /// publishes its process id and the address of a word it chose, reads
 /// every peer's word with [`cma::readable`], and the ranks agree on the
@@ -326,8 +326,8 @@ fn probe_single_copy(
     session: &Session,
 ) -> Result<Option<SingleCopy>, CommError> {
     // Each rank's pid, word address, word, whether it wants single
-    // copies, and its call sizes (rank 0's hold).
-    const WORDS: usize = 6;
+    // copies, its call sizes (rank 0's hold), and its CPU affinity mask.
+    const WORDS: usize = 6 + cma::MASK_WORDS;
     let pid = cma::pid();
     // A word unlikely to be found by chance at a wrong address: the pid
     // and the word's own address.
@@ -336,17 +336,20 @@ fn probe_single_copy(
     *word ^= at as u64;
     let token = **std::hint::black_box(&word);
     let sizes = &session.shm.single_copy_sizes;
-    let mine: [i64; WORDS] = [
+    let mut mine = [0i64; WORDS];
+    mine[..6].copy_from_slice(&[
         i64::from(pid),
         at as i64,
         token as i64,
-        i64::from(session.shm.single_copy),
+        i64::from(session.shm.single_copy && !sizes.is_empty()),
         sizes.start as i64,
         sizes.end as i64,
-    ];
+    ]);
+    for (m, w) in mine[6..].iter_mut().zip(cma::cpu_mask()) {
+        *m = w as i64;
+    }
     let mut all = vec![0i64; size * WORDS];
-    // SAFETY: `WORDS` i64 from each rank into `all` (`WORDS` per rank); a
-    // blocking call on a valid communicator.
+    // SAFETY: `WORDS` i64 from each rank into `all` (`WORDS` per rank); a blocking call on a valid communicator.
     let rc = session.mpi(|| unsafe {
         ffi::MPI_Allgather(
             mine.as_ptr().cast(),
@@ -358,13 +361,22 @@ fn probe_single_copy(
             comm,
         )
     });
-    raw::check(OpKind::Init, rank, rc)?;
-    // With more ranks than the host has CPUs, single copies measured 2–3×
-    // slower than the slots at 64 KiB to 1 MiB (4 processes on 2 cores).
-    // SAFETY: sysconf only reads the system's configuration.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let fits = usize::try_from(online).is_ok_and(|cpus| size <= cpus);
-    let ok = fits
+    // A rank whose gather failed still takes part in the agreement (with
+    // a no), so that no rank waits for it, then reports its error.
+    let gathered = raw::check(OpKind::Init, rank, rc);
+    // With more ranks than the CPUs they may run on (the union of their
+    // affinity masks: one core each under `mpirun --bind-to core`),
+    // single copies measured 2–3× slower than the slots at 64 KiB to
+    // 1 MiB (4 processes on 2 cores).
+    let mut cpus = [0u64; cma::MASK_WORDS];
+    for w in all.chunks_exact(WORDS) {
+        for (c, &m) in cpus.iter_mut().zip(&w[6..]) {
+            *c |= m as u64;
+        }
+    }
+    let fits = cpus.iter().map(|c| c.count_ones() as usize).sum::<usize>() >= size;
+    let ok = gathered.is_ok()
+        && fits
         && all.chunks_exact(WORDS).enumerate().all(|(q, w)| {
             w[3] == 1
                 && (q == rank
@@ -372,9 +384,10 @@ fn probe_single_copy(
                         .is_ok_and(|p| cma::readable(p, w[1] as usize, w[2] as u64)))
         });
     // Every rank has read every word once the agreement returns.
-    let agreed = min_all(comm, &[c_int::from(ok), 0, 0, 0], session)?;
+    let agreed = min_all(comm, &[c_int::from(ok), 0, 0, 0], session);
     drop(std::hint::black_box(word));
-    if agreed[0] != 1 {
+    gathered?;
+    if agreed?[0] != 1 {
         return Ok(None);
     }
     Ok(Some(SingleCopy {

@@ -54,6 +54,10 @@ pub(crate) fn slot_bytes(requested: usize, size: usize) -> usize {
         .next_multiple_of(4096)
 }
 
+/// Bytes of a rank's scratch memory for single copies at most (a slot's
+/// size below it): peers' blocks read before a reduction, in chunks.
+const SCRATCH_MAX: usize = 4 << 20;
+
 /// Header lines are whole multiples of this (two 64-byte cache lines).
 const LINE: usize = 128;
 
@@ -86,19 +90,12 @@ pub(crate) struct Stop {
     /// late finds itself here). Empty only if this rank's episodes were
     /// ahead of the segment's, which the protocol rules out.
     pub missing: Vec<usize>,
-    /// This rank's single-copy read or write of a live peer's buffer failed
-    /// ([`super::direct`]): the peer and the system's error. The call was
-    /// abandoned, so its peers stop too (naming this rank).
-    pub read: Option<(usize, String)>,
 }
 
 impl Stop {
-    /// A stop naming `missing`, with no failed read.
+    /// A stop naming `missing`.
     pub(crate) fn missing(missing: Vec<usize>) -> Stop {
-        Stop {
-            missing,
-            read: None,
-        }
+        Stop { missing }
     }
 }
 
@@ -159,8 +156,8 @@ pub(crate) struct Segment {
     /// Set when every rank can read its peers' memory (`None`: slots only).
     single_copy: Option<SingleCopy>,
     /// This rank's private memory for peers' blocks read directly before a
-    /// reduction (a slot's size, made with `single_copy`): process memory,
-    /// not the segment's.
+    /// reduction (a slot's size, at most [`SCRATCH_MAX`], made with
+    /// `single_copy`): process memory, not the segment's.
     scratch: Vec<u64>,
 }
 
@@ -474,11 +471,18 @@ impl Segment {
     pub(crate) fn set_single_copy(&mut self, single_copy: SingleCopy) {
         debug_assert_eq!(single_copy.pids.len(), self.size);
         self.single_copy = Some(single_copy);
-        self.scratch = vec![0; self.slot / 8];
+        self.scratch = vec![0; self.slot.min(SCRATCH_MAX) / 8];
     }
 
-    /// Take this rank's scratch memory for single copies (a slot's size;
-    /// empty without them) for a call; [`Segment::put_scratch`] gives it back.
+    /// Turn single copies off for good (every rank does, at the same
+    /// call: [`super::direct`]'s refusals), and free the scratch memory.
+    pub(crate) fn clear_single_copy(&mut self) {
+        self.single_copy = None;
+        self.scratch = Vec::new();
+    }
+
+    /// Take this rank's scratch memory for single copies (a slot's size,
+    /// at most 4 MiB; empty without them) for a call; [`Segment::put_scratch`] gives it back.
     pub(crate) fn take_scratch(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.scratch)
     }

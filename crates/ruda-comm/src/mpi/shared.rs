@@ -11,14 +11,18 @@
 //! buffer, writes that share's result to its buffer and its slot, and
 //! passes a second barrier before copying its peers' results out.
 //!
+//! Calls of the segment's single-copy window ([`Segment::single_copy`])
+//! skip the slots: [`super::direct`].
+//!
 //! Every barrier has the call's deadline: a rank that never comes (it
 //! died, or is stuck elsewhere) fails the barrier on every rank, which
-//! return a [`Stop`] naming it. The caller's buffers are only ever touched
-//! by their own rank, so nothing writes them after the call returns.
+//! return a [`Stop`] naming it. The caller's buffers are only ever written
+//! by their own rank (peers at most read them, on the direct path), so
+//! nothing writes them after the call returns.
 
 use std::time::Instant;
 
-use super::direct;
+use super::direct::{self, Direct};
 use super::segment::{Segment, Stop};
 use crate::local::kernels;
 use crate::{Element, ReduceOp};
@@ -117,8 +121,10 @@ pub(crate) fn reduce_scatter<T: Element>(
     op: ReduceOp,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(send)).is_some() {
-        return direct::reduce_scatter(seg, send, recv, counts, op, deadline);
+    if seg.single_copy(size_of_val(send)).is_some()
+        && direct::reduce_scatter(seg, send, recv, counts, op, deadline)? == Direct::Done
+    {
+        return Ok(());
     }
     let (me, n) = (seg.rank(), seg.size());
     let k = block_elems::<T>(seg.slot_len(), n);
@@ -167,8 +173,10 @@ pub(crate) fn all_gather<T: Element>(
     counts: &[usize],
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv)).is_some() {
-        return direct::all_gather(seg, send, recv, counts, deadline);
+    if seg.single_copy(size_of_val(recv)).is_some()
+        && direct::all_gather(seg, send, recv, counts, deadline)? == Direct::Done
+    {
+        return Ok(());
     }
     let me = seg.rank();
     let chunk = block_elems::<T>(seg.slot_len(), 1);
@@ -217,8 +225,10 @@ pub(crate) fn broadcast<T: Element>(
     root: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(buf)).is_some() {
-        return direct::broadcast(seg, buf, root, deadline);
+    if seg.single_copy(size_of_val(buf)).is_some()
+        && direct::broadcast(seg, buf, root, deadline)? == Direct::Done
+    {
+        return Ok(());
     }
     let me = seg.rank();
     let chunk = block_elems::<T>(seg.slot_len(), 1);
@@ -254,8 +264,10 @@ pub(crate) fn all_to_all<T: Element>(
     block: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv)).is_some() {
-        return direct::all_to_all(seg, send, recv, block, deadline);
+    if seg.single_copy(size_of_val(recv)).is_some()
+        && direct::all_to_all(seg, send, recv, block, deadline)? == Direct::Done
+    {
+        return Ok(());
     }
     let (me, n) = (seg.rank(), seg.size());
     let k = block_elems::<T>(seg.slot_len(), n);

@@ -226,36 +226,39 @@ impl MpiWorldBuilder {
     /// cross-memory attach (`process_vm_readv`, as Open MPI's
     /// shared-memory transport does for large messages), where the
     /// segment's slots copy it twice (into the sender's slot, out of it).
-    /// Smaller calls keep the slots, whose one barrier costs less than the
-    /// direct path's two; larger ones too, and every all-reduce (measured
-    /// faster there; see the constants). On 2 processes of the 2-core
-    /// development machine, 256 KiB to 4 MiB of all-gather took 0.44–0.64×
-    /// the slot path's time and all-to-all 0.42–0.77×, level with Open
-    /// MPI's own (which reads the same way).
+    /// This holds for the host-local steps of a hierarchical all-reduce
+    /// too. Smaller calls keep the slots, whose one barrier costs less than
+    /// the direct path's two; larger ones too, and a plain all-reduce
+    /// (measured faster there; see the constants). On 2 processes of the
+    /// 2-core development machine, 256 KiB to 4 MiB of all-gather took
+    /// 0.44–0.64× the slot path's time and all-to-all 0.42–0.77×, level
+    /// with Open MPI's own (which reads the same way).
     ///
     /// Single copies are also off where a host runs more of the
-    /// communicator's ranks than it has online CPUs: there, with ranks
-    /// taking turns on the cores, they measured 2–3× slower than the slots
-    /// at 64 KiB to 1 MiB (4 processes on 2 cores), and level at 16 MiB.
+    /// communicator's ranks than the CPUs they may run on (the union of
+    /// their affinity masks): there, with ranks taking turns on the cores,
+    /// they measured 2–3× slower than the slots at 64 KiB to 1 MiB (4
+    /// processes on 2 cores), and level at 16 MiB.
     ///
     /// The kernel allows such reads between processes of one user unless a
     /// process turned off `PR_SET_DUMPABLE`, Yama's `ptrace_scope` is 1 or
-    /// more (then only a parent may read its children), or a seccomp
-    /// profile refuses the call (Docker's default does without
-    /// `CAP_SYS_PTRACE`). When the communicator is made, every rank reads
-    /// a known word from each peer (one `MPI_Allgather` and one
-    /// `MPI_Allreduce` more); only if every rank succeeds does the segment
-    /// read directly, else it keeps its slots, without a message. Nothing
-    /// in the process is changed for it (no `prctl`). With `false` on any
-    /// rank, the slots move every call's data.
+    /// more (then only a parent, or a process with `CAP_SYS_PTRACE`, may
+    /// read), or a seccomp profile refuses the call. When the communicator
+    /// is made, every rank reads a known word from each peer (one
+    /// `MPI_Allgather` and one `MPI_Allreduce` more); only if every rank
+    /// succeeds does the segment read directly, else it keeps its slots,
+    /// without a message. Nothing in the process is changed for it (no
+    /// `prctl`). With `false` on any rank, the slots move every call's
+    /// data.
     ///
-    /// A peer's buffer is read only between two barriers of the call,
-    /// while the peer waits for the second, so no rank returns while a
-    /// peer may still read its buffer. A peer gone mid-call fails the
-    /// call on every rank with a [`CommError::Timeout`] naming it, as on
-    /// the slot path; a read refused for any other reason fails this
-    /// rank's call with [`CommError::Transport`] and its peers' with a
-    /// `Timeout` naming this rank, at once.
+    /// Peers' buffers are only ever read, never written, and only between
+    /// two barriers of the call. A peer gone mid-call fails the call on
+    /// every rank with a [`CommError::Timeout`] naming it, as on the slot
+    /// path. A read refused later (a buffer the kernel cannot pin, such as
+    /// a device mapping; a process that turned off `PR_SET_DUMPABLE`) is
+    /// no error: every rank learns of it at the call's last barrier, runs
+    /// the call again through the slots, and keeps the slots from then on;
+    /// the rank whose read was refused says why on stderr.
     ///
     /// # Example
     /// ```no_run
@@ -279,7 +282,8 @@ impl MpiWorldBuilder {
     /// default window is where single copies measured faster than the
     /// slots on this project's machine; `0..usize::MAX` sends every call
     /// of those collectives through them (the tests do, to cover every
-    /// edge case on that path); an empty range is the same as `false`.
+    /// edge case on that path); an empty range (on any rank) is the same as
+    /// `false`.
     ///
     /// # Example
     /// ```no_run

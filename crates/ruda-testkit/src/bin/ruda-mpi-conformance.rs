@@ -302,7 +302,8 @@ fn straggler(world: &MpiCommunicator) -> Result<usize, String> {
 
 /// `die` (2 ranks or more): rank 1 is killed (`SIGKILL`, by itself, from
 /// another thread) while every rank is inside a stream of 4 MiB
-/// all-reduces; the job must end promptly, naming it (mpirun's own line).
+/// all-reduces and all-gathers of 1 MiB per rank; the job must end
+/// promptly, naming it (mpirun's own line).
 fn die(world: &MpiCommunicator) -> Result<usize, String> {
     let me = world.rank();
     world.barrier().map_err(|e| e.to_string())?;
