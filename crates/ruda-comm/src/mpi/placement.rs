@@ -229,7 +229,11 @@ fn open_segment(
     let mut why = None;
     if rank == 0 {
         let name = segment::fresh_name();
-        let slot = segment::slot_bytes(session.shm.slot, size);
+        let asked = session
+            .shm
+            .slot
+            .unwrap_or_else(|| segment::default_slot(size, segment::online_cpus()));
+        let slot = segment::slot_bytes(asked, size);
         msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
         match Segment::map(&name, true, size, slot, 0) {
             Ok(s) if name.len() <= 54 => {

@@ -47,8 +47,9 @@ pub(crate) struct SharedMemory {
     /// Communicators on one host move data through a segment.
     pub on: bool,
     /// Bytes of each slot of a segment, as asked for
-    /// (`MpiWorldBuilder::shared_memory_slot`).
-    pub slot: usize,
+    /// (`MpiWorldBuilder::shared_memory_slot`); `None`: by the number of
+    /// ranks (`segment::default_slot`).
+    pub slot: Option<usize>,
     /// Communicators across hosts with as many ranks on each make their
     /// all-reduces hierarchical (`MpiWorldBuilder::hierarchical`).
     pub hierarchical: bool,
@@ -64,7 +65,7 @@ impl Default for SharedMemory {
     fn default() -> Self {
         SharedMemory {
             on: true,
-            slot: super::segment::SLOT,
+            slot: None,
             hierarchical: false,
             single_copy: true,
             single_copy_sizes: super::direct::SINGLE_COPY_FROM_BYTES

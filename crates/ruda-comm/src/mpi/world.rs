@@ -198,23 +198,30 @@ impl MpiWorldBuilder {
     }
 
     /// The size of each of a rank's two slots in a shared-memory segment,
-    /// in bytes (default 256 KiB; rounded up to whole pages, at least one
-    /// page and a cache line per rank, at most 1 GiB). Data moves in rounds
+    /// in bytes (rounded up to whole pages, at least one page and a cache
+    /// line per rank, at most 1 GiB). By default 1 MiB on up to 8 ranks,
+    /// then less, so that a segment's slots take at most 16 MiB of
+    /// `/dev/shm`, down to 256 KiB from 32 ranks on; 256 KiB where the
+    /// host's ranks outnumber its online CPUs (measured faster there, the
+    /// ranks taking turns on the cores). Data moves in rounds
     /// of at most one slot per rank (a `1/n` block of one for
-    /// reduce-scatter and all-to-all), with a barrier or two per round;
-    /// rank 0's setting holds for every rank of a communicator. Small slots
-    /// only serve tests that want many rounds from small buffers.
+    /// reduce-scatter and all-to-all), with a barrier or two per round, so
+    /// larger slots mean fewer rounds: on 2 processes of the development
+    /// machine 1 MiB slots took a 1 MiB all-reduce 48 µs where 256 KiB
+    /// slots took 113. Rank 0's setting holds for every rank of a
+    /// communicator. Small slots only serve tests that want many rounds
+    /// from small buffers.
     ///
     /// # Example
     /// ```no_run
     /// let mpi = ruda_comm::MpiWorld::builder()
-    ///     .shared_memory_slot(1 << 20)
+    ///     .shared_memory_slot(256 << 10)
     ///     .init()
     ///     .expect("MPI starts");
     /// # drop(mpi);
     /// ```
     pub fn shared_memory_slot(mut self, bytes: usize) -> Self {
-        self.shm.slot = bytes;
+        self.shm.slot = Some(bytes);
         self
     }
 
