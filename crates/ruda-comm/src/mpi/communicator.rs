@@ -324,10 +324,11 @@ impl MpiCommunicator {
     /// buffers directly for mid-sized calls (see
     /// [`super::MpiWorldBuilder::shared_memory_single_copy`]): it has a
     /// segment ([`Self::shared_memory`]), no rank turned single copies
-    /// off, a host has at least as many online CPUs as it runs ranks of
-    /// this communicator, and every rank of each host could read each of
-    /// its peers when the communicator was made. The same on every rank of
-    /// a host.
+    /// off or gave an empty window, a host's ranks of this communicator
+    /// have a CPU each (in the union of their affinity masks), every rank
+    /// of each host could read each of its peers when the communicator was
+    /// made, and no read has been refused since (after which the segment
+    /// keeps its slots). The same on every rank of a host.
     ///
     /// # Example
     /// ```no_run

@@ -199,14 +199,14 @@ unsafe fn reduce_block<T: Element>(
 ) -> Result<(), Refusal> {
     let (me, n) = (seg.rank(), seg.size());
     let pids = seg.pids().expect("single copy is on");
-    // Whole tiles per piece, so that every chunk of `out` stays aligned
-    // for streaming stores.
+    // Whole cache lines per piece, so that every chunk of `out` keeps the
+    // 16-byte alignment streaming stores need.
     let grain = (64 / size_of::<T>().max(1)).max(1);
     let room = size_of_val(scratch) / size_of::<T>().max(1) / (n - 1).max(1) / grain * grain;
     assert!(room > 0 || n == 1, "scratch for single copies");
     let base = scratch.as_mut_ptr().cast::<T>();
     // Peer `q`'s piece of the scratch.
-    let piece = |q: usize| base.wrapping_add(if q < me { q } else { q - 1 } * room);
+    let piece = |q: usize| base.wrapping_add((if q < me { q } else { q - 1 }) * room);
     let mut off = 0;
     while off < len {
         let m = room.min(len - off);
@@ -267,17 +267,19 @@ pub(crate) fn all_gather<T: Element>(
 ) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
     let offsets = kernels::offsets(counts);
-    let blocks: Vec<*mut T> = (0..n)
-        .map(|q| recv[offsets[q]..offsets[q] + counts[q]].as_mut_ptr())
-        .collect();
     assert_eq!(send.len(), counts[me], "the agreed count of rank {me}");
+    assert_eq!(recv.len(), counts.iter().sum::<usize>(), "the agreed total");
+    // One pointer for the whole buffer, then the blocks inside it (a
+    // pointer per reborrowed block would invalidate the ones before it).
+    let base = recv.as_mut_ptr();
+    let blocks: Vec<*mut T> = offsets.iter().map(|&o| base.wrapping_add(o)).collect();
     let b = seg.next_round();
     let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
-    // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements, checked above); `kernels::copy` fences what it streams.
+    // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements inside it, checked above); `kernels::copy` fences what it streams.
     unsafe { kernels::copy(send.as_ptr(), blocks[me], counts[me]) };
     let pids = seg.pids().expect("single copy is on");
     let refused = peers(me, n).try_for_each(|q| {
-        // SAFETY: block `q` of `recv` (sliced above), ours.
+        // SAFETY: block `q` of `recv` (inside it: offsets of counts totalling its length, checked above), ours.
         unsafe { fetch(q, pids[q], addrs[q], blocks[q], counts[q]) }
     });
     conclude(seg, b, refused.err(), deadline)
@@ -316,18 +318,23 @@ pub(crate) fn all_to_all<T: Element>(
 ) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
     let mine = me * block;
-    let blocks: Vec<*mut T> = (0..n)
-        .map(|q| recv[q * block..(q + 1) * block].as_mut_ptr())
-        .collect();
+    let whole = n.checked_mul(block).expect("an agreed buffer length");
+    assert!(
+        send.len() == whole && recv.len() == whole,
+        "n blocks of {block}"
+    );
+    // One pointer for the whole buffer, then the blocks inside it.
+    let base = recv.as_mut_ptr();
+    let blocks: Vec<*mut T> = (0..n).map(|q| base.wrapping_add(q * block)).collect();
     let own = send[mine..mine + block].as_ptr();
     let b = seg.next_round();
     let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
-    // SAFETY: two ranges of `block` elements (sliced above), the second ours; `kernels::copy` fences what it streams.
+    // SAFETY: two ranges of `block` elements (inside `send` and `recv`, checked above), the second ours; `kernels::copy` fences what it streams.
     unsafe { kernels::copy(own, blocks[me], block) };
     let pids = seg.pids().expect("single copy is on");
     let refused = peers(me, n).try_for_each(|q| {
         let from = at::<T>(addrs[q], mine);
-        // SAFETY: block `q` of `recv` (sliced above), ours.
+        // SAFETY: block `q` of `recv` (inside it, checked above), ours.
         unsafe { fetch(q, pids[q], from, blocks[q], block) }
     });
     conclude(seg, b, refused.err(), deadline)
@@ -372,38 +379,83 @@ mod tests {
     }
 
     /// Rank 0 cannot read rank 1 (it looks for it in a process that has
-    /// ended): both ranks see the refusal at the last barrier, run the
-    /// call through the slots with the right result, and read directly no
-    /// more; the next calls are right too.
+    /// ended): in each collective both ranks see the refusal at the last
+    /// barrier, run the call through the slots with the right result, and
+    /// read directly no more; the next call is right too.
     #[test]
     fn a_refused_read_sends_the_call_through_the_slots_on_every_rank() {
-        let segs = pair([gone(), cma::pid()]);
-        let handles: Vec<_> = segs
-            .into_iter()
-            .enumerate()
-            .map(|(r, mut seg)| {
-                std::thread::spawn(move || {
-                    let deadline = Instant::now() + Duration::from_secs(30);
-                    let counts = [3000usize, 5000];
-                    let send: Vec<f32> = (0..counts[r]).map(|i| (r * 10_000 + i) as f32).collect();
-                    let mut recv = vec![0f32; 8000];
-                    shared::all_gather(&mut seg, &send, &mut recv, &counts, deadline).unwrap();
-                    let after = seg.pids().is_some();
-                    let mut b = vec![r as f64; 4000];
-                    shared::broadcast(&mut seg, &mut b, 1, deadline).unwrap();
-                    (recv, after, b)
+        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+            let segs = pair([gone(), cma::pid()]);
+            let handles: Vec<_> = segs
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut seg)| {
+                    std::thread::spawn(move || {
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        let counts = [3000usize, 5000];
+                        let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
+                        let out: Vec<f32> = match op {
+                            "all-gather" => {
+                                let send: Vec<f32> = (0..counts[r]).map(|i| v(r, i)).collect();
+                                let mut recv = vec![0f32; 8000];
+                                shared::all_gather(&mut seg, &send, &mut recv, &counts, deadline)
+                                    .unwrap();
+                                recv
+                            }
+                            "reduce-scatter" => {
+                                let send: Vec<f32> = (0..8000).map(|i| v(r, i)).collect();
+                                let mut recv = vec![0f32; counts[r]];
+                                let sum = ReduceOp::Sum;
+                                shared::reduce_scatter(
+                                    &mut seg, &send, &mut recv, &counts, sum, deadline,
+                                )
+                                .unwrap();
+                                recv
+                            }
+                            "broadcast" => {
+                                // Rank 0 reads the root, rank 1, and fails.
+                                let mut b: Vec<f32> = (0..4000).map(|i| v(r, i)).collect();
+                                shared::broadcast(&mut seg, &mut b, 1, deadline).unwrap();
+                                b
+                            }
+                            _ => {
+                                let send: Vec<f32> = (0..8000).map(|i| v(r, i)).collect();
+                                let mut recv = vec![0f32; 8000];
+                                shared::all_to_all(&mut seg, &send, &mut recv, 4000, deadline)
+                                    .unwrap();
+                                recv
+                            }
+                        };
+                        let after = seg.pids().is_some();
+                        let mut again = vec![r as f64; 4000];
+                        shared::broadcast(&mut seg, &mut again, 1, deadline).unwrap();
+                        (out, after, again)
+                    })
                 })
-            })
-            .collect();
-        for (r, h) in handles.into_iter().enumerate() {
-            let (recv, after, b) = h.join().unwrap();
-            let want: Vec<f32> = (0..3000)
-                .map(|i| i as f32)
-                .chain((0..5000).map(|i| (10_000 + i) as f32))
                 .collect();
-            assert_eq!(recv, want, "rank {r}");
-            assert!(!after, "rank {r} reads directly no more");
-            assert!(b.iter().all(|&x| x == 1.0), "rank {r}");
+            let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
+            for (r, h) in handles.into_iter().enumerate() {
+                let (out, after, again) = h.join().unwrap();
+                let want: Vec<f32> = match op {
+                    "all-gather" => (0..3000)
+                        .map(|i| v(0, i))
+                        .chain((0..5000).map(|i| v(1, i)))
+                        .collect(),
+                    "reduce-scatter" => {
+                        let o = if r == 0 { 0 } else { 3000 };
+                        (0..[3000, 5000][r])
+                            .map(|i| v(0, o + i) + v(1, o + i))
+                            .collect()
+                    }
+                    "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
+                    _ => (0..2)
+                        .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
+                        .collect(),
+                };
+                assert_eq!(out, want, "{op} rank {r}");
+                assert!(!after, "{op}: rank {r} reads directly no more");
+                assert!(again.iter().all(|&x| x == 1.0), "{op} rank {r}");
+            }
         }
     }
 

@@ -20,7 +20,9 @@
 //! per rank (a call record and the small payloads sent with it, in
 //! alternate calls: [`super::agree::agree_shared`]), rank `q`'s area `b` at
 //! `(2 q + b) × record_len`; then, from the next 4 KiB boundary, two slot
-//! buffers per rank, rank `q`'s buffer `b` at `(2 q + b) × slot`.
+//! buffers per rank, rank `q`'s buffer `b` at `(2 q + b) × slot`. A
+//! single-copy call ([`super::direct`]) uses only the first two words of
+//! its round's slot: the buffer's address and the refusal flag.
 //!
 //! # The barrier
 //! A rank arrives at episode `e` by storing `e` in its arrival word, then

@@ -346,10 +346,76 @@ mod tests {
             .enumerate()
             .map(|(r, mut s)| {
                 let f = f.clone();
-                std::thread::spawn(move || f(r, &mut s))
+                std::thread::spawn(move || {
+                    let out = f(r, &mut s);
+                    // A direct call that went wrong could fall back to the
+                    // slots and still give the right result: single copies
+                    // must still be on.
+                    assert_eq!(
+                        s.pids().is_some(),
+                        single_copy.is_some(),
+                        "rank {r}: single copies kept"
+                    );
+                    out
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Slot rounds and direct calls interleaved on one segment, with odd
+    /// and even numbers of rounds, over several calls of every kind: the
+    /// slot heads' parity and the refusal flags hold across them.
+    #[test]
+    fn slot_rounds_and_direct_calls_interleave_on_one_segment() {
+        for n in [2, 3] {
+            let out = ranks(n, Some((2048, usize::MAX)), move |r, seg| {
+                let mut sums = Vec::new();
+                for call in 0..6usize {
+                    // 1, 2 or 3 slot rounds of one page (1024 f32), then
+                    // direct calls of 2 KiB and more.
+                    let len = 700 + call * 600;
+                    let mut v: Vec<f32> = (0..len).map(|i| value(r, i + call) as f32).collect();
+                    all_reduce(seg, &mut v, ReduceOp::Sum, deadline()).unwrap();
+                    sums.push(v);
+                    let counts: Vec<usize> = (0..n).map(|q| 600 + 13 * q + call).collect();
+                    let send: Vec<f32> = (0..counts[r])
+                        .map(|i| (r * 1000 + i + call) as f32)
+                        .collect();
+                    let mut all = vec![0f32; counts.iter().sum()];
+                    all_gather(seg, &send, &mut all, &counts, deadline()).unwrap();
+                    let offsets = kernels::offsets(&counts);
+                    for q in 0..n {
+                        for i in 0..counts[q] {
+                            assert_eq!(all[offsets[q] + i], (q * 1000 + i + call) as f32);
+                        }
+                    }
+                    let total: usize = counts.iter().sum();
+                    let send: Vec<f32> = (0..total).map(|i| value(r, i) as f32).collect();
+                    let mut mine = vec![0f32; counts[r]];
+                    reduce_scatter(seg, &send, &mut mine, &counts, ReduceOp::Sum, deadline())
+                        .unwrap();
+                    for (j, x) in mine.iter().enumerate() {
+                        let want: f64 = (0..n).map(|p| value(p, offsets[r] + j)).sum();
+                        assert_eq!(*x as f64, want);
+                    }
+                    let mut b: Vec<f32> = (0..len)
+                        .map(|i| if r == call % n { i as f32 } else { -1.0 })
+                        .collect();
+                    broadcast(seg, &mut b, call % n, deadline()).unwrap();
+                    assert!(b.iter().enumerate().all(|(i, &x)| x == i as f32));
+                }
+                sums
+            });
+            for sums in out {
+                for (call, v) in sums.iter().enumerate() {
+                    for (i, x) in v.iter().enumerate() {
+                        let want: f64 = (0..n).map(|p| value(p, i + call)).sum();
+                        assert_eq!(*x as f64, want, "n {n} call {call} at {i}");
+                    }
+                }
+            }
+        }
     }
 
     fn deadline() -> Instant {

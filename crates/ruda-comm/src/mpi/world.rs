@@ -159,7 +159,7 @@ impl MpiWorldBuilder {
     /// their collectives' data through a shared-memory segment with ruda's
     /// own kernels (default `true`; only with checks on). The segment is
     /// made when the communicator is (by [`MpiWorld::world`] or `split`,
-    /// with a few more blocking MPI calls: up to seven across hosts), reserved in `/dev/shm` up
+    /// with a few more blocking MPI calls: up to nine across hosts), reserved in `/dev/shm` up
     /// front (two slots of [`Self::shared_memory_slot`] per rank, two
     /// record areas per rank of up to 32 KiB in groups of up to 8 and a
     /// few hundred bytes above, and a header of a page or more), and unmapped when the communicator is dropped. A
@@ -176,7 +176,8 @@ impl MpiWorldBuilder {
     /// - a rank that does not come within the deadline (it died, or waits
     ///   elsewhere) gives every other rank a [`CommError::Timeout`] naming
     ///   it (the same names on every rank), never the watchdog's abort
-    ///   mid-call: the caller's buffers are never shared. As after any
+    ///   mid-call: no peer ever writes the caller's buffers (peers at most
+    ///   read them, [`Self::shared_memory_single_copy`]). As after any
     ///   timeout, the communicator stays failed and dropping the
     ///   [`MpiWorld`] then aborts the job.
     ///
@@ -201,13 +202,13 @@ impl MpiWorldBuilder {
     /// in bytes (rounded up to whole pages, at least one page and a cache
     /// line per rank, at most 1 GiB). By default 1 MiB on up to 8 ranks,
     /// then less, so that a segment's slots take at most 16 MiB of
-    /// `/dev/shm`, down to 256 KiB from 32 ranks on; 256 KiB where the
+    /// `/dev/shm` up to 32 ranks, 256 KiB from there on; 256 KiB where the
     /// host's ranks outnumber its online CPUs (measured faster there, the
     /// ranks taking turns on the cores). Data moves in rounds
     /// of at most one slot per rank (a `1/n` block of one for
     /// reduce-scatter and all-to-all), with a barrier or two per round, so
     /// larger slots mean fewer rounds: on 2 processes of the development
-    /// machine 1 MiB slots took a 1 MiB all-reduce 48 µs where 256 KiB
+    /// machine 1 MiB slots took a 1 MiB all-reduce 48–77 µs where 256 KiB
     /// slots took 113. Rank 0's setting holds for every rank of a
     /// communicator. Small slots only serve tests that want many rounds
     /// from small buffers.
@@ -245,12 +246,15 @@ impl MpiWorldBuilder {
     /// communicator's ranks than the CPUs they may run on (the union of
     /// their affinity masks): there, with ranks taking turns on the cores,
     /// they measured 2–3× slower than the slots at 64 KiB to 1 MiB (4
-    /// processes on 2 cores), and level at 16 MiB.
+    /// processes on 2 cores), and level at 16 MiB. A CPU quota (a cgroup's
+    /// `cpu.max`, `docker --cpus`) is not seen: where ranks outnumber it,
+    /// turn single copies off.
     ///
     /// The kernel allows such reads between processes of one user unless a
-    /// process turned off `PR_SET_DUMPABLE`, Yama's `ptrace_scope` is 1 or
-    /// more (then only a parent, or a process with `CAP_SYS_PTRACE`, may
-    /// read), or a seccomp profile refuses the call. When the communicator
+    /// process turned off `PR_SET_DUMPABLE`, Yama's `ptrace_scope` forbids
+    /// them (at 1 only a parent or a process with `CAP_SYS_PTRACE` may
+    /// read, at 2 only the latter, at 3 nobody), or a seccomp profile
+    /// refuses the call. When the communicator
     /// is made, every rank reads a known word from each peer (one
     /// `MPI_Allgather` and one `MPI_Allreduce` more); only if every rank
     /// succeeds does the segment read directly, else it keeps its slots,
