@@ -109,11 +109,11 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
                 let mut o = vec![0.0; nl * cols];
                 rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
                 for (l, row) in o.chunks_exact(cols).enumerate() {
-                    // SAFETY: rows (l, m) of distinct orders never overlap
-                    // (`m < nm`: one block per order, asserted above) and
-                    // this task alone handles order `m`, one row at a time
-                    // (each slice is dropped before the next is made);
-                    // `row` checks the bounds.
+                    // Rows (l, m) of distinct orders never overlap (`m <
+                    // nm`: one block per order, asserted above); this task
+                    // alone handles order `m`, one row at a time (each
+                    // slice is dropped before the next is made).
+                    // SAFETY: valid: `row` checks the bounds; unaliased: no other task or slice touches row (l, m).
                     let dst = unsafe { rows.row((l * nm + m) * cols, cols) };
                     for (d, &v) in dst.iter_mut().zip(row) {
                         *d = T::narrow(v);

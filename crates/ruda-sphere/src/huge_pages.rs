@@ -61,10 +61,11 @@ fn advise<T>(v: &[T]) {
         if last <= first {
             return;
         }
-        // SAFETY: `first..last` lies inside `v`'s allocation (rounded
-        // inwards to huge-page boundaries, which are page aligned, as
-        // madvise requires). MADV_HUGEPAGE changes neither the contents
-        // nor the validity of the memory, only how the kernel backs it.
+        // `first..last` is rounded inwards to huge-page boundaries, which
+        // are page aligned, as madvise requires. MADV_HUGEPAGE changes
+        // neither the contents nor the validity of the memory, only how
+        // the kernel backs it.
+        // SAFETY: valid: `first..last` lies inside `v`'s allocation; unaliased: no Rust access is made, the kernel only changes how it backs the pages.
         let _ = unsafe {
             libc::madvise(
                 first as *mut libc::c_void,

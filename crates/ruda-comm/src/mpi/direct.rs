@@ -469,7 +469,7 @@ mod tests {
         let mut recv = vec![0u8; 8];
         let out = all_gather(&mut a, &[1u8; 4], &mut recv, &[4, 4], deadline);
         assert!(Instant::now() >= deadline, "waited for the peer");
-        assert_eq!(out, Err(Stop::missing(vec![1])));
+        assert_eq!(out, Err(Stop { missing: vec![1] }));
     }
 
     #[test]

@@ -123,13 +123,6 @@ pub(crate) struct Stop {
     pub missing: Vec<usize>,
 }
 
-impl Stop {
-    /// A stop naming `missing`.
-    pub(crate) fn missing(missing: Vec<usize>) -> Stop {
-        Stop { missing }
-    }
-}
-
 /// How a segment's collectives may read their peers' buffers directly
 /// ([`super::direct`]): agreed by every rank when the segment is made.
 #[derive(Clone, Debug)]
@@ -518,14 +511,12 @@ impl Segment {
         self.scratch = scratch;
     }
 
-    /// The peers' process ids when a call of `bytes` (the same on every
-    /// rank) reads their buffers directly; `None` when it goes through the
-    /// slots.
-    pub(crate) fn single_copy(&self, bytes: usize) -> Option<&[libc::pid_t]> {
+    /// Whether a call of `bytes` (the same on every rank) reads its peers'
+    /// buffers directly ([`super::direct`]) rather than through the slots.
+    pub(crate) fn single_copy(&self, bytes: usize) -> bool {
         self.single_copy
             .as_ref()
-            .filter(|s| (s.from_bytes..s.below_bytes).contains(&bytes))
-            .map(|s| &*s.pids)
+            .is_some_and(|s| (s.from_bytes..s.below_bytes).contains(&bytes))
     }
 
     /// Every rank's process id when single copies are on (whatever the
@@ -584,7 +575,9 @@ impl Segment {
             if v + 1 < e {
                 // Ahead of the segment: cannot happen (the verdict is at
                 // least the lowest arrival minus one), kept as a defence.
-                return Err(Stop::missing(Vec::new()));
+                return Err(Stop {
+                    missing: Vec::new(),
+                });
             }
             if (0..self.size).all(|q| self.arrival(q).load(Ordering::Acquire) >= e) {
                 // Either this rank decides, or another decided first (then
@@ -669,7 +662,7 @@ impl Segment {
                 bits & (1 << (q % 64)) != 0
             })
             .collect();
-        Stop::missing(missing)
+        Stop { missing }
     }
 }
 

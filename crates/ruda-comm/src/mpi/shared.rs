@@ -99,11 +99,12 @@ pub(crate) fn all_reduce<T: Element>(
         seg.barrier(deadline)?;
         for q in (0..n).filter(|&q| q != me) {
             let (lo, hi) = share(q);
-            // SAFETY: rank `q` wrote its share's result to its slot before
-            // the second barrier. It writes this slot buffer again in the
-            // round after next (the same parity), which it starts only
-            // after passing the next round's barriers, which this rank
-            // reaches only after this copy; `round[lo..hi]` is ours.
+            // Rank `q` wrote its share's result to its slot before the
+            // second barrier. It writes this slot buffer again in the round
+            // after next (the same parity), which it starts only after
+            // passing the next round's barriers, which this rank reaches
+            // only after this copy.
+            // SAFETY: valid: share `lo..hi` of `q`'s slot and of our round; unaliased: `q` no longer writes it, `round` is ours.
             unsafe { copy(slot(q).add(lo).cast_const(), round.add(lo), hi - lo) };
         }
         off += m;
@@ -121,7 +122,7 @@ pub(crate) fn reduce_scatter<T: Element>(
     op: ReduceOp,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(send)).is_some()
+    if seg.single_copy(size_of_val(send))
         && direct::reduce_scatter(seg, send, recv, counts, op, deadline)? == Direct::Done
     {
         return Ok(());
@@ -141,9 +142,9 @@ pub(crate) fn reduce_scatter<T: Element>(
             if m == 0 {
                 continue;
             }
-            // SAFETY: valid: block `q` of our slot holds `k >= m` elements (`block_elems`), and
-            // `send[o + off..][..m]` is in `send` (agreed `counts` total its length); unaliased:
-            // the slot is this rank's alone until the barrier, `send` the caller's own buffer.
+            // Block `q` of our slot holds `k >= m` elements (`block_elems`);
+            // the agreed `counts` total `send`'s length.
+            // SAFETY: valid: both ranges in bounds (above); unaliased: our slot is ours alone until the barrier, `send` the caller's.
             unsafe { copy(send[o + off..].as_ptr(), slot(me).add(q * k), m) };
         }
         seg.barrier(deadline)?;
@@ -155,9 +156,9 @@ pub(crate) fn reduce_scatter<T: Element>(
         let ins: Vec<*const T> = (0..n)
             .map(|q| slot(q).wrapping_add(me * k).cast_const())
             .collect();
-        // SAFETY: block `me` of every slot is read by this rank only, until
-        // the next round's barrier; `recv[off..off + m]` is ours and no
-        // slot (the caller's own buffer); `_fence` orders streamed stores.
+        // Block `me` of every slot is read by this rank only, until the
+        // next round's barrier; `_fence` orders streamed stores.
+        // SAFETY: valid: `m` elements of each slot's block and of `recv[off..]`; unaliased: `recv` is the caller's, no slot.
         unsafe { kernels::reduce_to(&ins, recv[off..].as_mut_ptr(), m, op, stream) };
         off += k;
     }
@@ -173,7 +174,7 @@ pub(crate) fn all_gather<T: Element>(
     counts: &[usize],
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv)).is_some()
+    if seg.single_copy(size_of_val(recv))
         && direct::all_gather(seg, send, recv, counts, deadline)? == Direct::Done
     {
         return Ok(());
@@ -190,8 +191,7 @@ pub(crate) fn all_gather<T: Element>(
         let slot = |q: usize| seg.slot(q, b).cast::<T>();
         let m = chunk.min(send.len().saturating_sub(off));
         if m > 0 {
-            // SAFETY: this rank's slot, only ours until the barrier; `m`
-            // elements within both.
+            // SAFETY: valid: `m` elements within `send` and our slot; unaliased: our slot is ours alone until the barrier.
             unsafe { copy(send[off..].as_ptr(), slot(me), m) };
         }
         seg.barrier(deadline)?;
@@ -200,10 +200,10 @@ pub(crate) fn all_gather<T: Element>(
             if m == 0 {
                 continue;
             }
-            // SAFETY: rank `q` wrote `m` elements to its slot before the
-            // barrier and writes it again only after the next round's
-            // barrier; `recv[o + off..o + off + m]` is ours; `_fence`
+            // Rank `q` wrote `m` elements to its slot before the barrier and
+            // writes it again only after the next round's barrier; `_fence`
             // orders streamed stores.
+            // SAFETY: valid: `m` elements of `q`'s slot and of `recv[o + off..]`; unaliased: `q` no longer writes its slot, `recv` is ours.
             unsafe {
                 kernels::copy_to(
                     slot(q).cast_const(),
@@ -225,7 +225,7 @@ pub(crate) fn broadcast<T: Element>(
     root: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(buf)).is_some()
+    if seg.single_copy(size_of_val(buf))
         && direct::broadcast(seg, buf, root, deadline)? == Direct::Done
     {
         return Ok(());
@@ -245,9 +245,10 @@ pub(crate) fn broadcast<T: Element>(
         }
         seg.barrier(deadline)?;
         if me != root {
-            // SAFETY: written by the root before the barrier, and not again
-            // before the next round's barrier; `_fence` orders streamed
-            // stores.
+            // The root wrote its slot before the barrier and writes it
+            // again only after the next round's barrier; `_fence` orders
+            // streamed stores.
+            // SAFETY: valid: `m` elements of the root's slot and of `buf[off..]`; unaliased: the root no longer writes it, `buf` is ours.
             unsafe { kernels::copy_to(slot.cast_const(), buf[off..].as_mut_ptr(), m, stream) };
         }
         off += m;
@@ -264,7 +265,7 @@ pub(crate) fn all_to_all<T: Element>(
     block: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv)).is_some()
+    if seg.single_copy(size_of_val(recv))
         && direct::all_to_all(seg, send, recv, block, deadline)? == Direct::Done
     {
         return Ok(());
@@ -279,15 +280,15 @@ pub(crate) fn all_to_all<T: Element>(
         let b = seg.next_round();
         let slot = |q: usize| seg.slot(q, b).cast::<T>();
         for q in 0..n {
-            // SAFETY: block `q` of our slot holds `k >= m` elements, ours
-            // until the barrier; `send[q * block + off..][..m]` is in `send`.
+            // SAFETY: valid: block `q` of our slot holds `k >= m` elements, `send[q * block + off..][..m]` is in `send`; unaliased: our slot is ours until the barrier.
             unsafe { copy(send[q * block + off..].as_ptr(), slot(me).add(q * k), m) };
         }
         seg.barrier(deadline)?;
         for q in 0..n {
-            // SAFETY: rank `q` wrote its block for us before the barrier and
-            // writes it again only after the next round's barrier; `_fence`
-            // orders streamed stores.
+            // Rank `q` wrote its block for us before the barrier and writes
+            // it again only after the next round's barrier; `_fence` orders
+            // streamed stores.
+            // SAFETY: valid: `m` elements of `q`'s block and of our `recv` block; unaliased: `q` no longer writes it, `recv` is ours.
             unsafe {
                 kernels::copy_to(
                     slot(q).add(me * k).cast_const(),
@@ -613,7 +614,7 @@ mod tests {
         });
         assert_eq!(out[1], Ok(()), "its one round passed");
         for r in [0, 2] {
-            assert_eq!(out[r], Err(Stop::missing(vec![1])), "rank {r}");
+            assert_eq!(out[r], Err(Stop { missing: vec![1] }), "rank {r}");
         }
     }
 
