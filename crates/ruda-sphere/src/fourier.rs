@@ -21,6 +21,7 @@
 //! `inverse(s, b)` is `forward(s, 2b)`.
 
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 
 use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
@@ -32,6 +33,8 @@ use burn_flex::{Flex, FlexDevice};
 use rayon::prelude::*;
 use realfft::FftNum;
 
+use crate::block_pool::BlockPool;
+use crate::huge_pages::{Fresh, zeroed_piece};
 use crate::profile::{Stage, timed};
 use realfft::num_complex::Complex;
 
@@ -209,29 +212,43 @@ impl Modes {
     /// layout the Legendre kernel reads. No spectral buffer of every row is
     /// made: each task transforms the rows of a run of latitudes and
     /// writes every order's values of them, a contiguous piece of each
-    /// block. Orders in their natural sequence.
+    /// block. Orders in their natural sequence. The blocks come from
+    /// `pool` (give them back when done).
     pub(crate) fn forward_orders<T: FftNum + Into<f64>>(
         &self,
         input: &[T],
         fields: usize,
         k_len: usize,
+        pool: &BlockPool,
     ) -> Vec<Vec<f64>> {
         let (n, mmax) = (self.nlon, self.mmax);
         debug_assert_eq!(input.len(), fields * k_len * n);
         debug_assert_eq!(self.order_stride, 1, "the natural order sequence");
         let cols = 2 * fields;
-        let mut blocks: Vec<Vec<f64>> = (0..mmax).map(|_| alloc::vec![0.0; k_len * cols]).collect();
         if fields == 0 || k_len == 0 {
-            return blocks;
+            return (0..mmax).map(|_| Vec::new()).collect();
         }
         let plan = crate::fft_plans::forward::<T>(n);
         let factors = self.factors::<T>();
-        // Each task's piece of every block.
+        // The orders the FFT gives (`0..=nlon/2`): the tasks below write
+        // every value of their blocks (which may hold a former call's
+        // values); the blocks of any orders above are zeros.
+        let given = factors.len();
+        let mut blocks: Vec<Vec<f64>> = (0..mmax)
+            .map(|m| {
+                if m < given {
+                    pool.take(k_len * cols)
+                } else {
+                    pool.take_zeroed(k_len * cols)
+                }
+            })
+            .collect();
+        // Each task's piece of every block given.
         let run_len = latitude_run(k_len);
         let runs = k_len.div_ceil(run_len);
         let mut pieces: Vec<Vec<&mut [f64]>> =
-            (0..runs).map(|_| Vec::with_capacity(mmax)).collect();
-        for block in blocks.iter_mut() {
+            (0..runs).map(|_| Vec::with_capacity(given)).collect();
+        for block in blocks.iter_mut().take(given) {
             for (run, piece) in block.chunks_mut(run_len * cols).enumerate() {
                 pieces[run].push(piece);
             }
@@ -285,19 +302,21 @@ impl Modes {
         let n = self.nlon;
         debug_assert_eq!(self.order_stride, 1, "the natural order sequence");
         debug_assert!(blocks.iter().all(|b| b.len() == k_len * fields * 2));
-        let mut out = crate::huge_pages::zeroed::<T>(fields * k_len * n);
-        if out.is_empty() {
-            return out;
+        let len = fields * k_len * n;
+        if len == 0 {
+            return Vec::new();
         }
+        let mut out = Fresh::<T>::new(len);
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
         // Each task's rows: per field, the run's latitudes.
         debug_assert_eq!(blocks.len(), self.mmax, "a block per order");
         let run_len = latitude_run(k_len);
         let runs = k_len.div_ceil(run_len);
-        let mut pieces: Vec<Vec<&mut [T]>> =
+        let mut pieces: Vec<Vec<&mut [MaybeUninit<T>]>> =
             (0..runs).map(|_| Vec::with_capacity(fields)).collect();
-        for field_rows in out.chunks_mut(k_len * n) {
+        // The pieces split the whole room: every field's rows, in runs.
+        for field_rows in out.room().chunks_mut(k_len * n) {
             for (run, piece) in field_rows.chunks_mut(run_len * n).enumerate() {
                 pieces[run].push(piece);
             }
@@ -321,7 +340,9 @@ impl Modes {
                                 };
                                 *c = Complex::new(narrow(block[at]) * f, im);
                             }
-                            let row = &mut piece[(k - k0) * n..(k - k0 + 1) * n];
+                            // Each row is initialised here, then
+                            // overwritten whole by the FFT.
+                            let row = zeroed_piece(&mut piece[(k - k0) * n..(k - k0 + 1) * n]);
                             plan.process_with_scratch(spec, row, scratch)
                                 .expect("real edge orders and buffers of the plan's lengths");
                         }
@@ -329,7 +350,12 @@ impl Modes {
                 },
             )
         });
-        out
+        // The tasks covered every run of every field's rows (`k0..k0 +
+        // run_len` over `runs` runs is `0..k_len`), each row initialised
+        // by `zeroed_piece`; a panic in a task reaches here as a panic, and
+        // the room is freed uninitialised.
+        // SAFETY: valid: every element of the room was initialised above.
+        unsafe { out.assume_init() }
     }
 
     /// Inverse kernel on a spectral buffer of `b_len × k_len` rows (laid
@@ -689,7 +715,8 @@ mod tests {
     /// The FFT straight into order blocks equals the rows-first kernel's
     /// values rearranged, widened to f64: more orders than the length has
     /// (zero past N/2), latitude counts that are and are not a multiple of
-    /// the run, one and three fields, and no fields.
+    /// the run, one and three fields, and no fields; in blocks of a pool
+    /// that held NaNs.
     #[test]
     fn forward_orders_rearranges_the_rows_first_kernel() {
         for (n, mmax, fields, k_len) in
@@ -698,7 +725,10 @@ mod tests {
             let m = Modes::analysis(n, mmax, SpectralLayout::RowsFirst);
             let x = sample(fields * k_len * n, 7);
             let rows = m.forward(&x, fields, k_len);
-            let blocks = m.forward_orders(&x, fields, k_len);
+            // Blocks left by a former call, longer than needed: every
+            // value is written again.
+            let pool = BlockPool::dirty(mmax, k_len * fields * 2 + 3);
+            let blocks = m.forward_orders(&x, fields, k_len, &pool);
             assert_eq!(blocks.len(), mmax);
             for (order, block) in blocks.iter().enumerate() {
                 assert_eq!(block.len(), k_len * fields * 2);
@@ -721,7 +751,8 @@ mod tests {
             }
             let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
             let rows32 = m.forward(&x32, fields, k_len);
-            let blocks32 = m.forward_orders(&x32, fields, k_len);
+            pool.give(blocks);
+            let blocks32 = m.forward_orders(&x32, fields, k_len, &pool);
             for (order, block) in blocks32.iter().enumerate() {
                 for k in 0..k_len {
                     for f in 0..fields {

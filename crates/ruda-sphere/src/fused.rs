@@ -33,6 +33,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::block_pool::BlockPool;
 use crate::linear_op::linear;
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -91,8 +92,10 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     debug_assert_eq!(rec.orders().len(), nm);
-    // [k, b, 2] per order, straight from the FFT.
-    let inputs = f.modes.forward_orders(x, b, nk);
+    // [k, b, 2] per order, straight from the FFT; every block from the
+    // step's pool and back to it.
+    let pool = &*f.step.blocks;
+    let inputs = f.modes.forward_orders(x, b, nk, pool);
     let cols = 2 * b;
     if f.degrees_first {
         // [l, m, b, 2]: row (l, m) is order m's row l as the kernel
@@ -101,42 +104,55 @@ fn analysis<T: Real>(x: &[T], b: usize, f: &Fused) -> Vec<T> {
         assert_eq!(inputs.len(), nm, "a block per order");
         let mut out = crate::huge_pages::zeroed::<T>(nl * nm * cols);
         if out.is_empty() {
+            pool.give(inputs);
             return out;
         }
         let rows = RowsOf::new(&mut out);
         timed(Stage::Legendre, || {
-            inputs.par_iter().enumerate().for_each(|(m, s)| {
-                let mut o = vec![0.0; nl * cols];
-                rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
-                for (l, row) in o.chunks_exact(cols).enumerate() {
-                    // Rows (l, m) of distinct orders never overlap (`m <
-                    // nm`: one block per order, asserted above); this task
-                    // alone handles order `m`, one row at a time (each
-                    // slice is dropped before the next is made).
-                    // SAFETY: valid: `row` checks the bounds; unaliased: no other task or slice touches row (l, m).
-                    let dst = unsafe { rows.row((l * nm + m) * cols, cols) };
-                    for (d, &v) in dst.iter_mut().zip(row) {
-                        *d = T::narrow(v);
+            let scratch = || vec![0.0; nl * cols];
+            inputs
+                .par_iter()
+                .enumerate()
+                .for_each_init(scratch, |o, (m, s)| {
+                    // The kernel adds to `o`.
+                    o.fill(0.0);
+                    rec.analysis_order(m, s, o, cols, f.step.weighted);
+                    for (l, row) in o.chunks_exact(cols).enumerate() {
+                        // Rows (l, m) of distinct orders never overlap (`m <
+                        // nm`: one block per order, asserted above); this task
+                        // alone handles order `m`, one row at a time (each
+                        // slice is dropped before the next is made).
+                        // SAFETY: valid: `row` checks the bounds; unaliased: no other task or slice touches row (l, m).
+                        let dst = unsafe { rows.row((l * nm + m) * cols, cols) };
+                        for (d, &v) in dst.iter_mut().zip(row) {
+                            *d = T::narrow(v);
+                        }
                     }
-                }
-            });
+                });
         });
+        pool.give(inputs);
         return out;
     }
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
         inputs
             .par_iter()
             .enumerate()
-            .map(|(m, s)| {
-                let mut o = vec![0.0; nl * cols];
-                rec.analysis_order(m, s, &mut o, cols, f.step.weighted);
-                fields_first(&o, nl, b)
-            })
+            .map_init(
+                || vec![0.0; nl * cols],
+                |o, (m, s)| {
+                    // The kernel adds to `o`.
+                    o.fill(0.0);
+                    rec.analysis_order(m, s, o, cols, f.step.weighted);
+                    fields_first(o, nl, b, pool)
+                },
+            )
             .collect()
     });
-    drop(inputs);
+    pool.give(inputs);
     // [b, l, m, 2]
-    timed(Stage::Reorder, || scatter_orders(&blocks, b * nl))
+    let out = timed(Stage::Reorder, || scatter_orders(&blocks, b * nl));
+    pool.give(blocks);
+    out
 }
 
 /// The synthesis on host values `c` (`[b, l, m, 2]`, or `[l, m, b, 2]`
@@ -145,44 +161,53 @@ fn synthesis<T: Real>(c: &[T], b: usize, f: &Fused) -> Vec<T> {
     let rec = &f.step.rec;
     let (nk, nl, nm) = (rec.nlat(), rec.lmax(), f.modes.mmax);
     let cols = 2 * b;
+    // Every block from the step's pool and back to it; the kernel writes
+    // every row of its result.
+    let pool = &*f.step.blocks;
     if f.degrees_first {
         // [l, m, b, 2]: order m's block is its rows, `nm · cols` apart.
         let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
             (0..nm)
                 .into_par_iter()
-                .map(|m| {
-                    let mut a = vec![0.0; nl * cols];
-                    // No rows to read in an empty batch (`cols` = 0).
-                    for (l, row) in a.chunks_exact_mut(cols.max(1)).enumerate() {
-                        let at = (l * nm + m) * cols;
-                        for (d, &v) in row.iter_mut().zip(&c[at..at + cols]) {
-                            *d = v.into();
+                .map_init(
+                    || vec![0.0; nl * cols],
+                    |a, m| {
+                        // No rows to read in an empty batch (`cols` = 0).
+                        for (l, row) in a.chunks_exact_mut(cols.max(1)).enumerate() {
+                            let at = (l * nm + m) * cols;
+                            for (d, &v) in row.iter_mut().zip(&c[at..at + cols]) {
+                                *d = v.into();
+                            }
                         }
-                    }
-                    let mut o = vec![0.0; nk * cols];
-                    rec.synthesis_order(m, &a, &mut o, cols, f.step.weighted);
-                    o
-                })
+                        let mut o = pool.take(nk * cols);
+                        rec.synthesis_order(m, a, &mut o, cols, f.step.weighted);
+                        o
+                    },
+                )
                 .collect()
         });
-        return f.modes.inverse_orders(&blocks, b, nk, T::narrow);
+        let out = f.modes.inverse_orders(&blocks, b, nk, T::narrow);
+        pool.give(blocks);
+        return out;
     }
     // [l, b, 2] per order.
-    let inputs = timed(Stage::Reorder, || gather_orders(c, b, nl, nm));
+    let inputs = timed(Stage::Reorder, || gather_orders(c, b, nl, nm, pool));
     let blocks: Vec<Vec<f64>> = timed(Stage::Legendre, || {
         inputs
             .par_iter()
             .enumerate()
             .map(|(m, a)| {
-                let mut o = vec![0.0; nk * cols];
+                let mut o = pool.take(nk * cols);
                 rec.synthesis_order(m, a, &mut o, cols, f.step.weighted);
                 o
             })
             .collect()
     });
-    drop(inputs);
+    pool.give(inputs);
     // Each row's FFT reads its orders straight from the blocks.
-    f.modes.inverse_orders(&blocks, b, nk, T::narrow)
+    let out = f.modes.inverse_orders(&blocks, b, nk, T::narrow);
+    pool.give(blocks);
+    out
 }
 
 /// The rows of a `[l, m, b, 2]` output that the analysis's parallel tasks
@@ -234,15 +259,17 @@ impl<'a, T> RowsOf<'a, T> {
 /// [`scatter_orders`]. In parallel over runs of [`SCATTER_ROWS`] rows: a
 /// task reads its rows contiguously and writes a contiguous piece of every
 /// block (instead of one strided value per cache line for each order).
+/// The blocks come from `pool`, every value written.
 pub(crate) fn gather_orders<T: Real>(
     values: &[T],
     fields: usize,
     r: usize,
     nm: usize,
+    pool: &BlockPool,
 ) -> Vec<Vec<f64>> {
     debug_assert_eq!(values.len(), fields * r * nm * 2);
     let cols = 2 * fields;
-    let mut blocks: Vec<Vec<f64>> = (0..nm).map(|_| vec![0.0; r * cols]).collect();
+    let mut blocks: Vec<Vec<f64>> = (0..nm).map(|_| pool.take(r * cols)).collect();
     if fields == 0 || r == 0 {
         return blocks;
     }
@@ -277,9 +304,10 @@ pub(crate) fn gather_orders<T: Real>(
 const SCATTER_ROWS: usize = 16;
 
 /// One order's `[r, b, 2]` kernel result as `[b, r, 2]` (in cache, in the
-/// order's own task), so that [`scatter_orders`] reads it contiguously.
-pub(crate) fn fields_first(o: &[f64], r: usize, b: usize) -> Vec<f64> {
-    let mut t = vec![0.0; o.len()];
+/// order's own task), so that [`scatter_orders`] reads it contiguously; in
+/// a block from `pool`, every value written.
+pub(crate) fn fields_first(o: &[f64], r: usize, b: usize, pool: &BlockPool) -> Vec<f64> {
+    let mut t = pool.take(o.len());
     for x in 0..r {
         for bi in 0..b {
             let (from, to) = ((x * b + bi) * 2, (bi * r + x) * 2);
@@ -500,7 +528,8 @@ mod tests {
     /// Gathering each order's block from `[fields, r, m, 2]` values undoes
     /// scattering the blocks there (after `fields_first`), bit for bit, f64
     /// and f32: row counts that are and are not a multiple of a task's
-    /// run, one and three fields, and no rows.
+    /// run, one and three fields, and no rows; blocks from pools that held
+    /// NaNs.
     #[test]
     fn gathering_orders_undoes_scattering_them() {
         for (fields, r, nm) in [(3, 37, 5), (1, SCATTER_ROWS, 4), (2, 1, 3), (2, 0, 3)] {
@@ -513,17 +542,23 @@ mod tests {
                         .collect()
                 })
                 .collect();
-            let firsts: Vec<Vec<f64>> = blocks.iter().map(|b| fields_first(b, r, fields)).collect();
+            // Every block from pools that held NaNs (longer than needed).
+            let dirty = || BlockPool::dirty(nm, r * cols + 5);
+            let firsts_pool = dirty();
+            let firsts: Vec<Vec<f64>> = blocks
+                .iter()
+                .map(|b| fields_first(b, r, fields, &firsts_pool))
+                .collect();
             let values: Vec<f64> = scatter_orders(&firsts, fields * r);
             assert_eq!(
-                gather_orders(&values, fields, r, nm),
+                gather_orders(&values, fields, r, nm, &dirty()),
                 blocks,
                 "f64 {fields} {r} {nm}"
             );
             // The values are exact in f32 too (multiples of 1/8).
             let values32: Vec<f32> = scatter_orders(&firsts, fields * r);
             assert_eq!(
-                gather_orders(&values32, fields, r, nm),
+                gather_orders(&values32, fields, r, nm, &dirty()),
                 blocks,
                 "f32 {fields} {r} {nm}"
             );

@@ -23,6 +23,8 @@
 //!   advised memory may compact memory to find a huge page, which can
 //!   stall the faulting thread on a fragmented machine.
 
+use core::mem::MaybeUninit;
+
 /// Buffers from this size on are advised; smaller ones come from the
 /// allocator's heap, already mapped.
 const ADVISE_FROM_BYTES: usize = 4 << 20;
@@ -40,7 +42,55 @@ pub(crate) fn zeroed<T: realfft::FftNum>(len: usize) -> Vec<T> {
     v
 }
 
-/// Advise the whole huge pages inside `v` for transparent huge pages; a
+/// A fresh buffer of `len` values that parallel tasks initialise in
+/// disjoint pieces, each piece just before it is written (for a buffer
+/// that is overwritten whole, as an inverse FFT's output is): no `memset`
+/// of the whole buffer by one thread first, and its page faults taken by
+/// the tasks that write it. From 4 MiB on it is advised for huge pages
+/// before anything touches it.
+pub(crate) struct Fresh<T> {
+    v: Vec<T>,
+    len: usize,
+}
+
+impl<T: realfft::FftNum> Fresh<T> {
+    /// Room for `len` values, none initialised.
+    pub(crate) fn new(len: usize) -> Self {
+        let mut v = Vec::with_capacity(len);
+        advise(v.spare_capacity_mut());
+        Fresh { v, len }
+    }
+
+    /// The uninitialised room, `len` values, for the tasks to split.
+    pub(crate) fn room(&mut self) -> &mut [MaybeUninit<T>] {
+        &mut self.v.spare_capacity_mut()[..self.len]
+    }
+
+    /// The buffer, once every value of [`Fresh::room`] is initialised.
+    ///
+    /// # Safety
+    /// Every element of the room must have been written (as
+    /// [`zeroed_piece`] does) since `self` was made.
+    pub(crate) unsafe fn assume_init(mut self) -> Vec<T> {
+        // SAFETY: valid: `len` is at most the capacity (reserved in `new`) and the caller promises that the first `len` elements are initialised.
+        unsafe { self.v.set_len(self.len) };
+        self.v
+    }
+}
+
+/// `piece` set to zeros and handed back as initialised values, for its
+/// writer to overwrite while it is in cache.
+pub(crate) fn zeroed_piece<T: realfft::FftNum>(piece: &mut [MaybeUninit<T>]) -> &mut [T] {
+    piece.fill(MaybeUninit::new(T::zero()));
+    let (ptr, len) = (piece.as_mut_ptr().cast::<T>(), piece.len());
+    // `MaybeUninit<T>` has `T`'s size and alignment, so the cast pointer
+    // covers the same `len` elements, all of them written just above.
+    // SAFETY: valid: every element is initialised and the memory is `piece`'s; unaliased: the result reborrows `piece` exclusively for its lifetime.
+    unsafe { core::slice::from_raw_parts_mut(ptr, len) }
+}
+
+/// Advise the whole huge pages inside `v` (initialised or not: only its
+/// addresses are read) for transparent huge pages; a
 /// no-op below [`ADVISE_FROM_BYTES`], off Linux, or where the kernel
 /// refuses (the advice is only ever a hint).
 fn advise<T>(v: &[T]) {
@@ -86,6 +136,41 @@ mod tests {
             let v: Vec<f64> = zeroed(len);
             assert_eq!(v.len(), len);
             assert!(v.iter().all(|&x| x == 0.0));
+        }
+    }
+
+    /// A fresh buffer whose pieces are zeroed and written by parallel
+    /// tasks holds every task's values, small (below the advice) and large
+    /// (advised), and an empty one is empty.
+    #[test]
+    fn a_fresh_buffer_holds_what_its_pieces_were_given() {
+        use rayon::prelude::*;
+        for (len, piece) in [(0usize, 1usize), (10, 3), ((5 << 20) / 8 + 7, 4096)] {
+            let mut fresh = Fresh::<f64>::new(len);
+            fresh
+                .room()
+                .par_chunks_mut(piece)
+                .enumerate()
+                .for_each(|(i, p)| {
+                    let p = zeroed_piece(p);
+                    assert!(p.iter().all(|&x| x == 0.0));
+                    // Write all but the last value: it stays zero.
+                    let last = p.len() - 1;
+                    for (j, x) in p[..last].iter_mut().enumerate() {
+                        *x = (i * piece + j) as f64;
+                    }
+                });
+            // SAFETY: valid: every piece of the room was set by `zeroed_piece`.
+            let v = unsafe { fresh.assume_init() };
+            assert_eq!(v.len(), len);
+            for (at, &x) in v.iter().enumerate() {
+                let want = if at % piece == piece - 1 || at == len - 1 {
+                    0.0
+                } else {
+                    at as f64
+                };
+                assert_eq!(x, want, "{len} values in pieces of {piece}: at {at}");
+            }
         }
     }
 

@@ -32,6 +32,9 @@ pub(crate) struct Step {
     /// The step's table on the devices other than Flex it has run on
     /// ([`crate::on_device`]).
     pub(crate) tables: Arc<crate::on_device::DeviceConstants>,
+    /// The host blocks the fused transforms of this step keep between
+    /// calls ([`crate::block_pool`]).
+    pub(crate) blocks: Arc<crate::block_pool::BlockPool>,
 }
 
 impl Step {
@@ -41,6 +44,7 @@ impl Step {
             rec: Arc::new(rec),
             weighted,
             tables: Arc::default(),
+            blocks: Arc::default(),
         }
     }
 }

@@ -65,6 +65,7 @@
 
 extern crate alloc;
 
+mod block_pool;
 mod distributed;
 mod distributed_vector;
 mod error;
