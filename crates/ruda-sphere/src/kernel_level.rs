@@ -27,7 +27,7 @@ pub enum KernelLevel {
 
 impl KernelLevel {
     /// Every level, from the slowest.
-    const ALL: [KernelLevel; 3] = [
+    pub(crate) const ALL: [KernelLevel; 3] = [
         KernelLevel::Portable,
         KernelLevel::Avx2,
         KernelLevel::Avx512,

@@ -1099,6 +1099,53 @@ mod tests {
         }
     }
 
+    /// The synthesis writes every value of its result (the serial
+    /// transforms hand it blocks that hold a former call's values): from
+    /// NaNs it gives the same bits as from zeros, at every level, for
+    /// orders with latitudes left out next to the poles and for orders at
+    /// or past `lmax` (no degrees: all zeros), on a whole grid and on bands.
+    #[test]
+    fn synthesis_writes_every_value_of_its_result() {
+        let nlat = 181;
+        let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
+        let lmax = 91;
+        let orders = [0usize, 1, 60, 90, 91, 95];
+        for cols in [2, LANES + 3] {
+            for (seeds, paired, lats) in [
+                (Seeds::Plain, true, 0..nlat),
+                (Seeds::OverSine, true, 0..nlat),
+                (Seeds::Plain, false, 0..40),
+                (Seeds::OverSine, false, 70..111),
+            ] {
+                let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
+                let nk = lats.len();
+                let rec = Recurrence::new(&orders, lmax, x, w, true, seeds, paired);
+                let a = field(lmax * cols, 3);
+                for level in KernelLevel::ALL {
+                    for (i, &m) in orders.iter().enumerate() {
+                        let run = |start: f64| {
+                            let mut o = vec![start; nk * cols];
+                            rec.order_at(level, Direction::Synthesis, i, &a, &mut o, cols, true);
+                            o
+                        };
+                        let (from_nan, from_zero) = (run(f64::NAN), run(0.0));
+                        let what = format!("{seeds:?} {lats:?} {level:?} m {m} cols {cols}");
+                        assert!(
+                            from_nan
+                                .iter()
+                                .zip(&from_zero)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}"
+                        );
+                        if m >= lmax {
+                            assert!(from_zero.iter().all(|&v| v == 0.0), "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Polar optimisation: at high orders the latitudes next to the poles
     /// are left out (checked: a large share of them), and both kernels
     /// still equal the full table products (which leave nothing out) to

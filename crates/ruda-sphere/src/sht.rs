@@ -178,7 +178,9 @@ pub(crate) fn fused_synthesis(
 /// on GPUs), in the tensor's precision. The matrices are made on first use
 /// on a device and kept with the transform: O(mmax · lmax · nlat) values,
 /// 0.75 GB in f64 (0.38 GB in f32) at 721×1440 on the equiangular grid, 4
-/// times that on a Legendre–Gauss grid of 721 latitudes.
+/// times that on a Legendre–Gauss grid of 721 latitudes. On Flex it keeps
+/// the buffers of its last call for the next (see the crate's "Memory kept
+/// between calls").
 ///
 /// # Example
 /// ```

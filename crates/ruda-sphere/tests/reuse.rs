@@ -2,15 +2,20 @@
 //! blocks a call leaves in the transform's pool (longer than the next
 //! call needs, holding its values) never leak into a later result, in
 //! either direction, scalar and vector, f64 and f32, forward and through
-//! the gradient.
+//! the gradient, from two threads at once, and on the ranks of a polar
+//! split (contiguous and mirrored bands, the fused degrees-first path).
 
 mod common;
 
 use burn_tensor::{DType, Device, Tensor, TensorData};
 use common::{random, values};
+use ruda_comm::LocalWorld;
 use ruda_sphere::{
-    InverseRealSht, InverseRealVectorSht, LatitudeGrid, RealSht, RealVectorSht, ShtSpec,
+    DistributedInverseRealSht, DistributedInverseRealVectorSht, DistributedRealSht,
+    DistributedRealVectorSht, InverseRealSht, InverseRealVectorSht, LatitudeGrid, LatitudeSplit,
+    RealSht, RealVectorSht, ShtSpec, SphereError,
 };
+use ruda_tensor::ProcessGrid;
 
 /// Batches in the order one transform object sees them: large, smaller,
 /// empty, in between.
@@ -67,41 +72,176 @@ fn a_transform_used_again_equals_a_fresh_one_bit_for_bit() {
     }
 }
 
+/// The gradient of `sum(w · inverse(forward(x)))` with respect to `x` for
+/// fields of `parts` components (1: scalar, 2: vector): each backward runs
+/// the other direction on the same transforms' pools.
+fn round_trip_gradient(
+    forward: &dyn Fn(Tensor<4>) -> Tensor<5>,
+    inverse: &dyn Fn(Tensor<5>) -> Tensor<4>,
+    shape: [usize; 4],
+    seed: u64,
+) -> Vec<u64> {
+    let device = Device::flex().autodiff();
+    let n = shape.iter().product();
+    let x: Tensor<4> = Tensor::from_data(
+        TensorData::new(random(n, seed), shape),
+        (&device, DType::F64),
+    )
+    .require_grad();
+    let w: Tensor<4> = Tensor::from_data(
+        TensorData::new(random(n, seed + 1), shape),
+        (&device, DType::F64),
+    );
+    let y = inverse(forward(x.clone()));
+    let grads = (y * w).sum().backward();
+    bits(values(x.grad(&grads).expect("a gradient")))
+}
+
 #[test]
 fn gradients_through_a_transform_used_again_equal_a_fresh_ones() {
     let spec = ShtSpec::new(13, 24, LatitudeGrid::Equiangular).unwrap();
-    let device = Device::flex().autodiff();
+    let (sht, isht) = (RealSht::new(spec), InverseRealSht::new(spec));
     let (vsht, ivsht) = (RealVectorSht::new(spec), InverseRealVectorSht::new(spec));
-    // The gradient of sum(w · ivsht(vsht(x))) with respect to x: each
-    // backward runs the other direction on the same transforms' pools.
-    let grad = |vsht: &RealVectorSht, ivsht: &InverseRealVectorSht, b: usize, seed: u64| {
-        let shape = [b, 2, spec.nlat(), spec.nlon()];
-        let n = shape.iter().product();
-        let x: Tensor<4> = Tensor::from_data(
-            TensorData::new(random(n, seed), shape),
-            (&device, DType::F64),
-        )
-        .require_grad();
-        let w: Tensor<4> = Tensor::from_data(
-            TensorData::new(random(n, seed + 1), shape),
-            (&device, DType::F64),
-        );
-        let c: Tensor<5> = vsht.forward(x.clone()).unwrap();
-        let y: Tensor<4> = ivsht.forward(c).unwrap();
-        let grads = (y * w).sum().backward();
-        bits(values(x.grad(&grads).expect("a gradient")))
-    };
     for (i, &b) in BATCHES.iter().enumerate() {
-        let fresh = grad(
-            &RealVectorSht::new(spec),
-            &InverseRealVectorSht::new(spec),
-            b,
-            i as u64,
+        let seed = i as u64;
+        // Scalar: [b, 1, nlat, nlon] fields.
+        let shape = [b, 1, spec.nlat(), spec.nlon()];
+        let fresh = round_trip_gradient(
+            &|x| RealSht::new(spec).forward(x).unwrap(),
+            &|c| InverseRealSht::new(spec).forward(c).unwrap(),
+            shape,
+            seed,
         );
-        assert_eq!(
-            grad(&vsht, &ivsht, b, i as u64),
-            fresh,
-            "batch {b} (call {i})"
+        let used = round_trip_gradient(
+            &|x| sht.forward(x).unwrap(),
+            &|c| isht.forward(c).unwrap(),
+            shape,
+            seed,
         );
+        assert_eq!(used, fresh, "scalar batch {b} (call {i})");
+        // Vector: [b, 2, nlat, nlon] fields.
+        let shape = [b, 2, spec.nlat(), spec.nlon()];
+        let fresh = round_trip_gradient(
+            &|x| RealVectorSht::new(spec).forward(x).unwrap(),
+            &|c| InverseRealVectorSht::new(spec).forward(c).unwrap(),
+            shape,
+            seed,
+        );
+        let used = round_trip_gradient(
+            &|x| vsht.forward(x).unwrap(),
+            &|c| ivsht.forward(c).unwrap(),
+            shape,
+            seed,
+        );
+        assert_eq!(used, fresh, "vector batch {b} (call {i})");
     }
+}
+
+#[test]
+fn two_threads_calling_one_transform_at_once_get_what_a_fresh_one_gives() {
+    let spec = ShtSpec::new(33, 64, LatitudeGrid::Equiangular).unwrap();
+    let (vsht, ivsht) = (RealVectorSht::new(spec), InverseRealVectorSht::new(spec));
+    let want = |b: usize, seed: u64| {
+        let x = field(b, 2, spec, DType::F64, seed);
+        let c: Tensor<5> = RealVectorSht::new(spec).forward(x).unwrap();
+        let y: Tensor<4> = InverseRealVectorSht::new(spec).forward(c.clone()).unwrap();
+        (bits(values(c)), bits(values(y)))
+    };
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = [(3usize, 1u64), (1, 2)]
+            .into_iter()
+            .map(|(b, seed)| {
+                let (vsht, ivsht) = (&vsht, &ivsht);
+                scope.spawn(move || {
+                    for call in 0..20 {
+                        let x = field(b, 2, spec, DType::F64, seed);
+                        let c: Tensor<5> = vsht.forward(x).unwrap();
+                        let y: Tensor<4> = ivsht.forward(c.clone()).unwrap();
+                        assert_eq!(
+                            (bits(values(c)), bits(values(y))),
+                            want(b, seed),
+                            "batch {b} call {call}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for run in runs {
+            run.join()
+                .expect("a thread's calls equal a fresh transform's");
+        }
+    });
+}
+
+/// A rank's forward and inverse transforms of a polar split, reused over
+/// batches 3, 1, 2, equal a fresh pair's results on that rank bit for bit:
+/// 2 polar ranks, contiguous bands (unpaired latitudes) and mirrored ones
+/// (the fused degrees-first path), scalar and vector, f64.
+#[test]
+fn a_rank_of_a_polar_split_used_again_equals_a_fresh_one() {
+    let spec = ShtSpec::new(25, 48, LatitudeGrid::Equiangular).unwrap();
+    LocalWorld::new(2)
+        .run(|comm| {
+            let grid = ProcessGrid::new(comm, 2, 1)?;
+            let rank = grid.polar_rank();
+            for split in [LatitudeSplit::Contiguous, LatitudeSplit::Mirrored] {
+                let (sht, isht) = (
+                    DistributedRealSht::with_split(&grid, spec, split)?,
+                    DistributedInverseRealSht::with_split(&grid, spec, split)?,
+                );
+                let (vsht, ivsht) = (
+                    DistributedRealVectorSht::with_split(&grid, spec, split)?,
+                    DistributedInverseRealVectorSht::with_split(&grid, spec, split)?,
+                );
+                let rows = sht.layout().lat_sizes()[rank];
+                for (call, b) in [3usize, 1, 2].into_iter().enumerate() {
+                    let at = format!("{split:?} rank {rank} batch {b} (call {call})");
+                    let seed = (100 * rank + 10 * call) as u64;
+                    for parts in [1usize, 2] {
+                        let shape = [b, parts, rows, spec.nlon()];
+                        let v = random(shape.iter().product(), seed + parts as u64);
+                        let x = Tensor::<4>::from_data(
+                            TensorData::new(v, shape),
+                            (&Device::flex(), DType::F64),
+                        );
+                        // Fresh transforms, made by both ranks alike.
+                        let (fresh_c, fresh_y, used_c, used_y): (
+                            Tensor<5>,
+                            Tensor<4>,
+                            Tensor<5>,
+                            Tensor<4>,
+                        ) = if parts == 1 {
+                            let f = DistributedRealSht::with_split(&grid, spec, split)?;
+                            let fi = DistributedInverseRealSht::with_split(&grid, spec, split)?;
+                            let fresh_c: Tensor<5> = f.forward(x.clone())?;
+                            let fresh_y: Tensor<4> = fi.forward(fresh_c.clone())?;
+                            let used_c: Tensor<5> = sht.forward(x)?;
+                            let used_y: Tensor<4> = isht.forward(fresh_c.clone())?;
+                            (fresh_c, fresh_y, used_c, used_y)
+                        } else {
+                            let f = DistributedRealVectorSht::with_split(&grid, spec, split)?;
+                            let fi =
+                                DistributedInverseRealVectorSht::with_split(&grid, spec, split)?;
+                            let fresh_c: Tensor<5> = f.forward(x.clone())?;
+                            let fresh_y: Tensor<4> = fi.forward(fresh_c.clone())?;
+                            let used_c: Tensor<5> = vsht.forward(x)?;
+                            let used_y: Tensor<4> = ivsht.forward(fresh_c.clone())?;
+                            (fresh_c, fresh_y, used_c, used_y)
+                        };
+                        assert_eq!(
+                            bits(values(used_c)),
+                            bits(values(fresh_c)),
+                            "forward {parts} {at}"
+                        );
+                        assert_eq!(
+                            bits(values(used_y)),
+                            bits(values(fresh_y)),
+                            "inverse {parts} {at}"
+                        );
+                    }
+                }
+            }
+            Ok::<_, SphereError>(())
+        })
+        .expect("every rank's reused transforms equal fresh ones");
 }
