@@ -281,7 +281,7 @@ impl Recurrence {
         &self,
         i: usize,
         lats: Range<usize>,
-        mut visit: impl FnMut(usize, &[[f64; LAT_BLOCK]], usize),
+        mut visit: impl FnMut(usize, &[[f64; LAT_BLOCK]; G], usize, usize),
     ) {
         const { assert!(G >= 3, "a ring of three rows or more") };
         let m = self.starts[i];
@@ -320,7 +320,7 @@ impl Recurrence {
                     }
                 }
             }
-            visit(l, &ring[..n], len);
+            visit(l, &ring, n, len);
             l += n;
         }
     }
@@ -342,8 +342,8 @@ impl Recurrence {
                 let m = self.starts[i];
                 for k0 in (0..self.half()).step_by(LAT_BLOCK) {
                     let k1 = (k0 + LAT_BLOCK).min(self.half());
-                    self.degree_groups::<false, 4>(i, k0..k1, |l, ps, len| {
-                        for (j, p) in ps.iter().enumerate() {
+                    self.degree_groups::<false, 4>(i, k0..k1, |l, ring, n, len| {
+                        for (j, p) in ring[..n].iter().enumerate() {
                             let d = l + j;
                             let sign = if (d + m).is_multiple_of(2) { 1.0 } else { -1.0 };
                             let row = &mut t[d * nlat..(d + 1) * nlat];
@@ -531,15 +531,18 @@ impl Recurrence {
             return;
         }
         // Weighted sums (even) and differences (odd) of mirrored rows, for
-        // the latitudes visited.
-        let mut even = vec![0.0; act.len() * cols];
-        let mut odd = vec![0.0; act.len() * cols];
+        // the latitudes visited, each row padded with zeros to whole
+        // register tiles (`stride` values) so that the tiles read whole
+        // registers whatever the column count.
+        let stride = cols.next_multiple_of(LANES);
+        let mut even = vec![0.0; act.len() * stride];
+        let mut odd = vec![0.0; act.len() * stride];
         for (r, k) in act.clone().enumerate() {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
             let (e, d) = (
-                &mut even[r * cols..(r + 1) * cols],
-                &mut odd[r * cols..(r + 1) * cols],
+                &mut even[r * stride..r * stride + cols],
+                &mut odd[r * stride..r * stride + cols],
             );
             let north = &s[k * cols..(k + 1) * cols];
             if !self.paired {
@@ -564,9 +567,9 @@ impl Recurrence {
         // the rows.
         for k0 in act.clone().step_by(LAT_BLOCK) {
             let k1 = (k0 + LAT_BLOCK).min(act.end);
-            let at = (k0 - act.start) * cols..(k1 - act.start) * cols;
+            let at = (k0 - act.start) * stride..(k1 - act.start) * stride;
             let (even, odd) = (&even[at.clone()], &odd[at]);
-            self.degree_groups::<FMA, G>(i, k0..k1, |l, ps, len| {
+            self.degree_groups::<FMA, G>(i, k0..k1, |l, ring, n, len| {
                 // Degrees l, l + 2, … read one parity's rows, l + 1, l + 3,
                 // … the other's.
                 let (first, second) = if (l + m).is_multiple_of(2) {
@@ -574,27 +577,23 @@ impl Recurrence {
                 } else {
                     (odd, even)
                 };
-                let rows = &mut o[l * cols..(l + ps.len()) * cols];
-                let mut c0 = 0;
-                if ps.len() == G {
-                    while c0 + LANES <= cols {
-                        analysis_tile::<FMA, G>(ps, len, first, second, cols, c0, rows);
-                        c0 += LANES;
-                    }
-                }
-                // The columns past the register tiles (and a short group),
-                // summed over the block's latitudes as `analysis_tile` sums
-                // (from zero, then added to the row): a column's result
-                // does not depend on which path it took.
-                for (j, p) in ps.iter().enumerate() {
-                    let src = if j % 2 == 0 { first } else { second };
-                    let row = &mut rows[j * cols..(j + 1) * cols];
-                    for (c, r) in row.iter_mut().enumerate().skip(c0) {
-                        let mut acc = 0.0;
-                        for (k, &pk) in p[..len].iter().enumerate() {
-                            acc = madd::<FMA>(pk, src[k * cols + c], acc);
-                        }
-                        *r += acc;
+                let rows = &mut o[l * cols..(l + n) * cols];
+                // Register tiles of `LANES` columns (the last one's padding
+                // summed, not kept), each column summed over the block's
+                // latitudes in the same order (from zero, then added to
+                // the row) whatever tile it falls in: a column's result
+                // does not depend on the batch. A short group (the order's
+                // last) runs the whole ring and keeps its first `n` sums.
+                for c0 in (0..cols).step_by(LANES) {
+                    let width = LANES.min(cols - c0);
+                    if n == G && width == LANES {
+                        analysis_tile::<FMA, G, true>(
+                            ring, n, len, first, second, stride, c0, width, rows, cols,
+                        );
+                    } else {
+                        analysis_tile::<FMA, G, false>(
+                            ring, n, len, first, second, stride, c0, width, rows, cols,
+                        );
                     }
                 }
             });
@@ -625,38 +624,40 @@ impl Recurrence {
         if act.is_empty() || cols == 0 {
             return;
         }
-        let mut even = vec![0.0; act.len() * cols];
-        let mut odd = vec![0.0; act.len() * cols];
+        // The parities' rows, padded to whole register tiles (`stride`
+        // values; the padding's sums are never read).
+        let stride = cols.next_multiple_of(LANES);
+        let mut even = vec![0.0; act.len() * stride];
+        let mut odd = vec![0.0; act.len() * stride];
         // Each block of latitudes through every degree.
         for k0 in act.clone().step_by(LAT_BLOCK) {
             let k1 = (k0 + LAT_BLOCK).min(act.end);
-            let at = (k0 - act.start) * cols..(k1 - act.start) * cols;
+            let at = (k0 - act.start) * stride..(k1 - act.start) * stride;
             let (ev, od) = (&mut even[at.clone()], &mut odd[at]);
-            self.degree_groups::<FMA, G>(i, k0..k1, |l, ps, len| {
+            self.degree_groups::<FMA, G>(i, k0..k1, |l, ring, n, len| {
                 let (first, second): (&mut [f64], &mut [f64]) = if (l + m).is_multiple_of(2) {
                     (&mut *ev, &mut *od)
                 } else {
                     (&mut *od, &mut *ev)
                 };
-                let coefs = &a[l * cols..(l + ps.len()) * cols];
-                let mut c0 = 0;
-                if ps.len() == G {
-                    while c0 + LANES <= cols {
-                        synthesis_tile::<FMA, G>(ps, len, coefs, cols, c0, first, second);
-                        c0 += LANES;
-                    }
-                }
-                for (j, p) in ps.iter().enumerate() {
-                    let dst: &mut [f64] = if j % 2 == 0 {
-                        &mut *first
+                let coefs = &a[l * cols..(l + n) * cols];
+                // Register tiles of `LANES` columns (the last one's
+                // padding computed, not kept): each value takes the
+                // group's degrees in order, whatever tile its column falls
+                // in. A short group (the order's last) takes its `n`
+                // degrees. Direct calls, each inlined into the level's
+                // kernel (a function pointer would leave the tile without
+                // the level's target features).
+                for c0 in (0..cols).step_by(LANES) {
+                    let width = LANES.min(cols - c0);
+                    if n == G {
+                        synthesis_tile::<FMA, G, false>(
+                            ring, n, len, coefs, cols, c0, width, first, second, stride,
+                        );
                     } else {
-                        &mut *second
-                    };
-                    let coef = &coefs[j * cols..(j + 1) * cols];
-                    for (k, &pk) in p[..len].iter().enumerate() {
-                        for c in c0..cols {
-                            dst[k * cols + c] = madd::<FMA>(pk, coef[c], dst[k * cols + c]);
-                        }
+                        synthesis_tile::<FMA, G, true>(
+                            ring, n, len, coefs, cols, c0, width, first, second, stride,
+                        );
                     }
                 }
             });
@@ -665,8 +666,8 @@ impl Recurrence {
             let mirror = nlat - 1 - k;
             let w = if weighted { self.w[k] } else { 1.0 };
             let (e, d) = (
-                &even[r * cols..(r + 1) * cols],
-                &odd[r * cols..(r + 1) * cols],
+                &even[r * stride..r * stride + cols],
+                &odd[r * stride..r * stride + cols],
             );
             for (c, (&e, &d)) in e.iter().zip(d).enumerate() {
                 o[k * cols + c] = w * (e + d);
@@ -767,35 +768,57 @@ const LANES: usize = 8;
 /// to the rows in turn).
 const LAT_BLOCK: usize = 128;
 
-/// `LANES` columns from `c0` of row `k` of a `[rows, cols]` block.
+/// `LANES` columns from `c0` of row `k` of a block of rows `stride`
+/// values apart (whole tiles: padded past the last column).
 #[inline(always)]
-fn lanes(block: &[f64], cols: usize, k: usize, c0: usize) -> [f64; LANES] {
-    let at = k * cols + c0;
+fn lanes(block: &[f64], stride: usize, k: usize, c0: usize) -> [f64; LANES] {
+    let at = k * stride + c0;
     block[at..at + LANES]
         .try_into()
-        .expect("LANES columns from c0 fit in the row")
+        .expect("LANES columns from c0 fit in the padded row")
 }
 
-/// Analysis of a full group of `G` degrees on `LANES` columns from `c0`
-/// over the block's first `len` latitudes: the group's sums stay in
-/// registers while each latitude's values of both parities are read once.
-// `k` indexes the degrees' values and both parities' rows at once.
-#[allow(clippy::needless_range_loop)]
+/// `width` columns from `c0` of row `j` of a `[rows, cols]` block, the
+/// lanes past them zero.
 #[inline(always)]
-fn analysis_tile<const FMA: bool, const G: usize>(
-    ps: &[[f64; LAT_BLOCK]],
+fn lanes_upto(block: &[f64], cols: usize, j: usize, c0: usize, width: usize) -> [f64; LANES] {
+    let at = j * cols + c0;
+    if width == LANES {
+        return block[at..at + LANES]
+            .try_into()
+            .expect("LANES columns from c0 fit in the row");
+    }
+    let mut v = [0.0; LANES];
+    v[..width].copy_from_slice(&block[at..at + width]);
+    v
+}
+
+/// Analysis of the ring's `G` degrees on the `LANES` columns from `c0` of
+/// the parities' padded rows (`stride` apart) over the block's first `len`
+/// latitudes, the first `width` lanes added to the first `n` rows of
+/// `rows` (`[n, cols]`; a short group's ring rows past `n` hold a former
+/// group's values: summed, not kept): the group's sums stay in registers
+/// while each latitude's values of both parities are read once. `WHOLE`:
+/// a full group on a full tile (`n = G`, `width = LANES`).
+// `k` indexes the degrees' values and both parities' rows at once.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[inline(always)]
+fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool>(
+    ps: &[[f64; LAT_BLOCK]; G],
+    n: usize,
     len: usize,
     first: &[f64],
     second: &[f64],
-    cols: usize,
+    stride: usize,
     c0: usize,
+    width: usize,
     rows: &mut [f64],
+    cols: usize,
 ) {
-    let ps: &[[f64; LAT_BLOCK]; G] = ps.try_into().expect("a full group");
     let len = len.min(LAT_BLOCK);
     let mut acc = [[0.0f64; LANES]; G];
     for k in 0..len {
-        let (f, s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
+        let (f, s) = (lanes(first, stride, k, c0), lanes(second, stride, k, c0));
         for j in 0..G {
             let pk = ps[j][k];
             let src = if j % 2 == 0 { &f } else { &s };
@@ -804,45 +827,76 @@ fn analysis_tile<const FMA: bool, const G: usize>(
             }
         }
     }
-    for (j, row) in acc.iter().enumerate() {
-        for (o, &v) in rows[j * cols + c0..j * cols + c0 + LANES]
-            .iter_mut()
-            .zip(row)
-        {
-            *o += v;
+    if WHOLE {
+        // Every sum kept: a loop of constant bounds, so that the sums stay
+        // in registers through the loop above (with run-time bounds here
+        // the array lived on the stack, stored on every latitude).
+        for (j, row) in acc.iter().enumerate() {
+            for (o, &v) in rows[j * cols + c0..j * cols + c0 + LANES]
+                .iter_mut()
+                .zip(row)
+            {
+                *o += v;
+            }
+        }
+    } else {
+        // Read at run-time indices from a copy, made once, so that `acc`
+        // itself is only ever indexed by constants.
+        let sums = acc;
+        for (j, row) in sums.iter().enumerate().take(n) {
+            for (o, &v) in rows[j * cols + c0..j * cols + c0 + width]
+                .iter_mut()
+                .zip(row)
+            {
+                *o += v;
+            }
         }
     }
 }
 
-/// Synthesis of a full group of `G` degrees on `LANES` columns from `c0`
-/// over the block's first `len` latitudes: the group's coefficients stay
-/// in registers while each latitude's rows of both parities are read and
-/// written once.
+/// Synthesis of the ring's first `n` degrees (all `G` unless `SHORT`),
+/// the coefficients' `width` columns from `c0` (`coefs` is `[n, cols]`),
+/// into the `LANES` columns from `c0` of the parities' padded rows
+/// (`stride` apart) over the block's first `len` latitudes: the group's
+/// coefficients stay in registers while each latitude's rows of both
+/// parities are read and written once.
 // `k` indexes the degrees' values and both parities' rows at once.
-#[allow(clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
-fn synthesis_tile<const FMA: bool, const G: usize>(
-    ps: &[[f64; LAT_BLOCK]],
+fn synthesis_tile<const FMA: bool, const G: usize, const SHORT: bool>(
+    ps: &[[f64; LAT_BLOCK]; G],
+    n: usize,
     len: usize,
     coefs: &[f64],
     cols: usize,
     c0: usize,
+    width: usize,
     first: &mut [f64],
     second: &mut [f64],
+    stride: usize,
 ) {
-    let ps: &[[f64; LAT_BLOCK]; G] = ps.try_into().expect("a full group");
     let len = len.min(LAT_BLOCK);
-    let coef: [[f64; LANES]; G] = core::array::from_fn(|j| lanes(coefs, cols, j, c0));
+    let n = if SHORT { n.min(G) } else { G };
+    let coef: [[f64; LANES]; G] = core::array::from_fn(|j| {
+        if j < n {
+            lanes_upto(coefs, cols, j, c0, width)
+        } else {
+            [0.0; LANES]
+        }
+    });
     for k in 0..len {
-        let (mut f, mut s) = (lanes(first, cols, k, c0), lanes(second, cols, k, c0));
+        let (mut f, mut s) = (lanes(first, stride, k, c0), lanes(second, stride, k, c0));
         for j in 0..G {
+            if SHORT && j >= n {
+                break;
+            }
             let pk = ps[j][k];
             let dst = if j % 2 == 0 { &mut f } else { &mut s };
             for c in 0..LANES {
                 dst[c] = madd::<FMA>(pk, coef[j][c], dst[c]);
             }
         }
-        let at = k * cols + c0;
+        let at = k * stride + c0;
         first[at..at + LANES].copy_from_slice(&f);
         second[at..at + LANES].copy_from_slice(&s);
     }
