@@ -269,13 +269,16 @@ impl Recurrence {
 
     /// Walk the degrees of the `i`-th listed order in groups of `G`
     /// consecutive degrees (the last one shorter) over the walked latitudes
-    /// `lats` (at most [`LAT_BLOCK`] of them): `visit(l, ps, len)` with
-    /// `ps[j][k] = P̄_{l+j}^m(x_{lats.start + k})` for `k < len`, `l` from
-    /// `m`. A group lets the kernels read each latitude's values once for
-    /// several degrees; a block of latitudes keeps those values in the L1
-    /// cache for every degree. The values live in a ring of `G` rows on
-    /// the stack: a group's first two degrees are made from the last two
-    /// rows of the group before, in place.
+    /// `lats` (at most [`LAT_BLOCK`] of them): `visit(l, ring, n, len)`
+    /// with `ring[j][k] = P̄_{l+j}^m(x_{lats.start + k})` for `j < n`,
+    /// `k < len`, `l` from `m` (`n = G` but for the last group; the ring's
+    /// rows from `n` on hold the group before's values, or the ring's
+    /// first zeros, and must not be kept). A group lets the kernels read
+    /// each latitude's values once for several degrees; a block of
+    /// latitudes keeps those values in the L1 cache for every degree. The
+    /// values live in a ring of `G` rows on the stack: a group's first two
+    /// degrees are made from the last two rows of the group before, in
+    /// place.
     #[inline(always)]
     fn degree_groups<const FMA: bool, const G: usize>(
         &self,
@@ -796,10 +799,10 @@ fn lanes_upto(block: &[f64], cols: usize, j: usize, c0: usize, width: usize) -> 
 /// Analysis of the ring's `G` degrees on the `LANES` columns from `c0` of
 /// the parities' padded rows (`stride` apart) over the block's first `len`
 /// latitudes, the first `width` lanes added to the first `n` rows of
-/// `rows` (`[n, cols]`; a short group's ring rows past `n` hold a former
-/// group's values: summed, not kept): the group's sums stay in registers
-/// while each latitude's values of both parities are read once. `WHOLE`:
-/// a full group on a full tile (`n = G`, `width = LANES`).
+/// `rows` (`[n, cols]`; a short group's ring rows past `n` hold the group
+/// before's values or zeros: summed, not kept): the group's sums stay in
+/// registers while each latitude's values of both parities are read once.
+/// `WHOLE`: a full group on a full tile (`n = G`, `width = LANES`).
 // `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
@@ -841,7 +844,11 @@ fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool>(
         }
     } else {
         // Read at run-time indices from a copy, made once, so that `acc`
-        // itself is only ever indexed by constants.
+        // itself is only ever indexed by constants and stays in registers
+        // (measured: with the run-time bounds on `acc` itself, or on
+        // conditions over constant bounds, it was stored on every latitude,
+        // a quarter slower at one field). This leans on the optimiser not
+        // merging the copy back: `ruda bench sht --channels 1` shows it.
         let sums = acc;
         for (j, row) in sums.iter().enumerate().take(n) {
             for (o, &v) in rows[j * cols + c0..j * cols + c0 + width]
@@ -916,8 +923,8 @@ mod tests {
     #[test]
     fn latitude_blocks_sum_to_the_table_products() {
         // Two to three blocks per order, the last one short: whole grids
-        // (paired) and a band (unpaired), both kinds of functions, register
-        // blocks and remainder columns.
+        // (paired) and a band (unpaired), both kinds of functions, a whole
+        // register tile and a partial one.
         let cols = LANES + 3;
         for (grid, nlat, lats) in [
             (LatitudeGrid::Equiangular, 601, 0..601),
@@ -979,57 +986,192 @@ mod tests {
         }
     }
 
+    /// A field's results do not depend on its batch, at every level this
+    /// CPU runs: the same two columns alone, and inside a batch of 13
+    /// columns at the start of a whole register tile (0..2), at the start
+    /// of the partial last tile (8..10) and at its end (11..13), over
+    /// several latitude blocks: the same bits.
     #[test]
     fn a_fields_result_does_not_depend_on_the_batch() {
-        // The same two columns alone, and inside a batch of 11 columns at a
-        // register block (0..2) and past the register blocks (8..10): the
-        // same bits, over several latitude blocks.
         let nlat = 301;
         let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
         let (lmax, orders) = (20, [0usize, 5, 19]);
+        let (wide, at) = (13, [0usize, 8, 11]);
         for seeds in [Seeds::Plain, Seeds::OverSine] {
             let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true, seeds, true);
             let one = field(orders.len() * nlat * 2, 5);
             let coef = field(orders.len() * lmax * 2, 6);
-            let wide = 11;
             let spread = |v: &[f64], rows: usize| -> Vec<f64> {
                 let mut out = field(orders.len() * rows * wide, 7);
                 for r in 0..orders.len() * rows {
                     for c in 0..2 {
-                        out[r * wide + c] = v[r * 2 + c];
-                        out[r * wide + 8 + c] = v[r * 2 + c];
+                        for c0 in at {
+                            out[r * wide + c0 + c] = v[r * 2 + c];
+                        }
                     }
                 }
                 out
             };
-            for (direction, alone, batch, rows) in [
-                (
-                    "analysis",
-                    rec.analysis(&one, 2, true),
-                    rec.analysis(&spread(&one, nlat), wide, true),
-                    lmax,
-                ),
-                (
-                    "synthesis",
-                    rec.synthesis(&coef, 2, true),
-                    rec.synthesis(&spread(&coef, lmax), wide, true),
-                    nlat,
-                ),
-            ] {
-                for r in 0..orders.len() * rows {
-                    for c in 0..2 {
-                        let a = alone[r * 2 + c];
-                        assert_eq!(
-                            a.to_bits(),
-                            batch[r * wide + c].to_bits(),
-                            "{seeds:?} {direction}"
-                        );
-                        assert_eq!(
-                            a.to_bits(),
-                            batch[r * wide + 8 + c].to_bits(),
-                            "{seeds:?} {direction}"
-                        );
+            // Every order through `level`'s kernel in `direction`.
+            let run = |level: KernelLevel,
+                       direction: Direction,
+                       input: &[f64],
+                       cols: usize,
+                       rows_in: usize,
+                       rows_out: usize| {
+                let mut out = vec![0.0; orders.len() * rows_out * cols];
+                for i in 0..orders.len() {
+                    rec.order_at(
+                        level,
+                        direction,
+                        i,
+                        &input[i * rows_in * cols..(i + 1) * rows_in * cols],
+                        &mut out[i * rows_out * cols..(i + 1) * rows_out * cols],
+                        cols,
+                        true,
+                    );
+                }
+                out
+            };
+            for level in KernelLevel::available() {
+                let (ana, syn) = (Direction::Analysis, Direction::Synthesis);
+                for (direction, alone, batch, rows) in [
+                    (
+                        "analysis",
+                        run(level, ana, &one, 2, nlat, lmax),
+                        run(level, ana, &spread(&one, nlat), wide, nlat, lmax),
+                        lmax,
+                    ),
+                    (
+                        "synthesis",
+                        run(level, syn, &coef, 2, lmax, nlat),
+                        run(level, syn, &spread(&coef, lmax), wide, lmax, nlat),
+                        nlat,
+                    ),
+                ] {
+                    for r in 0..orders.len() * rows {
+                        for c in 0..2 {
+                            let a = alone[r * 2 + c];
+                            for c0 in at {
+                                assert_eq!(
+                                    a.to_bits(),
+                                    batch[r * wide + c0 + c].to_bits(),
+                                    "{level:?} {seeds:?} {direction}: columns from {c0}"
+                                );
+                            }
+                        }
                     }
+                }
+            }
+        }
+    }
+
+    /// The portable kernels' results are, bit for bit, the plain sums
+    /// written out in the kernels' order: per latitude block, each
+    /// degree's products summed from zero over the block's latitudes then
+    /// added to its row (analysis); per latitude, the degrees' products
+    /// added in ascending order to each parity's value (synthesis). The
+    /// functions are the table's (the same recurrence without fused
+    /// multiply-adds). Column counts of whole, partial and single tiles,
+    /// degree groups cut short at `lmax`, a whole grid and a band.
+    #[test]
+    fn portable_kernels_are_the_plain_sums_in_order() {
+        let nlat = 301;
+        let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
+        let (lmax, orders) = (20, [0usize, 5, 19]);
+        for (paired, lats) in [(true, 0..nlat), (false, 30..70)] {
+            let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
+            let nk = lats.len();
+            let rec = Recurrence::new(&orders, lmax, x, w, true, Seeds::Plain, paired);
+            let t = rec.table(false);
+            for cols in [1, 2, 3, LANES, LANES + 3, 2 * LANES + 1] {
+                let s = field(nk * cols, 3);
+                let a = field(lmax * cols, 4);
+                for (i, &m) in orders.iter().enumerate() {
+                    let act = rec.active(i);
+                    let p = |l: usize, k: usize| t[(i * lmax + l) * nk + k];
+                    // The parities of latitude k (weighted).
+                    let parity = |k: usize, c: usize, odd: bool| {
+                        let mirror = nk - 1 - k;
+                        let n = s[k * cols + c];
+                        if !paired {
+                            w[k] * n
+                        } else if mirror == k {
+                            if odd { 0.0 } else { w[k] * n }
+                        } else {
+                            let south = s[mirror * cols + c];
+                            if odd {
+                                w[k] * (n - south)
+                            } else {
+                                w[k] * (n + south)
+                            }
+                        }
+                    };
+                    let mut want = vec![0.0; lmax * cols];
+                    for k0 in act.clone().step_by(LAT_BLOCK) {
+                        let k1 = (k0 + LAT_BLOCK).min(act.end);
+                        for l in m..lmax {
+                            let odd = (l + m) % 2 == 1;
+                            for c in 0..cols {
+                                let mut acc = 0.0;
+                                for k in k0..k1 {
+                                    acc += p(l, k) * parity(k, c, odd);
+                                }
+                                want[l * cols + c] += acc;
+                            }
+                        }
+                    }
+                    let mut got = vec![0.0; lmax * cols];
+                    rec.order_at(
+                        KernelLevel::Portable,
+                        Direction::Analysis,
+                        i,
+                        &s,
+                        &mut got,
+                        cols,
+                        true,
+                    );
+                    let what = format!("paired {paired} cols {cols} m {m}");
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits()),
+                        "analysis {what}"
+                    );
+                    let mut want = vec![0.0; nk * cols];
+                    for k in act.clone() {
+                        for c in 0..cols {
+                            let (mut e, mut d) = (0.0, 0.0);
+                            for l in m..lmax {
+                                if (l + m) % 2 == 0 {
+                                    e += p(l, k) * a[l * cols + c];
+                                } else {
+                                    d += p(l, k) * a[l * cols + c];
+                                }
+                            }
+                            want[k * cols + c] = w[k] * (e + d);
+                            let mirror = nk - 1 - k;
+                            if paired && mirror != k {
+                                want[mirror * cols + c] = w[k] * (e - d);
+                            }
+                        }
+                    }
+                    let mut got = vec![f64::NAN; nk * cols];
+                    rec.order_at(
+                        KernelLevel::Portable,
+                        Direction::Synthesis,
+                        i,
+                        &a,
+                        &mut got,
+                        cols,
+                        true,
+                    );
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits()),
+                        "synthesis {what}"
+                    );
                 }
             }
         }
@@ -1037,7 +1179,7 @@ mod tests {
 
     /// Both kernels against the table they replace, on both grids, odd and
     /// even latitude counts, a subset of orders (degree groups cut short at
-    /// `lmax`), 0 to 16 columns (the register blocks and their remainders).
+    /// `lmax`), 0 to 16 columns (whole register tiles and partial ones).
     #[test]
     fn kernels_equal_the_table_products() {
         for (grid, nlat) in [
@@ -1341,8 +1483,8 @@ mod tests {
     /// fused multiply-adds give each other's bits (they differ only in how
     /// many degrees share a register tile): both kinds of seeds, paired and
     /// unpaired latitudes, weighted or not, full tiles of eight and of four
-    /// degrees and the short groups after them, register tiles of columns
-    /// and the columns past them. (On a CPU without AVX2 and FMA only the
+    /// degrees and the short groups after them, whole and partial register
+    /// tiles of columns. (On a CPU without AVX2 and FMA only the
     /// portable level runs.)
     #[test]
     fn every_kernel_level_agrees() {
