@@ -13,10 +13,12 @@
 //!
 //! Memory: the blocks of the largest batch the transform has seen (a call
 //! on a smaller batch takes the same blocks, shortened; a request that no
-//! free block fits drops the free blocks smaller than it, outgrown), more
-//! only while calls on one transform overlap. They are freed when the last
-//! holder of the transform's step goes: the transform, or an autodiff graph
-//! that recorded one of its calls.
+//! free block fits drops the free blocks smaller than it, outgrown). Calls
+//! on one transform that overlapped in time each took their own blocks and
+//! all give them back, so after `n` calls overlapped the pool holds `n`
+//! calls' blocks until a larger batch drops them. They are freed when the
+//! last holder of the transform's step goes: the transform, or an autodiff
+//! graph that recorded one of its calls.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -29,7 +31,8 @@ pub(crate) struct BlockPool {
 }
 
 impl core::fmt::Debug for BlockPool {
-    /// The number of free blocks and their values, not the values.
+    /// How many blocks are free and how many values they hold (not the
+    /// values themselves).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         let blocks: usize = free.values().map(Vec::len).sum();

@@ -1317,7 +1317,7 @@ mod tests {
                 let nk = lats.len();
                 let rec = Recurrence::new(&orders, lmax, x, w, true, seeds, paired);
                 let a = field(lmax * cols, 3);
-                for level in KernelLevel::ALL {
+                for level in KernelLevel::available() {
                     for (i, &m) in orders.iter().enumerate() {
                         let run = |start: f64| {
                             let mut o = vec![start; nk * cols];

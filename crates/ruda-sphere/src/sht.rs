@@ -179,8 +179,8 @@ pub(crate) fn fused_synthesis(
 /// on a device and kept with the transform: O(mmax · lmax · nlat) values,
 /// 0.75 GB in f64 (0.38 GB in f32) at 721×1440 on the equiangular grid, 4
 /// times that on a Legendre–Gauss grid of 721 latitudes. On Flex it keeps
-/// the buffers of its last call for the next (see the crate's "Memory kept
-/// between calls").
+/// the per-order buffers of the largest batch it has seen for its next
+/// calls (see the crate's "Memory kept between calls").
 ///
 /// # Example
 /// ```

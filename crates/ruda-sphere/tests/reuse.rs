@@ -152,6 +152,7 @@ fn two_threads_calling_one_transform_at_once_get_what_a_fresh_one_gives() {
             .into_iter()
             .map(|(b, seed)| {
                 let (vsht, ivsht) = (&vsht, &ivsht);
+                let want = want(b, seed);
                 scope.spawn(move || {
                     for call in 0..20 {
                         let x = field(b, 2, spec, DType::F64, seed);
@@ -159,7 +160,7 @@ fn two_threads_calling_one_transform_at_once_get_what_a_fresh_one_gives() {
                         let y: Tensor<4> = ivsht.forward(c.clone()).unwrap();
                         assert_eq!(
                             (bits(values(c)), bits(values(y))),
-                            want(b, seed),
+                            want,
                             "batch {b} call {call}"
                         );
                     }
@@ -175,8 +176,9 @@ fn two_threads_calling_one_transform_at_once_get_what_a_fresh_one_gives() {
 
 /// A rank's forward and inverse transforms of a polar split, reused over
 /// batches 3, 1, 2, equal a fresh pair's results on that rank bit for bit:
-/// 2 polar ranks, contiguous bands (unpaired latitudes) and mirrored ones
-/// (the fused degrees-first path), scalar and vector, f64.
+/// 2 polar ranks (the fused path, its blocks from the step's pool),
+/// contiguous bands (unpaired latitudes) and mirrored ones (paired),
+/// scalar and vector, f64.
 #[test]
 fn a_rank_of_a_polar_split_used_again_equals_a_fresh_one() {
     let spec = ShtSpec::new(25, 48, LatitudeGrid::Equiangular).unwrap();
