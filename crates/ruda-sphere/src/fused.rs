@@ -248,8 +248,9 @@ impl<'a, T> RowsOf<'a, T> {
     unsafe fn row(&self, at: usize, len: usize) -> &'a mut [T] {
         let end = at.checked_add(len).expect("a row's end fits in usize");
         assert!(end <= self.len, "row {at}..{end} of {} elements", self.len);
-        // SAFETY: `at..end` is within the borrowed buffer (checked), which
-        // lives for `'a`; exclusivity is the caller's promise.
+        // `at..end` is within the borrowed buffer (checked above), which
+        // lives for `'a`.
+        // SAFETY: valid: in bounds of a live buffer; unaliased: the caller's promise (`# Safety`).
         unsafe { core::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
 }

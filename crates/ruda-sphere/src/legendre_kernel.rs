@@ -449,16 +449,18 @@ impl Recurrence {
         #[cfg(target_arch = "x86_64")]
         match level {
             KernelLevel::Avx512 => {
-                // SAFETY: `order_avx512` requires AVX-512F, AVX2 and FMA;
-                // `level` is at most `KernelLevel::detected()`, which is
-                // `Avx512` only when the CPU reports all three.
+                // `order_avx512` requires AVX-512F, AVX2 and FMA; `level` is
+                // at most `KernelLevel::detected()`, which is `Avx512` only
+                // when the CPU reports all three.
+                // SAFETY: valid: the CPU has the target features the function is compiled for.
                 unsafe { self.order_avx512(direction, i, input, o, cols, weighted) };
                 return;
             }
             KernelLevel::Avx2 => {
-                // SAFETY: `order_avx2` requires AVX2 and FMA; `level` is at
-                // most `KernelLevel::detected()`, which is `Avx2` or above
-                // only when the CPU reports both.
+                // `order_avx2` requires AVX2 and FMA; `level` is at most
+                // `KernelLevel::detected()`, which is `Avx2` or above only
+                // when the CPU reports both.
+                // SAFETY: valid: the CPU has the target features the function is compiled for.
                 unsafe { self.order_avx2(direction, i, input, o, cols, weighted) };
                 return;
             }
