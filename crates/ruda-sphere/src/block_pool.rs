@@ -113,6 +113,13 @@ impl BlockPool {
         pool
     }
 
+    /// The number of free blocks.
+    #[cfg(test)]
+    pub(crate) fn held_blocks(&self) -> usize {
+        let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        free.values().map(Vec::len).sum()
+    }
+
     /// The values the pool holds (capacity of its free blocks).
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {

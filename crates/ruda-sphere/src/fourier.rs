@@ -329,7 +329,11 @@ impl Modes {
                     for k in k0..(k0 + run_len).min(k_len) {
                         for (field, piece) in pieces.iter_mut().enumerate() {
                             let at = (k * fields + field) * 2;
-                            spec.fill(Complex::new(T::zero(), T::zero()));
+                            // The orders given are written here; those past
+                            // them are zero (the FFT used the whole
+                            // spectrum as scratch).
+                            let given = blocks.len().min(factors.len());
+                            spec[given..].fill(Complex::new(T::zero(), T::zero()));
                             for ((c, block), &(f, edge)) in
                                 spec.iter_mut().zip(blocks).zip(&factors)
                             {

@@ -456,6 +456,41 @@ mod tests {
         }
     }
 
+    /// What a transform keeps between calls is one call's blocks (two per
+    /// order), each at most the largest batch's size: at least `(nlat +
+    /// lmax) · mmax · 2 · batch` values (the crate docs' figure), at most
+    /// `2 · nlat · mmax · 2 · batch`, the same after a call repeated or a
+    /// smaller batch, and a larger batch's after it (the outgrown blocks
+    /// dropped): for the analysis and the synthesis.
+    #[test]
+    fn a_transform_keeps_one_calls_blocks_of_its_largest_batch() {
+        let spec = ShtSpec::new(13, 22, LatitudeGrid::Equiangular).unwrap();
+        let (nk, nl, nm) = (13, spec.lmax(), spec.mmax());
+        let whole = core::slice::from_ref(&(0..13));
+        let (ana, syn) = (fused(&spec, whole, true), fused(&spec, whole, false));
+        let (mut before, mut largest) = ((0, 0), 0);
+        for b in [3usize, 3, 1, 0, 5, 5, 2] {
+            let grows = b > largest;
+            largest = largest.max(b);
+            let x = vec![0.5f64; b * nk * 22];
+            let c = analysis(&x, b, &ana);
+            let _ = synthesis(&c, b, &syn);
+            for (what, pool, previous) in [
+                ("analysis", &ana.step.blocks, before.0),
+                ("synthesis", &syn.step.blocks, before.1),
+            ] {
+                let (held, at) = (pool.held(), format!("{what} of {b}"));
+                assert_eq!(pool.held_blocks(), 2 * nm, "{at}");
+                assert!(held >= (nk + nl) * nm * 2 * largest, "{at}: {held}");
+                assert!(held <= 2 * nk * nm * 2 * largest, "{at}: {held}");
+                if !grows {
+                    assert_eq!(held, previous, "{at}: no growth");
+                }
+            }
+            before = (ana.step.blocks.held(), syn.step.blocks.held());
+        }
+    }
+
     #[test]
     fn degrees_first_coefficients_are_the_same_values_permuted() {
         // Whole grid and a mirrored band, 0, 1 and 3 fields, f64 and f32:
