@@ -568,44 +568,72 @@ impl Recurrence {
                 }
             }
         }
+        // The columns of whole tiles run in tiles of `LANES` columns and
+        // `G` degrees; the rest (fewer than `LANES`: a batch of one field
+        // is all rest) in pairs of columns over groups of `REST_DEGREES`
+        // degrees, in a pass of their own: a tile of one field's two
+        // columns left most lanes idle, and its `G` sums were too few to
+        // keep the multiply-adds busy.
+        let whole = cols - cols % LANES;
         // Each block of latitudes through every degree, its sums added to
         // the rows.
         for k0 in act.clone().step_by(LAT_BLOCK) {
             let k1 = (k0 + LAT_BLOCK).min(act.end);
             let at = (k0 - act.start) * stride..(k1 - act.start) * stride;
             let (even, odd) = (&even[at.clone()], &odd[at]);
-            self.degree_groups::<FMA, G>(i, k0..k1, |l, ring, n, len| {
-                // Degrees l, l + 2, … read one parity's rows, l + 1, l + 3,
-                // … the other's.
-                let (first, second) = if (l + m).is_multiple_of(2) {
-                    (even, odd)
-                } else {
-                    (odd, even)
-                };
-                let rows = &mut o[l * cols..(l + n) * cols];
-                // Register tiles of `LANES` columns (the last one's padding
-                // summed, not kept), each column summed over the block's
-                // latitudes in the same order (from zero, then added to
-                // the row) whatever tile it falls in: a column's result
-                // does not depend on the batch. A short group (the order's
-                // last) runs the whole ring and keeps its first `n` sums.
-                // (Columns and degrees together in the lanes, as for one
-                // field's two columns, compiled to scalar code with its
-                // sums on the stack: 14 -> 17 ms for the Legendre stage of
-                // one field at 721x1440.)
-                for c0 in (0..cols).step_by(LANES) {
-                    let width = LANES.min(cols - c0);
-                    if n == G && width == LANES {
-                        analysis_tile::<FMA, G, true>(
-                            ring, n, len, first, second, stride, c0, width, rows, cols,
-                        );
+            if whole > 0 {
+                self.degree_groups::<FMA, G>(i, k0..k1, |l, ring, n, len| {
+                    // Degrees l, l + 2, … read one parity's rows, l + 1,
+                    // l + 3, … the other's.
+                    let (first, second) = if (l + m).is_multiple_of(2) {
+                        (even, odd)
                     } else {
-                        analysis_tile::<FMA, G, false>(
-                            ring, n, len, first, second, stride, c0, width, rows, cols,
-                        );
+                        (odd, even)
+                    };
+                    let rows = &mut o[l * cols..(l + n) * cols];
+                    // Register tiles of `LANES` columns, each column
+                    // summed over the block's latitudes in the same order
+                    // (from zero, then added to the row) whatever tile it
+                    // falls in: a column's result does not depend on the
+                    // batch. A short group (the order's last) runs the
+                    // whole ring and keeps its first `n` sums.
+                    for c0 in (0..whole).step_by(LANES) {
+                        if n == G {
+                            analysis_tile::<FMA, G, true, LANES>(
+                                ring, n, len, first, second, stride, c0, LANES, rows, cols,
+                            );
+                        } else {
+                            analysis_tile::<FMA, G, false, LANES>(
+                                ring, n, len, first, second, stride, c0, LANES, rows, cols,
+                            );
+                        }
                     }
-                }
-            });
+                });
+            }
+            if whole < cols {
+                self.degree_groups::<FMA, REST_DEGREES>(i, k0..k1, |l, ring, n, len| {
+                    let (first, second) = if (l + m).is_multiple_of(2) {
+                        (even, odd)
+                    } else {
+                        (odd, even)
+                    };
+                    let rows = &mut o[l * cols..(l + n) * cols];
+                    // Pairs of columns (an odd count's last one with a
+                    // padding column beside it, summed, not kept).
+                    for c0 in (whole..cols).step_by(2) {
+                        let width = 2.min(cols - c0);
+                        if n == REST_DEGREES && width == 2 {
+                            analysis_tile::<FMA, REST_DEGREES, true, 2>(
+                                ring, n, len, first, second, stride, c0, width, rows, cols,
+                            );
+                        } else {
+                            analysis_tile::<FMA, REST_DEGREES, false, 2>(
+                                ring, n, len, first, second, stride, c0, width, rows, cols,
+                            );
+                        }
+                    }
+                });
+            }
         }
     }
 
@@ -856,22 +884,23 @@ const LANES: usize = 8;
 
 /// Latitudes per block of an order's kernel: for up to 8 columns (4
 /// fields) the block's rows of both parities and the recurrence's values
-/// (a ring of up to eight degrees) stay within 24 KB, under a core's L1
-/// data cache, while every degree is walked over them (for many more
+/// (a ring of up to eight degrees; twelve, 28 KB in all, in the analysis
+/// of the columns past the last whole tile) stay within 24 KB, about a
+/// core's L1 data cache, while every degree is walked over them (for many more
 /// columns they spill to L2, as the whole band did before blocks). Fixed,
 /// not fitted to the column count, so that a field's coefficients do not
 /// depend on how many fields share the batch (each block's sums are added
 /// to the rows in turn).
 const LAT_BLOCK: usize = 128;
 
-/// `LANES` columns from `c0` of row `k` of a block of rows `stride`
-/// values apart (whole tiles: padded past the last column).
+/// `W` columns from `c0` of row `k` of a block of rows `stride` values
+/// apart (whole tiles: padded past the last column).
 #[inline(always)]
-fn lanes(block: &[f64], stride: usize, k: usize, c0: usize) -> [f64; LANES] {
+fn lanes<const W: usize>(block: &[f64], stride: usize, k: usize, c0: usize) -> [f64; W] {
     let at = k * stride + c0;
-    block[at..at + LANES]
+    block[at..at + W]
         .try_into()
-        .expect("LANES columns from c0 fit in the padded row")
+        .expect("W columns from c0 fit in the padded row")
 }
 
 /// `width` columns from `c0` of row `j` of a `[rows, cols]` block, the
@@ -889,17 +918,19 @@ fn lanes_upto(block: &[f64], cols: usize, j: usize, c0: usize, width: usize) -> 
     v
 }
 
-/// Analysis of the ring's `G` degrees on the `LANES` columns from `c0` of
-/// the parities' padded rows (`stride` apart) over the block's first `len`
-/// latitudes, the first `width` lanes added to the first `n` rows of
-/// `rows` (`[n, cols]`; a short group's ring rows past `n` hold the group
-/// before's values or zeros: summed, not kept): the group's sums stay in
-/// registers while each latitude's values of both parities are read once.
-/// `WHOLE`: a full group on a full tile (`n = G`, `width = LANES`).
+/// Analysis of the ring's `G` degrees on the `W` columns from `c0` (a
+/// tile of `LANES`, or a pair past the last whole tile) of the parities'
+/// padded rows (`stride` apart) over the block's first `len` latitudes,
+/// the first `width` lanes added to the first `n` rows of `rows` (`[n,
+/// cols]`; a short group's ring rows past `n` hold the group before's
+/// values or zeros: summed, not kept): the group's sums stay in registers
+/// while each latitude's values of both parities are read once. Every
+/// column's sums are the same whatever `W` and `G`: the same bits.
+/// `WHOLE`: a full group on a full tile (`n = G`, `width = W`).
 // `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
-fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool>(
+fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool, const W: usize>(
     ps: &[[f64; LAT_BLOCK]; G],
     n: usize,
     len: usize,
@@ -912,13 +943,16 @@ fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool>(
     cols: usize,
 ) {
     let len = len.min(LAT_BLOCK);
-    let mut acc = [[0.0f64; LANES]; G];
+    let mut acc = [[0.0f64; W]; G];
     for k in 0..len {
-        let (f, s) = (lanes(first, stride, k, c0), lanes(second, stride, k, c0));
+        let (f, s) = (
+            lanes::<W>(first, stride, k, c0),
+            lanes::<W>(second, stride, k, c0),
+        );
         for j in 0..G {
             let pk = ps[j][k];
             let src = if j % 2 == 0 { &f } else { &s };
-            for c in 0..LANES {
+            for c in 0..W {
                 acc[j][c] = madd::<FMA>(pk, src[c], acc[j][c]);
             }
         }
@@ -928,10 +962,7 @@ fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool>(
         // in registers through the loop above (with run-time bounds here
         // the array lived on the stack, stored on every latitude).
         for (j, row) in acc.iter().enumerate() {
-            for (o, &v) in rows[j * cols + c0..j * cols + c0 + LANES]
-                .iter_mut()
-                .zip(row)
-            {
+            for (o, &v) in rows[j * cols + c0..j * cols + c0 + W].iter_mut().zip(row) {
                 *o += v;
             }
         }
@@ -985,7 +1016,10 @@ fn synthesis_tile<const FMA: bool, const G: usize, const SHORT: bool>(
         }
     });
     for k in 0..len {
-        let (mut f, mut s) = (lanes(first, stride, k, c0), lanes(second, stride, k, c0));
+        let (mut f, mut s) = (
+            lanes::<LANES>(first, stride, k, c0),
+            lanes::<LANES>(second, stride, k, c0),
+        );
         for j in 0..G {
             if SHORT && j >= n {
                 break;
@@ -1001,6 +1035,13 @@ fn synthesis_tile<const FMA: bool, const G: usize, const SHORT: bool>(
         second[at..at + LANES].copy_from_slice(&s);
     }
 }
+
+/// Degrees per group of the analysis of the columns past the whole tiles
+/// (pairs of columns, [`analysis_tile`] with two lanes): twelve
+/// independent sums per pair keep the fused multiply-adds busy (four, as
+/// in a tile of `LANES` columns at AVX2, wait on each other's latency
+/// when the tile holds one field), within 16 vector registers.
+const REST_DEGREES: usize = 12;
 
 /// Latitudes per register vector of [`synthesis_lats`].
 const LAT_LANES: usize = 8;
@@ -1153,78 +1194,136 @@ mod tests {
         }
     }
 
+    /// How a test runs an order's kernel: through a level this CPU has, or
+    /// a fused form compiled without the level's target features
+    /// (`mul_add` exact in software), so that both FMA forms (four and
+    /// eight degrees per tile) are checked on any CPU.
+    #[derive(Clone, Copy, Debug)]
+    enum Form {
+        Level(KernelLevel),
+        Fused4,
+        Fused8,
+    }
+
+    impl Form {
+        /// The levels this CPU runs and both fused forms.
+        fn all() -> Vec<Form> {
+            let mut forms: Vec<Form> = KernelLevel::available()
+                .into_iter()
+                .map(Form::Level)
+                .collect();
+            forms.extend([Form::Fused4, Form::Fused8]);
+            forms
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        fn run(
+            self,
+            rec: &Recurrence,
+            direction: Direction,
+            i: usize,
+            input: &[f64],
+            o: &mut [f64],
+            cols: usize,
+            weighted: bool,
+        ) {
+            match self {
+                Form::Level(level) => rec.order_at(level, direction, i, input, o, cols, weighted),
+                Form::Fused4 => rec.order_impl::<true, 4>(direction, i, input, o, cols, weighted),
+                Form::Fused8 => rec.order_impl::<true, 8>(direction, i, input, o, cols, weighted),
+            }
+        }
+    }
+
     /// A field's results do not depend on its batch, at every level this
-    /// CPU runs: the same two columns alone, and inside a batch of 13
-    /// columns at the start of a whole register tile (0..2), at the start
-    /// of the partial last tile (8..10) and at its end (11..13), over
-    /// several latitude blocks: the same bits.
+    /// CPU runs and in both fused forms: fields of 1, 2 and 3 columns
+    /// alone (all past the last whole tile: the synthesis with latitudes
+    /// in the lanes, the analysis in pairs of columns, an odd count's last
+    /// one beside padding), and the same columns inside a batch of 19 at
+    /// the start of a whole register tile (0), across two tiles (7) and
+    /// past the last whole tile (16): the same bits. A whole grid (two
+    /// latitude blocks of mirrored pairs) and a band walked latitude by
+    /// latitude (three blocks, the last of 21 latitudes); orders whose
+    /// degrees fill zero to three whole groups of each kind plus a short
+    /// one, or only a short one.
     #[test]
     fn a_fields_result_does_not_depend_on_the_batch() {
         let nlat = 301;
         let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
-        let (lmax, orders) = (20, [0usize, 5, 19]);
-        let (wide, at) = (13, [0usize, 8, 11]);
-        for seeds in [Seeds::Plain, Seeds::OverSine] {
-            let rec = Recurrence::new(&orders, lmax, &q.cosines, &q.weights, true, seeds, true);
-            let one = field(orders.len() * nlat * 2, 5);
-            let coef = field(orders.len() * lmax * 2, 6);
-            let spread = |v: &[f64], rows: usize| -> Vec<f64> {
-                let mut out = field(orders.len() * rows * wide, 7);
-                for r in 0..orders.len() * rows {
-                    for c in 0..2 {
-                        for c0 in at {
-                            out[r * wide + c0 + c] = v[r * 2 + c];
+        let (wide, at) = (19, [0usize, 7, 16]);
+        let cases: [(usize, &[usize], core::ops::Range<usize>, bool); 2] = [
+            (20, &[0, 5, 19], 0..nlat, true),
+            (37, &[0, 1, 13, 25, 36], 20..297, false),
+        ];
+        for (lmax, orders, lats, paired) in cases {
+            let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
+            let nk = lats.len();
+            for seeds in [Seeds::Plain, Seeds::OverSine] {
+                let rec = Recurrence::new(orders, lmax, x, w, true, seeds, paired);
+                for width in [1, 2, 3] {
+                    let one = field(orders.len() * nk * width, 5);
+                    let coef = field(orders.len() * lmax * width, 6);
+                    let spread = |v: &[f64], rows: usize| -> Vec<f64> {
+                        let mut out = field(orders.len() * rows * wide, 7);
+                        for r in 0..orders.len() * rows {
+                            for c in 0..width {
+                                for c0 in at {
+                                    out[r * wide + c0 + c] = v[r * width + c];
+                                }
+                            }
                         }
-                    }
-                }
-                out
-            };
-            // Every order through `level`'s kernel in `direction`.
-            let run = |level: KernelLevel,
-                       direction: Direction,
-                       input: &[f64],
-                       cols: usize,
-                       rows_in: usize,
-                       rows_out: usize| {
-                let mut out = vec![0.0; orders.len() * rows_out * cols];
-                for i in 0..orders.len() {
-                    rec.order_at(
-                        level,
-                        direction,
-                        i,
-                        &input[i * rows_in * cols..(i + 1) * rows_in * cols],
-                        &mut out[i * rows_out * cols..(i + 1) * rows_out * cols],
-                        cols,
-                        true,
-                    );
-                }
-                out
-            };
-            for level in KernelLevel::available() {
-                let (ana, syn) = (Direction::Analysis, Direction::Synthesis);
-                for (direction, alone, batch, rows) in [
-                    (
-                        "analysis",
-                        run(level, ana, &one, 2, nlat, lmax),
-                        run(level, ana, &spread(&one, nlat), wide, nlat, lmax),
-                        lmax,
-                    ),
-                    (
-                        "synthesis",
-                        run(level, syn, &coef, 2, lmax, nlat),
-                        run(level, syn, &spread(&coef, lmax), wide, lmax, nlat),
-                        nlat,
-                    ),
-                ] {
-                    for r in 0..orders.len() * rows {
-                        for c in 0..2 {
-                            let a = alone[r * 2 + c];
-                            for c0 in at {
-                                assert_eq!(
-                                    a.to_bits(),
-                                    batch[r * wide + c0 + c].to_bits(),
-                                    "{level:?} {seeds:?} {direction}: columns from {c0}"
-                                );
+                        out
+                    };
+                    // Every order through `form` in `direction`.
+                    let run = |form: Form,
+                               direction: Direction,
+                               input: &[f64],
+                               cols: usize,
+                               rows_in: usize,
+                               rows_out: usize| {
+                        let mut out = vec![0.0; orders.len() * rows_out * cols];
+                        for i in 0..orders.len() {
+                            form.run(
+                                &rec,
+                                direction,
+                                i,
+                                &input[i * rows_in * cols..(i + 1) * rows_in * cols],
+                                &mut out[i * rows_out * cols..(i + 1) * rows_out * cols],
+                                cols,
+                                true,
+                            );
+                        }
+                        out
+                    };
+                    for form in Form::all() {
+                        let (ana, syn) = (Direction::Analysis, Direction::Synthesis);
+                        for (direction, alone, batch, rows) in [
+                            (
+                                "analysis",
+                                run(form, ana, &one, width, nk, lmax),
+                                run(form, ana, &spread(&one, nk), wide, nk, lmax),
+                                lmax,
+                            ),
+                            (
+                                "synthesis",
+                                run(form, syn, &coef, width, lmax, nk),
+                                run(form, syn, &spread(&coef, lmax), wide, lmax, nk),
+                                nk,
+                            ),
+                        ] {
+                            for r in 0..orders.len() * rows {
+                                for c in 0..width {
+                                    let a = alone[r * width + c];
+                                    for c0 in at {
+                                        assert_eq!(
+                                            a.to_bits(),
+                                            batch[r * wide + c0 + c].to_bits(),
+                                            "{form:?} {seeds:?} {direction} lmax {lmax} \
+                                             paired {paired} width {width}: row {r} column \
+                                             {c} alone and from {c0} in the batch"
+                                        );
+                                    }
+                                }
                             }
                         }
                     }
@@ -1239,17 +1338,23 @@ mod tests {
     /// added to its row (analysis); per latitude, the degrees' products
     /// added in ascending order to each parity's value (synthesis). The
     /// functions are the table's (the same recurrence without fused
-    /// multiply-adds). Column counts of whole, partial and single tiles,
-    /// degree groups cut short at `lmax`, a whole grid and a band.
+    /// multiply-adds). Column counts of whole, partial and single tiles
+    /// and of fields past the last whole tile, degree groups cut short at
+    /// `lmax` and several whole groups, a whole grid and bands of one and
+    /// of three latitude blocks.
     #[test]
     fn portable_kernels_are_the_plain_sums_in_order() {
         let nlat = 301;
         let q = Latitudes::new(nlat, LatitudeGrid::Equiangular).unwrap();
-        let (lmax, orders) = (20, [0usize, 5, 19]);
-        for (paired, lats) in [(true, 0..nlat), (false, 30..70)] {
+        let cases: [(usize, &[usize], bool, core::ops::Range<usize>); 3] = [
+            (20, &[0, 5, 19], true, 0..nlat),
+            (20, &[0, 5, 19], false, 30..70),
+            (37, &[0, 1, 13, 25, 36], false, 20..297),
+        ];
+        for (lmax, orders, paired, lats) in cases {
             let (x, w) = (&q.cosines[lats.clone()], &q.weights[lats.clone()]);
             let nk = lats.len();
-            let rec = Recurrence::new(&orders, lmax, x, w, true, Seeds::Plain, paired);
+            let rec = Recurrence::new(orders, lmax, x, w, true, Seeds::Plain, paired);
             let t = rec.table(false);
             for cols in [1, 2, 3, LANES, LANES + 3, 2 * LANES + 1] {
                 let s = field(nk * cols, 3);

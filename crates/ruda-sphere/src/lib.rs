@@ -37,8 +37,8 @@
 //! per-order buffers of its calls (the longitude spectra and the Legendre
 //! step's results) for the next one: those of the largest batch it has
 //! seen, about `(nlat + lmax) · mmax · 2 · batch` f64 values (at most
-//! `2 · nlat · mmax · 2 · batch`: a block may be kept at a larger role's
-//! size), twice that for a vector transform (25 MB for 4 fields at
+//! `2 · max(nlat, lmax) · mmax · 2 · batch`: a block may be kept at a
+//! larger role's size), twice that for a vector transform (25 MB for 4 fields at
 //! 721×1440, 50 MB as vector fields; a call on a larger batch drops the
 //! outgrown ones). Allocated
 //! afresh, the allocator handed them back to the kernel after each call
