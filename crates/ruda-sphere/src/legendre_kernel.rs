@@ -722,56 +722,12 @@ impl Recurrence {
                 let mut c = 0;
                 while c + 2 <= rest {
                     let (f, s) = (&mut first[c..c + 2], &mut second[c..c + 2]);
-                    if n == G {
-                        synthesis_lats::<FMA, G, false, 2>(
-                            ring,
-                            n,
-                            len,
-                            coefs,
-                            cols,
-                            whole + c,
-                            f,
-                            s,
-                        );
-                    } else {
-                        synthesis_lats::<FMA, G, true, 2>(
-                            ring,
-                            n,
-                            len,
-                            coefs,
-                            cols,
-                            whole + c,
-                            f,
-                            s,
-                        );
-                    }
+                    synthesis_lats::<FMA, G, 2>(ring, n, len, coefs, cols, whole + c, f, s);
                     c += 2;
                 }
                 if c < rest {
                     let (f, s) = (&mut first[c..c + 1], &mut second[c..c + 1]);
-                    if n == G {
-                        synthesis_lats::<FMA, G, false, 1>(
-                            ring,
-                            n,
-                            len,
-                            coefs,
-                            cols,
-                            whole + c,
-                            f,
-                            s,
-                        );
-                    } else {
-                        synthesis_lats::<FMA, G, true, 1>(
-                            ring,
-                            n,
-                            len,
-                            coefs,
-                            cols,
-                            whole + c,
-                            f,
-                            s,
-                        );
-                    }
+                    synthesis_lats::<FMA, G, 1>(ring, n, len, coefs, cols, whole + c, f, s);
                 }
             });
             // The rest's sums back into the parities' rows.
@@ -1046,8 +1002,8 @@ const REST_DEGREES: usize = 12;
 /// Latitudes per register vector of [`synthesis_lats`].
 const LAT_LANES: usize = 8;
 
-/// Synthesis of the ring's first `n` degrees (all `G` unless `SHORT`),
-/// the coefficients' `C` columns from `c0` (`coefs` is `[n, cols]`), into
+/// Synthesis of the ring's first `n` degrees (at most `G`), the
+/// coefficients' `C` columns from `c0` (`coefs` is `[n, cols]`), into
 /// those columns' transposed parity rows (`first[c][k]`, `second[c][k]`)
 /// over the block's first `len` latitudes, with latitudes in the lanes
 /// (`LAT_LANES` at a time, the block's padding past `len` computed from
@@ -1055,9 +1011,31 @@ const LAT_LANES: usize = 8;
 /// ascending order by the same multiply-adds as in [`synthesis_tile`], so
 /// a column's values are the same bits on either path; one field's two
 /// columns fill the lanes where a tile would leave most of them idle.
+/// A short group (`n < G`: the order's last) takes its `n` degrees.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn synthesis_lats<const FMA: bool, const G: usize, const C: usize>(
+    ps: &[[f64; LAT_BLOCK]; G],
+    n: usize,
+    len: usize,
+    coefs: &[f64],
+    cols: usize,
+    c0: usize,
+    first: &mut [[f64; LAT_BLOCK]],
+    second: &mut [[f64; LAT_BLOCK]],
+) {
+    if n >= G {
+        synthesis_lats_of::<FMA, G, false, C>(ps, n, len, coefs, cols, c0, first, second);
+    } else {
+        synthesis_lats_of::<FMA, G, true, C>(ps, n, len, coefs, cols, c0, first, second);
+    }
+}
+
+/// [`synthesis_lats`] for a whole group (all `G` degrees) or a short one
+/// (`SHORT`: the first `n`), each with constant bounds where it can.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
-fn synthesis_lats<const FMA: bool, const G: usize, const SHORT: bool, const C: usize>(
+fn synthesis_lats_of<const FMA: bool, const G: usize, const SHORT: bool, const C: usize>(
     ps: &[[f64; LAT_BLOCK]; G],
     n: usize,
     len: usize,
