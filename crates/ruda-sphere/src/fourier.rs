@@ -309,6 +309,9 @@ impl Modes {
         let mut out = Fresh::<T>::new(len);
         let plan = crate::fft_plans::inverse::<T>(n);
         let factors = self.factors::<T>();
+        // The orders written into each row's spectrum; those past them are
+        // zeroed on every row (the FFT uses the whole spectrum as scratch).
+        let given = blocks.len().min(factors.len());
         // Each task's rows: per field, the run's latitudes.
         debug_assert_eq!(blocks.len(), self.mmax, "a block per order");
         let run_len = latitude_run(k_len);
@@ -329,10 +332,6 @@ impl Modes {
                     for k in k0..(k0 + run_len).min(k_len) {
                         for (field, piece) in pieces.iter_mut().enumerate() {
                             let at = (k * fields + field) * 2;
-                            // The orders given are written here; those past
-                            // them are zero (the FFT used the whole
-                            // spectrum as scratch).
-                            let given = blocks.len().min(factors.len());
                             spec[given..].fill(Complex::new(T::zero(), T::zero()));
                             for ((c, block), &(f, edge)) in
                                 spec.iter_mut().zip(blocks).zip(&factors)

@@ -1218,12 +1218,13 @@ mod tests {
     /// alone (all past the last whole tile: the synthesis with latitudes
     /// in the lanes, the analysis in pairs of columns, an odd count's last
     /// one beside padding), and the same columns inside a batch of 19 at
-    /// the start of a whole register tile (0), across two tiles (7) and
-    /// past the last whole tile (16): the same bits. A whole grid (two
-    /// latitude blocks of mirrored pairs) and a band walked latitude by
-    /// latitude (three blocks, the last of 21 latitudes); orders whose
-    /// degrees fill zero to three whole groups of each kind plus a short
-    /// one, or only a short one.
+    /// the start of a whole register tile (0), at the last column of the
+    /// first tile (7; the wider fields run on into the second) and past
+    /// the last whole tile (16, beside other columns than alone): the same
+    /// bits. A whole grid (two latitude blocks of mirrored pairs) and a
+    /// band walked latitude by latitude (three blocks, the last of 21
+    /// latitudes); orders whose degrees fill several whole groups (of 4, 8
+    /// and 12 degrees) with or without a short one, or only a short one.
     #[test]
     fn a_fields_result_does_not_depend_on_the_batch() {
         let nlat = 301;
@@ -1317,7 +1318,8 @@ mod tests {
     /// added in ascending order to each parity's value (synthesis). The
     /// functions are the table's (the same recurrence without fused
     /// multiply-adds). Column counts of whole, partial and single tiles
-    /// and of fields past the last whole tile, degree groups cut short at
+    /// and of 1 to 7 columns past the last whole tile (one to three pairs,
+    /// an odd one beside padding), degree groups cut short at
     /// `lmax` and several whole groups, a whole grid and bands of one and
     /// of three latitude blocks.
     #[test]
@@ -1334,7 +1336,7 @@ mod tests {
             let nk = lats.len();
             let rec = Recurrence::new(orders, lmax, x, w, true, Seeds::Plain, paired);
             let t = rec.table(false);
-            for cols in [1, 2, 3, LANES, LANES + 3, 2 * LANES + 1] {
+            for cols in [1, 2, 3, 7, LANES, LANES + 3, LANES + 7, 2 * LANES + 1] {
                 let s = field(nk * cols, 3);
                 let a = field(lmax * cols, 4);
                 for (i, &m) in orders.iter().enumerate() {

@@ -38,10 +38,10 @@
 //! step's results) for the next one: those of the largest batch it has
 //! seen, about `(nlat + lmax) · mmax · 2 · batch` f64 values (at most
 //! `2 · max(nlat, lmax) · mmax · 2 · batch`: a block may be kept at a
-//! larger role's size), twice that for a vector transform (25 MB for 4 fields at
-//! 721×1440, 50 MB as vector fields; a call on a larger batch drops the
-//! outgrown ones). Allocated
-//! afresh, the allocator handed them back to the kernel after each call
+//! larger role's size), twice that for a vector transform (25 MB for 4
+//! fields at 721×1440, 50 MB as vector fields; a call on a larger batch
+//! drops the outgrown ones). Allocated afresh, the allocator handed them
+//! back to the kernel after each call
 //! and the next one faulted them in again: keeping them took a vector
 //! forward + inverse pair at 721×1440 from 86.6 to 71.9 ms (median). Calls
 //! on one object from several threads at once each take their own buffers,
