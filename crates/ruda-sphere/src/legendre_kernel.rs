@@ -598,15 +598,9 @@ impl Recurrence {
                     // batch. A short group (the order's last) runs the
                     // whole ring and keeps its first `n` sums.
                     for c0 in (0..whole).step_by(LANES) {
-                        if n == G {
-                            analysis_tile::<FMA, G, true, LANES>(
-                                ring, n, len, first, second, stride, c0, LANES, rows, cols,
-                            );
-                        } else {
-                            analysis_tile::<FMA, G, false, LANES>(
-                                ring, n, len, first, second, stride, c0, LANES, rows, cols,
-                            );
-                        }
+                        analysis_tile::<FMA, G, LANES>(
+                            ring, n, len, first, second, stride, c0, LANES, rows, cols,
+                        );
                     }
                 });
             }
@@ -622,15 +616,9 @@ impl Recurrence {
                     // padding column beside it, summed, not kept).
                     for c0 in (whole..cols).step_by(2) {
                         let width = 2.min(cols - c0);
-                        if n == REST_DEGREES && width == 2 {
-                            analysis_tile::<FMA, REST_DEGREES, true, 2>(
-                                ring, n, len, first, second, stride, c0, width, rows, cols,
-                            );
-                        } else {
-                            analysis_tile::<FMA, REST_DEGREES, false, 2>(
-                                ring, n, len, first, second, stride, c0, width, rows, cols,
-                            );
-                        }
+                        analysis_tile::<FMA, REST_DEGREES, 2>(
+                            ring, n, len, first, second, stride, c0, width, rows, cols,
+                        );
                     }
                 });
             }
@@ -699,15 +687,7 @@ impl Recurrence {
                 // kernel (a function pointer would leave the tile without
                 // the level's target features).
                 for c0 in (0..whole).step_by(LANES) {
-                    if n == G {
-                        synthesis_tile::<FMA, G, false>(
-                            ring, n, len, coefs, cols, c0, LANES, first, second, stride,
-                        );
-                    } else {
-                        synthesis_tile::<FMA, G, true>(
-                            ring, n, len, coefs, cols, c0, LANES, first, second, stride,
-                        );
-                    }
+                    synthesis_tile::<FMA, G>(ring, n, len, coefs, cols, c0, first, second, stride);
                 }
                 // The rest with latitudes in the lanes: each value takes
                 // the same degrees in the same order as in a tile (the
@@ -859,21 +839,6 @@ fn lanes<const W: usize>(block: &[f64], stride: usize, k: usize, c0: usize) -> [
         .expect("W columns from c0 fit in the padded row")
 }
 
-/// `width` columns from `c0` of row `j` of a `[rows, cols]` block, the
-/// lanes past them zero.
-#[inline(always)]
-fn lanes_upto(block: &[f64], cols: usize, j: usize, c0: usize, width: usize) -> [f64; LANES] {
-    let at = j * cols + c0;
-    if width == LANES {
-        return block[at..at + LANES]
-            .try_into()
-            .expect("LANES columns from c0 fit in the row");
-    }
-    let mut v = [0.0; LANES];
-    v[..width].copy_from_slice(&block[at..at + width]);
-    v
-}
-
 /// Analysis of the ring's `G` degrees on the `W` columns from `c0` (a
 /// tile of `LANES`, or a pair past the last whole tile) of the parities'
 /// padded rows (`stride` apart) over the block's first `len` latitudes,
@@ -882,11 +847,10 @@ fn lanes_upto(block: &[f64], cols: usize, j: usize, c0: usize, width: usize) -> 
 /// values or zeros: summed, not kept): the group's sums stay in registers
 /// while each latitude's values of both parities are read once. Every
 /// column's sums are the same whatever `W` and `G`: the same bits.
-/// `WHOLE`: a full group on a full tile (`n = G`, `width = W`).
 // `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
-fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool, const W: usize>(
+fn analysis_tile<const FMA: bool, const G: usize, const W: usize>(
     ps: &[[f64; LAT_BLOCK]; G],
     n: usize,
     len: usize,
@@ -897,6 +861,35 @@ fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool, const W: us
     width: usize,
     rows: &mut [f64],
     cols: usize,
+) {
+    let args = (ps, n, len, first, second, stride, c0, width, rows, cols);
+    if n >= G && width >= W {
+        analysis_tile_of::<FMA, G, true, W>(args);
+    } else {
+        analysis_tile_of::<FMA, G, false, W>(args);
+    }
+}
+
+/// The arguments of [`analysis_tile`].
+type AnalysisArgs<'a, const G: usize> = (
+    &'a [[f64; LAT_BLOCK]; G],
+    usize,
+    usize,
+    &'a [f64],
+    &'a [f64],
+    usize,
+    usize,
+    usize,
+    &'a mut [f64],
+    usize,
+);
+
+/// [`analysis_tile`] for a full group on a full tile (`WHOLE`: every sum
+/// kept, constant bounds) or not.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn analysis_tile_of<const FMA: bool, const G: usize, const WHOLE: bool, const W: usize>(
+    (ps, n, len, first, second, stride, c0, width, rows, cols): AnalysisArgs<'_, G>,
 ) {
     let len = len.min(LAT_BLOCK);
     let mut acc = [[0.0f64; W]; G];
@@ -941,23 +934,44 @@ fn analysis_tile<const FMA: bool, const G: usize, const WHOLE: bool, const W: us
     }
 }
 
-/// Synthesis of the ring's first `n` degrees (all `G` unless `SHORT`),
-/// the coefficients' `width` columns from `c0` (`coefs` is `[n, cols]`),
-/// into the `LANES` columns from `c0` of the parities' padded rows
+/// Synthesis of the ring's first `n` degrees (at most `G`; a short group,
+/// the order's last, takes its `n`), the coefficients' `LANES` columns
+/// from `c0` (`coefs` is `[n, cols]`), into the `LANES` columns from `c0` of the parities' padded rows
 /// (`stride` apart) over the block's first `len` latitudes: the group's
 /// coefficients stay in registers while each latitude's rows of both
 /// parities are read and written once.
 // `k` indexes the degrees' values and both parities' rows at once.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
-fn synthesis_tile<const FMA: bool, const G: usize, const SHORT: bool>(
+fn synthesis_tile<const FMA: bool, const G: usize>(
     ps: &[[f64; LAT_BLOCK]; G],
     n: usize,
     len: usize,
     coefs: &[f64],
     cols: usize,
     c0: usize,
-    width: usize,
+    first: &mut [f64],
+    second: &mut [f64],
+    stride: usize,
+) {
+    if n >= G {
+        synthesis_tile_of::<FMA, G, false>(ps, n, len, coefs, cols, c0, first, second, stride);
+    } else {
+        synthesis_tile_of::<FMA, G, true>(ps, n, len, coefs, cols, c0, first, second, stride);
+    }
+}
+
+/// [`synthesis_tile`] for a whole group (all `G` degrees) or a short one
+/// (`SHORT`: the first `n`), each with constant bounds where it can.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[inline(always)]
+fn synthesis_tile_of<const FMA: bool, const G: usize, const SHORT: bool>(
+    ps: &[[f64; LAT_BLOCK]; G],
+    n: usize,
+    len: usize,
+    coefs: &[f64],
+    cols: usize,
+    c0: usize,
     first: &mut [f64],
     second: &mut [f64],
     stride: usize,
@@ -966,7 +980,7 @@ fn synthesis_tile<const FMA: bool, const G: usize, const SHORT: bool>(
     let n = if SHORT { n.min(G) } else { G };
     let coef: [[f64; LANES]; G] = core::array::from_fn(|j| {
         if j < n {
-            lanes_upto(coefs, cols, j, c0, width)
+            lanes::<LANES>(coefs, cols, j, c0)
         } else {
             [0.0; LANES]
         }
