@@ -48,6 +48,48 @@ pub fn copy_streaming<T: Element>(src: &[T], dst: &mut [T]) {
     unsafe { crate::local::kernels::copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
 }
 
+/// Copy `src` into each of `dsts`, reading each part of `src` once and
+/// writing it to every destination before moving on: the access mix of an
+/// all-gather (one read, one write per rank) and of a broadcast, which the
+/// local transport moves its large blocks with. From
+/// [`COPY_STREAMING_FROM_BYTES`] of `src` on (on x86-64), every destination
+/// aligned to 16 bytes is written with non-temporal stores, as
+/// [`copy_streaming`] writes; the others, and smaller copies, with cached
+/// stores. Complete, and visible to other threads through any later
+/// synchronisation, when the function returns.
+///
+/// # Panics
+/// If a destination's length differs from `src`'s, naming it.
+///
+/// # Example
+/// ```
+/// let src: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+/// let (mut a, mut b) = (vec![0f32; 1000], vec![0f32; 1000]);
+/// ruda_comm::copy_streaming_to_each(&src, &mut [&mut a[..], &mut b[..]]);
+/// assert!(a == src && b == src);
+/// ```
+pub fn copy_streaming_to_each<T: Element>(src: &[T], dsts: &mut [&mut [T]]) {
+    for (i, d) in dsts.iter().enumerate() {
+        assert_eq!(
+            src.len(),
+            d.len(),
+            "copy_streaming_to_each: source has {} elements, destination {i} {}",
+            src.len(),
+            d.len()
+        );
+    }
+    let stream = crate::local::kernels::streams::<T>(src.len());
+    let ptrs: Vec<*mut T> = dsts.iter_mut().map(|d| d.as_mut_ptr()).collect();
+    // SAFETY: `src` and every destination hold `src.len()` elements
+    // (checked); a shared borrow and exclusive ones cannot overlap, nor can
+    // two exclusive ones, and the exclusive borrows keep every other thread
+    // off the destinations; fenced below.
+    unsafe { crate::local::kernels::copy_to_each(src.as_ptr(), &ptrs, src.len(), stream) };
+    if stream {
+        crate::local::kernels::fence();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +146,31 @@ mod tests {
     /// Whether a copy to `dst` streams on this platform.
     fn kernels_stream(dst: &[u32]) -> bool {
         kernels_stream_bytes(dst.as_ptr() as usize)
+    }
+
+    /// Every destination gets `src` at a streamed size and a small one,
+    /// one of them misaligned, and nothing outside is written.
+    #[test]
+    fn copies_to_each_destination_streamed_or_not() {
+        for len in [5, (4 << 20) / 4 + 37] {
+            let src: Vec<u32> = (0..len as u32)
+                .map(|i| i.wrapping_mul(2654435761))
+                .collect();
+            let mut a = vec![7u32; len + 1];
+            let mut b = vec![7u32; len + 1];
+            let (a_in, b_in) = (&mut a[..len], &mut b[1..]);
+            copy_streaming_to_each(&src, &mut [a_in, b_in]);
+            assert_eq!(&a[..len], &src[..], "len {len}");
+            assert_eq!(&b[1..], &src[..], "len {len}");
+            assert!(a[len] == 7 && b[0] == 7, "wrote outside, len {len}");
+        }
+        copy_streaming_to_each::<f32>(&[], &mut []);
+    }
+
+    #[test]
+    #[should_panic(expected = "source has 3 elements, destination 1 2")]
+    fn a_destination_of_another_length_panics() {
+        copy_streaming_to_each(&[1u8, 2, 3], &mut [&mut [0u8; 3], &mut [0u8; 2]]);
     }
 
     #[test]

@@ -230,12 +230,11 @@ impl LocalCommunicator {
         slot.recv_len = recv_len;
         self.collective(slot, |slots| {
             let c = slots[0].fp.count;
-            let dst = ptr::<T>(&slots[me]).1;
-            let bytes = c.saturating_mul(size_of::<T>());
-            for p in kernels::gather_order(me, slots.len(), bytes) {
-                // SAFETY: lengths checked; only this rank writes its receive buffer.
-                unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(p * c), c) }
-            }
+            let lens = vec![c; slots.len()];
+            let off = kernels::offsets(&lens);
+            // SAFETY: inside the barrier window; every send buffer holds `c`
+            // elements and every receive buffer `size × c` (checked).
+            unsafe { gather_blocks::<T>(slots, me, &lens, &off) }
         })
     }
 
@@ -397,6 +396,59 @@ fn output<T>(len: Option<usize>) -> (Vec<T>, usize) {
     }
 }
 
+/// Rank `me`'s share of an all-gather of the blocks `lens` (rank `p`'s at
+/// offset `off[p]` of every output). Large blocks
+/// ([`kernels::gathers_shared`]): the `me`-th piece of every block, read
+/// once and written into every rank's receive buffer. Small ones: every
+/// block into this rank's own receive buffer. Either way every output
+/// element is written by exactly one rank, the call's choice is the same
+/// on every rank (it depends on `lens` only), and streamed stores are
+/// fenced before it returns.
+///
+/// # Safety
+/// Between the call's two barrier episodes: `slots[p]`'s send buffer holds
+/// `lens[p]` elements and every receive buffer `off[p] + lens[p]` for
+/// every `p`, no send buffer overlaps a receive buffer (the callers borrow
+/// them `&` and `&mut`), and every rank runs this with the same `lens` and
+/// `off`.
+unsafe fn gather_blocks<T: Element>(slots: &[Slot], me: usize, lens: &[usize], off: &[usize]) {
+    let n = slots.len();
+    let largest = lens.iter().copied().max().unwrap_or(0);
+    if kernels::gathers_shared(largest.saturating_mul(size_of::<T>())) {
+        let stream = kernels::streams::<T>(largest);
+        for p in kernels::rotation(me, n) {
+            let (lo, hi) = kernels::partition::<T>(lens[p], me, n);
+            if hi == lo {
+                continue;
+            }
+            // SAFETY: `lo <= hi <= lens[p]`, so the piece lies in rank `p`'s
+            // send buffer and at `off[p] + lo` of every receive buffer
+            // (caller).
+            let (src, dsts) = unsafe {
+                let dsts: Vec<*mut T> = slots
+                    .iter()
+                    .map(|s| ptr::<T>(s).1.add(off[p] + lo))
+                    .collect();
+                (ptr::<T>(&slots[p]).0.add(lo), dsts)
+            };
+            // SAFETY: in bounds (above); the pieces of a block are disjoint
+            // (`partition`), so this rank alone writes these ranges, and no
+            // send buffer overlaps a receive buffer (caller); fenced below.
+            unsafe { kernels::copy_to_each(src, &dsts, hi - lo, stream) }
+        }
+        if stream {
+            kernels::fence();
+        }
+    } else {
+        let dst = ptr::<T>(&slots[me]).1;
+        for p in kernels::rotation(me, n) {
+            // SAFETY: in bounds (caller); only this rank writes its receive
+            // buffer.
+            unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(off[p]), lens[p]) }
+        }
+    }
+}
+
 fn ptr<T>(s: &Slot) -> (*const T, *mut T) {
     (s.send as *const T, s.recv as *mut T)
 }
@@ -516,15 +568,12 @@ impl Communicator for LocalCommunicator {
         slot.counts = counts.as_ptr();
         slot.counts_len = counts.len();
         self.collective(slot, |slots| {
-            let dst = ptr::<T>(&slots[me]).1;
             let lens: Vec<usize> = slots.iter().map(|s| s.send_len).collect();
             let off = kernels::offsets(&lens);
-            let largest = lens.iter().copied().max().unwrap_or(0);
-            let bytes = largest.saturating_mul(size_of::<T>());
-            for p in kernels::gather_order(me, slots.len(), bytes) {
-                // SAFETY: counts and lengths checked above.
-                unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(off[p]), lens[p]) }
-            }
+            // SAFETY: inside the barrier window; every rank's counts match
+            // the send lengths and its receive buffer holds their sum
+            // (checked).
+            unsafe { gather_blocks::<T>(slots, me, &lens, &off) }
         })
     }
 

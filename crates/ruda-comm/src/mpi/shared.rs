@@ -35,14 +35,16 @@ fn block_elems<T>(slot: usize, parts: usize) -> usize {
     (per / grain * grain).max(1)
 }
 
-/// Copy `len` elements of `T` from `src` to `dst`.
+/// Copy `len` elements of `T` from `src` to `dst` with cached stores, by
+/// the local transport's tile loop ([`kernels::copy_to`] says why not
+/// `memcpy`).
 ///
 /// # Safety
 /// `src` valid for `len` reads, `dst` for `len` writes, not overlapping,
 /// and no one else writing either range meanwhile.
-unsafe fn copy<T>(src: *const T, dst: *mut T, len: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
+    // SAFETY: forwarded from the caller; no streaming, so no fence owed.
+    unsafe { kernels::copy_to(src, dst, len, false) }
 }
 
 /// All-reduce `buf` in place over every rank of the segment.
