@@ -318,7 +318,7 @@ where
     let s_bytes = count * size_of::<T>();
     let it = settings.it;
     let stream_gbps = if settings.roofline {
-        stream(comm, op.stream_kernel(), op.footprint(n, s_bytes), it)?
+        stream(comm, op.stream_kernel(n), op.footprint(n, s_bytes), it)?
     } else {
         f64::NAN
     };

@@ -25,28 +25,78 @@ pub enum StreamKernel {
     /// once). Memory moves this mix faster per byte than `Add`'s (measured
     /// 20–30 % here), so an all-reduce held to `Add` read above 100 %.
     Sum,
+    /// `b_j[i] = a[i]` for `j` in `0..k` (`k` = the field; cached stores or
+    /// [`ruda_comm::copy_streaming_to_each`], whichever is faster): 1 read
+    /// and `k` writes per element, the access mix of an all-gather over `k`
+    /// ranks (each rank reads its share of the blocks once and writes it
+    /// into every output) and of a broadcast to `k` ranks. Memory writes
+    /// more slowly than it reads: on the development machine two threads
+    /// wrote 23 GB/s with streaming stores and nothing else, so the fan of
+    /// `k = 2` moved 29–31 GB/s where a copy moved 42–46, and an all-gather
+    /// held to the copy's rate could not pass 75 % of its roofline.
+    Fan(usize),
 }
 
 impl StreamKernel {
-    /// `"copy"` or `"add"`.
+    /// `"copy"`, `"add"`, `"sum"` or `"fan"`.
     pub const fn name(self) -> &'static str {
         match self {
             StreamKernel::Copy => "copy",
             StreamKernel::Add => "add",
             StreamKernel::Sum => "sum",
+            StreamKernel::Fan(_) => "fan",
         }
     }
 
-    /// Bytes counted per byte of one array: 2 for copy, 3 for add, 4 for
-    /// sum.
+    /// Bytes counted per byte of the source array: 2 for copy, 3 for add,
+    /// 4 for sum, `1 + k` for a fan of `k` (at least 1).
     pub const fn counted_per_byte(self) -> f64 {
         match self {
             StreamKernel::Copy => 2.0,
             StreamKernel::Add => 3.0,
             StreamKernel::Sum => 4.0,
+            StreamKernel::Fan(k) => 1.0 + fan_width(k) as f64,
         }
     }
+
+    /// Elements of the source array when the arrays fill `footprint` bytes
+    /// of `f32`: two arrays of equal length, or a fan's source and its `k`
+    /// destinations; at least 16.
+    fn source_len(self, footprint: usize) -> usize {
+        let arrays = match self {
+            StreamKernel::Fan(k) => 1 + fan_width(k),
+            _ => 2,
+        };
+        (footprint / arrays / size_of::<f32>()).max(16)
+    }
 }
+
+/// A fan of `k` destinations, or a copy for fewer than two.
+const fn fan_of(k: usize) -> StreamKernel {
+    if k >= 2 {
+        StreamKernel::Fan(k)
+    } else {
+        StreamKernel::Copy
+    }
+}
+
+/// A fan's number of destinations, at least 1.
+const fn fan_width(k: usize) -> usize {
+    if k == 0 { 1 } else { k }
+}
+
+/// Elements a cached fan copies to every destination before the next
+/// piece (256 bytes, as the transport's tiles): the piece stays in the
+/// first-level cache while it is written `k` times, so that the source is
+/// read from memory once. Pieces of 16 KiB ran 20× slower on the
+/// development machine (an AMD EPYC), where glibc copies them with
+/// `rep movsb`.
+const FAN_PIECE: usize = 64;
+
+/// Elements (1 KiB) between a fan's destinations beyond their length, and
+/// before the first: loads from one array and stores to another at the same
+/// offset within a page are falsely taken for dependent.
+const FAN_SKEW: usize = 256;
 
 /// Bytes an operation must read and write, summed over all ranks.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -117,21 +167,33 @@ impl BenchOp {
         }
     }
 
-    /// The STREAM kernel with this operation's access mix: sum for the
-    /// in-place all-reduce (reads and writes every buffer), add for
-    /// reduce-scatter (reads n bytes per byte written), copy for the rest.
-    pub const fn stream_kernel(self) -> StreamKernel {
+    /// The STREAM kernel with this operation's access mix over `n` ranks:
+    /// sum for the in-place all-reduce (reads and writes every buffer), add
+    /// for reduce-scatter (reads n bytes per byte written), a fan of `n`
+    /// for all-gather and of `n − 1` for broadcast (one read, that many
+    /// writes), copy for all-to-all and for a fan of one.
+    ///
+    /// # Example
+    /// ```
+    /// use ruda_bench::{BenchOp, StreamKernel};
+    /// assert_eq!(BenchOp::AllGather.stream_kernel(4), StreamKernel::Fan(4));
+    /// assert_eq!(BenchOp::Broadcast.stream_kernel(2), StreamKernel::Copy);
+    /// ```
+    pub const fn stream_kernel(self, n: usize) -> StreamKernel {
         match self {
             BenchOp::AllReduce => StreamKernel::Sum,
             BenchOp::ReduceScatter => StreamKernel::Add,
-            _ => StreamKernel::Copy,
+            BenchOp::AllGather => fan_of(n),
+            BenchOp::Broadcast => fan_of(n.saturating_sub(1)),
+            BenchOp::AllToAll => StreamKernel::Copy,
         }
     }
 }
 
 /// The aggregate rate, in GB/s (10⁹ bytes per second), at which all ranks of
 /// `comm` together run `kernel` on two arrays that fill `footprint` bytes per
-/// rank (copy: the faster of `memcpy` and [`ruda_comm::copy_streaming`]):
+/// rank (copy: the faster of `memcpy` and [`ruda_comm::copy_streaming`];
+/// fan: of cached 256-byte pieces and [`ruda_comm::copy_streaming_to_each`]):
 /// the bytes counted on every rank divided by the best of the slowest
 /// rank's times ([`time_calls`], [`crate::Samples::best`]), as STREAM
 /// reports its best rate: near the last-level cache's size the rate is
@@ -158,21 +220,29 @@ pub fn stream<C: Communicator>(
     it: Iterations,
 ) -> Result<f64, CommError> {
     let rate = stream_with(comm, kernel, footprint, it, false)?;
-    let array_bytes = (footprint / 2 / size_of::<f32>()).max(16) * size_of::<f32>();
-    if kernel != StreamKernel::Copy || array_bytes < ruda_comm::COPY_STREAMING_FROM_BYTES {
-        // Below its threshold the streaming copy is `memcpy` itself.
+    let array_bytes = kernel.source_len(footprint) * size_of::<f32>();
+    // Below its threshold the streaming copy is `memcpy` itself; the
+    // fan's other copy is the transport's own tile loop at every size.
+    let other = match kernel {
+        StreamKernel::Copy => array_bytes >= ruda_comm::COPY_STREAMING_FROM_BYTES,
+        StreamKernel::Fan(_) => true,
+        StreamKernel::Add | StreamKernel::Sum => false,
+    };
+    if !other {
         return Ok(rate);
     }
-    // The faster of two copies counts: `memcpy`, and the non-temporal copy
-    // the local transport moves large blocks with, which ran up to 1.5×
-    // faster than glibc's `memcpy` at 64 MiB on the development machine.
+    // The faster of two copies counts: cached stores, and the non-temporal
+    // copy the local transport moves large blocks with, which ran up to
+    // 1.5× faster than glibc's `memcpy` at 64 MiB on the development machine.
     // Each runs on its own: a streaming store evicts the line it writes, so
     // alternating them slowed `memcpy` on buffers that fit in cache.
     Ok(rate.max(stream_with(comm, kernel, footprint, it, true)?))
 }
 
 /// [`stream`] with one copy: `streaming` picks
-/// [`ruda_comm::copy_streaming`] over `memcpy` (other kernels ignore it).
+/// [`ruda_comm::copy_streaming`] over `memcpy`, and
+/// [`ruda_comm::copy_streaming_to_each`] over cached copies for a fan
+/// (other kernels ignore it).
 fn stream_with<C: Communicator>(
     comm: &C,
     kernel: StreamKernel,
@@ -180,9 +250,16 @@ fn stream_with<C: Communicator>(
     it: Iterations,
     streaming: bool,
 ) -> Result<f64, CommError> {
-    let len = (footprint / 2 / size_of::<f32>()).max(16);
+    let len = kernel.source_len(footprint);
     let mut a = vec![1.0f32; len];
-    let mut b = vec![0.5f32; len];
+    // A fan's destinations start `FAN_SKEW` elements apart beyond their
+    // length, so that no two of its arrays sit at the same offset within a
+    // page.
+    let (b_len, stride) = match kernel {
+        StreamKernel::Fan(k) => (fan_width(k) * (len + FAN_SKEW), len + FAN_SKEW),
+        _ => (len, len),
+    };
+    let mut b = vec![0.5f32; b_len];
     let samples = time_calls(
         comm,
         it.warmup,
@@ -192,6 +269,19 @@ fn stream_with<C: Communicator>(
             match kernel {
                 StreamKernel::Copy if streaming => ruda_comm::copy_streaming(black_box(&a), &mut b),
                 StreamKernel::Copy => b.copy_from_slice(black_box(&a)),
+                StreamKernel::Fan(_) if streaming => {
+                    let mut outs: Vec<&mut [f32]> =
+                        b.chunks_mut(stride).map(|o| &mut o[FAN_SKEW..]).collect();
+                    ruda_comm::copy_streaming_to_each(black_box(&a), &mut outs);
+                }
+                StreamKernel::Fan(_) => {
+                    for (i, piece) in black_box(&a).chunks(FAN_PIECE).enumerate() {
+                        let at = FAN_SKEW + i * FAN_PIECE;
+                        for out in b.chunks_mut(stride) {
+                            out[at..at + piece.len()].copy_from_slice(piece);
+                        }
+                    }
+                }
                 StreamKernel::Add => {
                     for (x, y) in a.iter_mut().zip(black_box(&b)) {
                         *x += *y;
@@ -242,8 +332,48 @@ mod tests {
         );
         assert_eq!(BenchOp::AllToAll.footprint(2, s), 2 * s);
         assert_eq!(BenchOp::ReduceScatter.footprint(4, s), s + s / 4);
-        assert_eq!(BenchOp::AllReduce.stream_kernel(), StreamKernel::Sum);
-        assert_eq!(BenchOp::ReduceScatter.stream_kernel(), StreamKernel::Add);
-        assert_eq!(BenchOp::AllToAll.stream_kernel(), StreamKernel::Copy);
+        assert_eq!(BenchOp::AllReduce.stream_kernel(4), StreamKernel::Sum);
+        assert_eq!(BenchOp::ReduceScatter.stream_kernel(4), StreamKernel::Add);
+        assert_eq!(BenchOp::AllToAll.stream_kernel(4), StreamKernel::Copy);
+        assert_eq!(BenchOp::AllGather.stream_kernel(4), StreamKernel::Fan(4));
+        assert_eq!(BenchOp::AllGather.stream_kernel(1), StreamKernel::Copy);
+        assert_eq!(BenchOp::Broadcast.stream_kernel(4), StreamKernel::Fan(3));
+        assert_eq!(BenchOp::Broadcast.stream_kernel(2), StreamKernel::Copy);
+        assert_eq!(BenchOp::Broadcast.stream_kernel(1), StreamKernel::Copy);
+    }
+
+    /// A fan's arrays fill the footprint: its source is a `1 + k`-th of it,
+    /// and it counts `1 + k` bytes per source byte, so the bytes counted
+    /// per footprint byte are those of a copy (one per byte, every byte of
+    /// every array read or written once).
+    #[test]
+    fn fan_arrays_fill_the_footprint() {
+        let fp = 3 << 20;
+        let fan = StreamKernel::Fan(2);
+        assert_eq!(fan.source_len(fp), (1 << 20) / 4);
+        assert_eq!(StreamKernel::Copy.source_len(fp), (3 << 19) / 4);
+        assert_eq!(fan.counted_per_byte(), 3.0);
+        let counted = |k: StreamKernel| k.counted_per_byte() * (k.source_len(fp) * 4) as f64;
+        assert_eq!(counted(fan), counted(StreamKernel::Copy));
+        assert_eq!(StreamKernel::Fan(0).counted_per_byte(), 2.0);
+    }
+
+    /// Both fans (cached and streamed) run on two ranks and give a rate.
+    #[test]
+    fn a_fan_measures_at_both_sizes() {
+        use ruda_comm::LocalWorld;
+        let it = Iterations {
+            warmup: 1,
+            iters: 2,
+        };
+        for fp in [3 << 10, 3 * ruda_comm::COPY_STREAMING_FROM_BYTES] {
+            let r = LocalWorld::new(2)
+                .run(|c| stream(&c, StreamKernel::Fan(2), fp, it))
+                .unwrap();
+            assert!(
+                r[0] > 0.0 && r[0].is_finite() && r[0] == r[1],
+                "{r:?} at {fp}"
+            );
+        }
     }
 }

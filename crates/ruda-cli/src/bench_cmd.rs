@@ -211,7 +211,7 @@ fn measure_tensor<
         let s_bytes = count * size_of::<T>();
         bench::stream(
             comm,
-            op.stream_kernel(),
+            op.stream_kernel(n),
             op.footprint(n, s_bytes),
             settings.it,
         )
