@@ -224,7 +224,7 @@ pub fn stream<C: Communicator>(
     // Below its threshold the streaming copy is `memcpy` itself; the
     // fan's other copy is the transport's own tile loop at every size.
     let other = match kernel {
-        StreamKernel::Copy => array_bytes >= ruda_comm::COPY_STREAMING_FROM_BYTES,
+        StreamKernel::Copy => array_bytes >= ruda_comm::copy_streaming_from_bytes(),
         StreamKernel::Fan(_) => true,
         StreamKernel::Add | StreamKernel::Sum => false,
     };
@@ -366,7 +366,7 @@ mod tests {
             warmup: 1,
             iters: 2,
         };
-        for fp in [3 << 10, 3 * ruda_comm::COPY_STREAMING_FROM_BYTES] {
+        for fp in [3 << 10, 3 * ruda_comm::copy_streaming_from_bytes()] {
             let r = LocalWorld::new(2)
                 .run(|c| stream(&c, StreamKernel::Fan(2), fp, it))
                 .unwrap();

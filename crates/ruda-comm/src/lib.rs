@@ -36,7 +36,9 @@ mod replica;
 mod validate;
 
 pub use communicator::Communicator;
-pub use copy::{COPY_STREAMING_FROM_BYTES, copy_streaming, copy_streaming_to_each};
+pub use copy::{
+    COPY_STREAMING_MIN_BYTES, copy_streaming, copy_streaming_from_bytes, copy_streaming_to_each,
+};
 pub use element::{Accumulator, DType, Element};
 pub use error::{
     BufferRole, CommError, ErrorContext, InvalidArgument, OpLabel, PeerFailureCause, RankName,

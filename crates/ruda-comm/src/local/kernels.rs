@@ -32,15 +32,11 @@ pub(crate) unsafe fn reduce<T: Element>(
     unsafe { reduce_dispatch::<T, false>(inputs, outputs, len, op) }
 }
 
-/// The output size from which a call writes its output with non-temporal
-/// stores ([`streams`]): about the last-level cache of a small machine.
-/// Below it the result is likely read again soon from cache, and cached
-/// stores are faster.
-const STREAM_FROM_BYTES: usize = crate::COPY_STREAMING_FROM_BYTES;
-
 /// Whether a call that writes `len` elements of `T` to fresh memory (not
 /// read by the call) should write them with non-temporal stores
-/// ([`reduce_to`], [`copy_to`]): from [`STREAM_FROM_BYTES`] on. A cached
+/// ([`reduce_to`], [`copy_to`]): from [`crate::copy_streaming_from_bytes`]
+/// on, half the last-level cache (below it the result is likely read again
+/// soon from cache, and cached stores are faster). A cached
 /// store to a line not in cache first reads that line from memory
 /// (write-allocate), so such a write moves two bytes of memory per byte
 /// instead of one; a reduction of `n` inputs into a fresh buffer moved
@@ -53,7 +49,7 @@ const STREAM_FROM_BYTES: usize = crate::COPY_STREAMING_FROM_BYTES;
 /// shared-memory path of the MPI transport asks once per call, for the
 /// whole output it writes round by round.
 pub(crate) fn streams<T>(len: usize) -> bool {
-    len.saturating_mul(size_of::<T>()) >= STREAM_FROM_BYTES
+    len.saturating_mul(size_of::<T>()) >= crate::copy_streaming_from_bytes()
 }
 
 /// [`reduce`] into one output that no input overlaps (a reduce-scatter's
@@ -308,8 +304,8 @@ const SHARED_GATHER_FROM_BYTES: usize = 1 << 20;
 /// Whether an all-gather whose largest block is `block_bytes` shares its
 /// copies among the ranks (from [`SHARED_GATHER_FROM_BYTES`] on): rank `r`
 /// reads the `r`-th piece ([`partition`]) of every block once and writes it
-/// into every rank's output ([`copy_to_each`]), streamed from
-/// [`STREAM_FROM_BYTES`] on. Every distinct input byte is then read from
+/// into every rank's output ([`copy_to_each`]), streamed as [`streams`]
+/// says for the largest block. Every distinct input byte is then read from
 /// memory once, and every rank does `1 / n` of the work however uneven the
 /// blocks. Below it each rank copies every block into its own output, in
 /// [`rotation`] order, starting with its own block, hot in its cache. When

@@ -546,12 +546,13 @@ mod tests {
         }
     }
 
-    /// Outputs from 4 MiB on are written with streaming stores, round by
-    /// round: exact, with uneven tails, on 2 and 3 ranks.
+    /// Outputs from `copy_streaming_from_bytes()` on are written with
+    /// streaming stores, round by round: exact, with uneven tails, on 2
+    /// and 3 ranks.
     #[test]
     fn streamed_outputs_are_exact() {
         for mode in MODES {
-            let big = (4 << 20) / 4 + 5;
+            let big = crate::copy_streaming_from_bytes() / 4 + 5;
             for n in [2, 3] {
                 let counts: Vec<usize> = (0..n).map(|q| big + 61 * q).collect();
                 let total: usize = counts.iter().sum();
