@@ -370,20 +370,35 @@ pub(crate) unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
 
 /// Copy `len` elements from `src` to `dst`; with `stream`, the whole tiles
 /// are written with non-temporal stores where the platform has them and
-/// `dst` is aligned to 16 bytes (cached stores otherwise). The whole tiles
-/// go through registers, never through `memcpy`: glibc 2.36 copies 2 KiB
-/// to a few hundred KiB with `rep movsb`, which on an AMD EPYC (Zen) ran at
-/// 2–3 GB/s instead of 46–50 whenever the destination sat 4 to 16 bytes
-/// past the source within a cache line (a `Vec<f32>` lands on any 16-byte
-/// boundary), so the tile loop, 37–51 GB/s at every offset, is the copy.
+/// `dst` is aligned to 16 bytes. Otherwise the copy runs as `memcpy`s of at
+/// most [`CACHED_PIECE_BYTES`]: glibc 2.36 copies 2 KiB to a few hundred
+/// KiB with `rep movsb`, which on an AMD EPYC (Zen) ran at 2–3 GB/s instead
+/// of 46–50 whenever the destination sat 4 to 16 bytes past the source
+/// within a cache line (a `Vec<f32>` lands on any 16-byte boundary); below
+/// 2 KiB it copies with vector registers at any offset.
 ///
 /// # Safety
 /// As [`copy`]. With `stream`, the caller runs [`fence`] before another
 /// thread may read `dst`.
 pub(crate) unsafe fn copy_to<T: Element>(src: *const T, dst: *mut T, len: usize, stream: bool) {
-    // SAFETY: forwarded from the caller.
-    unsafe { copy_to_each(src, &[dst], len, stream) }
+    if stream && nt::usable(dst) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { copy_to_each(src, &[dst], len, true) };
+    }
+    let piece = (CACHED_PIECE_BYTES / size_of::<T>().max(1)).max(1);
+    let mut off = 0;
+    while off < len {
+        let k = piece.min(len - off);
+        // SAFETY: `off + k <= len`, inside both ranges, which do not
+        // overlap (caller).
+        unsafe { core::ptr::copy_nonoverlapping(src.add(off), dst.add(off), k) };
+        off += k;
+    }
 }
+
+/// The largest piece a cached copy hands to `memcpy` at once ([`copy_to`]
+/// says why): under glibc's smallest `rep movsb` threshold (2 KiB).
+const CACHED_PIECE_BYTES: usize = 1024;
 
 /// Copy `len` elements from `src` to each of `dsts`, reading each tile of
 /// `src` once; with `stream`, the whole tiles go to every destination that
@@ -510,6 +525,32 @@ mod tests {
                 assert!(a[len].is_nan() && b[0].is_nan(), "wrote past the range");
             }
         }
+    }
+
+    /// Cached copies in pieces: lengths around a piece's size, bytes and
+    /// doubles, destinations at every offset within 16 bytes of the source's
+    /// alignment, nothing written outside.
+    #[test]
+    fn copy_to_is_exact_across_pieces() {
+        fn check<T: Element + PartialEq + core::fmt::Debug>(make: impl Fn(usize) -> T, fill: T) {
+            let piece = CACHED_PIECE_BYTES / size_of::<T>();
+            for len in [0, 1, piece - 1, piece, piece + 1, 3 * piece + 7] {
+                let src: Vec<T> = (0..len).map(&make).collect();
+                for at in 0..4 {
+                    for stream in [false, true] {
+                        let mut dst = vec![fill; len + 4];
+                        // SAFETY: `dst` has `len + 4` elements, so `at + len`
+                        // fit; distinct vectors; fenced below.
+                        unsafe { copy_to(src.as_ptr(), dst.as_mut_ptr().add(at), len, stream) };
+                        fence();
+                        assert_eq!(&dst[at..at + len], &src[..], "len {len} at {at}");
+                        assert!(dst[..at].iter().chain(&dst[at + len..]).all(|x| *x == fill));
+                    }
+                }
+            }
+        }
+        check(|i| (i * 7 + 1) as u8, 0u8);
+        check(|i| i as f64 * 0.5 + 1.0, 0f64);
     }
 
     #[test]

@@ -35,8 +35,8 @@ fn block_elems<T>(slot: usize, parts: usize) -> usize {
     (per / grain * grain).max(1)
 }
 
-/// Copy `len` elements of `T` from `src` to `dst` with cached stores, by
-/// the local transport's tile loop ([`kernels::copy_to`] says why not
+/// Copy `len` elements of `T` from `src` to `dst` with cached stores, in
+/// the local transport's pieces ([`kernels::copy_to`] says why not one
 /// `memcpy`).
 ///
 /// # Safety
