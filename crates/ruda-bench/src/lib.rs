@@ -367,7 +367,7 @@ where
 /// sits 4 to 16 bytes past the source within a line, and a raw Open MPI
 /// all-gather of 1 MiB, which copies with it, took 73 µs in one run and
 /// 239 µs in another.
-fn line_aligned<T: Sample>(len: usize) -> (Vec<T>, usize) {
+pub(crate) fn line_aligned<T: Sample>(len: usize) -> (Vec<T>, usize) {
     let spare = (64 / size_of::<T>().max(1)).max(1);
     let room = vec![T::zeroed(); len.saturating_add(spare)];
     let at = room.as_ptr().align_offset(64);

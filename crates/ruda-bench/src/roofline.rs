@@ -33,7 +33,9 @@ pub enum StreamKernel {
     /// more slowly than it reads: on the development machine two threads
     /// wrote 23 GB/s with streaming stores and nothing else, so the fan of
     /// `k = 2` moved 29–31 GB/s where a copy moved 42–46, and an all-gather
-    /// held to the copy's rate could not pass 75 % of its roofline.
+    /// held to the copy's rate could not pass 75 % of its roofline. A fan
+    /// of 0 runs and counts as a fan of 1 (a copy's mix, with the fan's
+    /// copies).
     Fan(usize),
 }
 
@@ -64,7 +66,7 @@ impl StreamKernel {
     /// destinations; at least 16.
     fn source_len(self, footprint: usize) -> usize {
         let arrays = match self {
-            StreamKernel::Fan(k) => 1 + fan_width(k),
+            StreamKernel::Fan(k) => fan_width(k).saturating_add(1),
             _ => 2,
         };
         (footprint / arrays / size_of::<f32>()).max(16)
@@ -93,10 +95,16 @@ const fn fan_width(k: usize) -> usize {
 /// `rep movsb`.
 const FAN_PIECE: usize = 64;
 
-/// Elements (1 KiB) between a fan's destinations beyond their length, and
-/// before the first: loads from one array and stores to another at the same
-/// offset within a page are falsely taken for dependent.
-const FAN_SKEW: usize = 256;
+/// Elements between a fan of `k`'s destinations beyond their length, and
+/// before the first: its `k + 1` arrays spread over a page in steps of
+/// `4096 / (k + 1)` bytes (whole lines, at least one), since loads from one
+/// array and stores to another at the same offset within a page are falsely
+/// taken for dependent (arrays at one offset read 119–130 % of the roofline
+/// at 2–4 MiB on the development machine).
+fn fan_skew(k: usize) -> usize {
+    let step = 4096 / fan_width(k).saturating_add(1) / 64 * 64;
+    step.max(64) / size_of::<f32>()
+}
 
 /// Bytes an operation must read and write, summed over all ranks.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -191,9 +199,11 @@ impl BenchOp {
 }
 
 /// The aggregate rate, in GB/s (10⁹ bytes per second), at which all ranks of
-/// `comm` together run `kernel` on two arrays that fill `footprint` bytes per
-/// rank (copy: the faster of `memcpy` and [`ruda_comm::copy_streaming`];
-/// fan: of cached 256-byte pieces and [`ruda_comm::copy_streaming_to_each`]):
+/// `comm` together run `kernel` on arrays that fill `footprint` bytes per
+/// rank, each starting on a cache line (two of equal length, or a fan's
+/// source and `k` destinations; copy: the faster of `memcpy` and
+/// [`ruda_comm::copy_streaming`]; fan: of cached 256-byte pieces and
+/// [`ruda_comm::copy_streaming_to_each`]):
 /// the bytes counted on every rank divided by the best of the slowest
 /// rank's times ([`time_calls`], [`crate::Samples::best`]), as STREAM
 /// reports its best rate: near the last-level cache's size the rate is
@@ -204,6 +214,10 @@ impl BenchOp {
 ///
 /// # Errors
 /// The harness's [`CommError`].
+///
+/// # Panics
+/// If the arrays cannot be allocated (a footprint or a fan's width beyond
+/// memory).
 ///
 /// # Example
 /// ```
@@ -220,20 +234,13 @@ pub fn stream<C: Communicator>(
     it: Iterations,
 ) -> Result<f64, CommError> {
     let rate = stream_with(comm, kernel, footprint, it, false)?;
-    let array_bytes = kernel.source_len(footprint) * size_of::<f32>();
-    // Below its threshold the streaming copy is `memcpy` itself; the
-    // fan's other copy is the transport's own tile loop at every size.
-    let other = match kernel {
-        StreamKernel::Copy => array_bytes >= ruda_comm::copy_streaming_from_bytes(),
-        StreamKernel::Fan(_) => true,
-        StreamKernel::Add | StreamKernel::Sum => false,
-    };
-    if !other {
+    if !matches!(kernel, StreamKernel::Copy | StreamKernel::Fan(_)) {
         return Ok(rate);
     }
-    // The faster of two copies counts: cached stores, and the non-temporal
-    // copy the local transport moves large blocks with, which ran up to
-    // 1.5× faster than glibc's `memcpy` at 64 MiB on the development machine.
+    // The faster of two copies counts: cached stores, and the transport's
+    // own copy (streamed from `copy_streaming_from_bytes`, which ran up to
+    // 1.5× faster than glibc's `memcpy` at 64 MiB on the development
+    // machine; below it, `memcpy` in 1 KiB pieces).
     // Each runs on its own: a streaming store evicts the line it writes, so
     // alternating them slowed `memcpy` on buffers that fit in cache.
     Ok(rate.max(stream_with(comm, kernel, footprint, it, true)?))
@@ -251,15 +258,22 @@ fn stream_with<C: Communicator>(
     streaming: bool,
 ) -> Result<f64, CommError> {
     let len = kernel.source_len(footprint);
-    let mut a = vec![1.0f32; len];
-    // A fan's destinations start `FAN_SKEW` elements apart beyond their
-    // length, so that no two of its arrays sit at the same offset within a
-    // page.
-    let (b_len, stride) = match kernel {
-        StreamKernel::Fan(k) => (fan_width(k) * (len + FAN_SKEW), len + FAN_SKEW),
-        _ => (len, len),
+    // A fan's destinations start `skew` elements apart beyond their length
+    // (`fan_skew`).
+    let (skew, b_len) = match kernel {
+        StreamKernel::Fan(k) => {
+            let skew = fan_skew(k);
+            (skew, fan_width(k).saturating_mul(len.saturating_add(skew)))
+        }
+        _ => (0, len),
     };
-    let mut b = vec![0.5f32; b_len];
+    let stride = len + skew;
+    let (mut a_room, a_at) = crate::line_aligned::<f32>(len);
+    let (mut b_room, b_at) = crate::line_aligned::<f32>(b_len);
+    let a = &mut a_room[a_at..a_at + len];
+    let b = &mut b_room[b_at..b_at + b_len];
+    a.fill(1.0);
+    b.fill(0.5);
     let samples = time_calls(
         comm,
         it.warmup,
@@ -267,35 +281,35 @@ fn stream_with<C: Communicator>(
         || (),
         |()| {
             match kernel {
-                StreamKernel::Copy if streaming => ruda_comm::copy_streaming(black_box(&a), &mut b),
-                StreamKernel::Copy => b.copy_from_slice(black_box(&a)),
+                StreamKernel::Copy if streaming => ruda_comm::copy_streaming(black_box(&*a), b),
+                StreamKernel::Copy => b.copy_from_slice(black_box(&*a)),
                 StreamKernel::Fan(_) if streaming => {
                     let mut outs: Vec<&mut [f32]> =
-                        b.chunks_mut(stride).map(|o| &mut o[FAN_SKEW..]).collect();
-                    ruda_comm::copy_streaming_to_each(black_box(&a), &mut outs);
+                        b.chunks_mut(stride).map(|o| &mut o[skew..]).collect();
+                    ruda_comm::copy_streaming_to_each(black_box(&*a), &mut outs);
                 }
                 StreamKernel::Fan(_) => {
-                    for (i, piece) in black_box(&a).chunks(FAN_PIECE).enumerate() {
-                        let at = FAN_SKEW + i * FAN_PIECE;
+                    for (i, piece) in black_box(&*a).chunks(FAN_PIECE).enumerate() {
+                        let at = skew + i * FAN_PIECE;
                         for out in b.chunks_mut(stride) {
                             out[at..at + piece.len()].copy_from_slice(piece);
                         }
                     }
                 }
                 StreamKernel::Add => {
-                    for (x, y) in a.iter_mut().zip(black_box(&b)) {
+                    for (x, y) in a.iter_mut().zip(black_box(&*b)) {
                         *x += *y;
                     }
                 }
                 StreamKernel::Sum => {
-                    for (x, y) in a.iter_mut().zip(black_box(&mut b).iter_mut()) {
+                    for (x, y) in a.iter_mut().zip(black_box(&mut *b).iter_mut()) {
                         let s = *x + *y;
                         *x = s;
                         *y = s;
                     }
                 }
             }
-            black_box((&mut a, &mut b));
+            black_box((&mut *a, &mut *b));
             Ok::<_, CommError>(())
         },
     )?;
@@ -356,6 +370,22 @@ mod tests {
         let counted = |k: StreamKernel| k.counted_per_byte() * (k.source_len(fp) * 4) as f64;
         assert_eq!(counted(fan), counted(StreamKernel::Copy));
         assert_eq!(StreamKernel::Fan(0).counted_per_byte(), 2.0);
+    }
+
+    /// A fan's destinations sit at distinct offsets within a page, none at
+    /// the source's, for widths 1 to 16, when the array lengths are whole
+    /// pages (the buffer sizes the bench uses).
+    #[test]
+    fn fan_destinations_spread_over_a_page() {
+        for k in 1..=16 {
+            let step = fan_skew(k) * size_of::<f32>();
+            assert!(step >= 64 && step.is_multiple_of(64), "k {k}");
+            let mut at: Vec<usize> = (1..=k).map(|j| step * j % 4096).collect();
+            assert!(at.iter().all(|&o| o != 0), "k {k}: {at:?}");
+            at.sort_unstable();
+            at.dedup();
+            assert_eq!(at.len(), k, "k {k}");
+        }
     }
 
     /// Both fans (cached and streamed) run on two ranks and give a rate.

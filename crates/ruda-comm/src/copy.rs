@@ -16,13 +16,31 @@ use crate::Element;
 /// ```
 pub const COPY_STREAMING_MIN_BYTES: usize = 4 << 20;
 
+/// The largest size from which copies start to stream, whatever the cache
+/// says: a machine that reports a huge last-level cache (a virtual
+/// machine's guess, a part with stacked cache) still streams 32 MiB copies.
+///
+/// # Example
+/// ```
+/// assert!(ruda_comm::copy_streaming_from_bytes() <= ruda_comm::COPY_STREAMING_MAX_BYTES);
+/// ```
+pub const COPY_STREAMING_MAX_BYTES: usize = 32 << 20;
+
+/// The environment variable that sets [`copy_streaming_from_bytes`] in
+/// bytes (any positive integer, outside the clamp), read once per process;
+/// an unparsable or zero value is ignored.
+pub const COPY_STREAMING_ENV: &str = "RUDA_COPY_STREAMING_FROM_BYTES";
+
 /// The size from which [`copy_streaming`] (and the local transport's
-/// copies and reductions into fresh buffers) write with non-temporal
-/// stores on this machine: half its last-level cache, so that a copy's
-/// source and destination fit in it together, and at least
-/// [`COPY_STREAMING_MIN_BYTES`] (which it is where the cache's size cannot
-/// be read: outside Linux, or without `/sys`). Read once per process from
-/// `/sys/devices/system/cpu/cpu0/cache`.
+/// copies and reductions into fresh buffers, and the MPI transport's
+/// shared-memory copies) write with non-temporal stores on this machine:
+/// half its last-level cache, so that a copy's source and destination fit
+/// in it together, clamped to [`COPY_STREAMING_MIN_BYTES`] (which it is
+/// where the cache's size cannot be read: outside Linux, or without
+/// `/sys`) and [`COPY_STREAMING_MAX_BYTES`]; or [`COPY_STREAMING_ENV`]'s
+/// value. Read once per process, from `/sys/devices/system/cpu/cpu0/cache`
+/// (when a `LocalWorld` runs or an `MpiWorld` starts, so never inside a
+/// collective), and the same for every thread after that.
 ///
 /// With 4 MiB on a machine whose last-level cache holds 32 MiB (the AMD
 /// EPYC development machine), 8 MiB collectives on 2 threads streamed to
@@ -39,13 +57,21 @@ pub const COPY_STREAMING_MIN_BYTES: usize = 4 << 20;
 /// ```
 pub fn copy_streaming_from_bytes() -> usize {
     static FROM: OnceLock<usize> = OnceLock::new();
-    *FROM.get_or_init(|| streaming_from(last_level_cache_bytes()))
+    *FROM.get_or_init(|| {
+        let set = std::env::var(COPY_STREAMING_ENV).ok();
+        from_env(set.as_deref()).unwrap_or_else(|| streaming_from(last_level_cache_bytes()))
+    })
+}
+
+/// [`COPY_STREAMING_ENV`]'s value, if it is a positive integer.
+fn from_env(v: Option<&str>) -> Option<usize> {
+    v?.trim().parse::<usize>().ok().filter(|&b| b > 0)
 }
 
 /// [`copy_streaming_from_bytes`] for a last-level cache of `llc` bytes.
 fn streaming_from(llc: Option<usize>) -> usize {
     llc.map_or(COPY_STREAMING_MIN_BYTES, |b| {
-        (b / 2).max(COPY_STREAMING_MIN_BYTES)
+        (b / 2).clamp(COPY_STREAMING_MIN_BYTES, COPY_STREAMING_MAX_BYTES)
     })
 }
 
@@ -91,14 +117,17 @@ fn cache_size(s: &str) -> Option<usize> {
 }
 
 /// Copy `src` into `dst` (like [`slice::copy_from_slice`]). From
-/// [`copy_streaming_from_bytes`] on
-/// (on x86-64, with `dst` aligned to 16 bytes) the copy writes with
-/// non-temporal stores: it skips the read of each destination line that a
-/// cached store first makes (write-allocate), so it moves two bytes of
-/// memory per byte copied instead of three, and leaves the cache to the
-/// data around it. Smaller copies, or other platforms, are a plain
-/// `memcpy`. The copy is complete, and visible to other threads through
-/// any later synchronisation, when the function returns.
+/// [`copy_streaming_from_bytes`] on (on x86-64) the copy writes with
+/// non-temporal stores from `dst`'s first 16-byte boundary on (the few
+/// elements before it with `memcpy`): it skips the read of each
+/// destination line that a cached store first makes (write-allocate), so
+/// it moves two bytes of memory per byte copied instead of three, and
+/// leaves the cache to the data around it. Smaller copies, or other
+/// platforms, are `memcpy`s of at most 1 KiB each (glibc's `rep movsb`,
+/// which it uses from 2 KiB, is 15–20× slower on AMD Zen when the
+/// destination sits 4–16 bytes past the source within a cache line). The
+/// copy is complete, and visible to other threads through any later
+/// synchronisation, when the function returns.
 ///
 /// # Panics
 /// If the lengths differ, as `copy_from_slice` does.
@@ -129,10 +158,9 @@ pub fn copy_streaming<T: Element>(src: &[T], dst: &mut [T]) {
 /// all-gather (one read, one write per rank) and of a broadcast, which the
 /// local transport moves its large blocks with. From
 /// [`copy_streaming_from_bytes`] of `src` on (on x86-64), every destination
-/// aligned to 16 bytes is written with non-temporal stores, as
-/// [`copy_streaming`] writes; the others, and smaller copies, with cached
-/// stores. Complete, and visible to other threads through any later
-/// synchronisation, when the function returns.
+/// is written with non-temporal stores as [`copy_streaming`] writes;
+/// smaller copies with cached stores. Complete, and visible to other
+/// threads through any later synchronisation, when the function returns.
 ///
 /// # Panics
 /// If a destination's length differs from `src`'s, naming it.
@@ -249,15 +277,22 @@ mod tests {
         copy_streaming_to_each(&[1u8, 2, 3], &mut [&mut [0u8; 3], &mut [0u8; 2]]);
     }
 
-    /// Half the cache, never below the floor; the floor where unknown.
+    /// Half the cache, clamped; the floor where unknown; the variable's
+    /// positive integers only.
     #[test]
     fn streaming_starts_at_half_the_last_level_cache() {
         assert_eq!(streaming_from(Some(32 << 20)), 16 << 20);
         assert_eq!(streaming_from(Some(4 << 20)), COPY_STREAMING_MIN_BYTES);
+        assert_eq!(streaming_from(Some(1 << 30)), COPY_STREAMING_MAX_BYTES);
         assert_eq!(streaming_from(None), COPY_STREAMING_MIN_BYTES);
+        assert_eq!(from_env(Some(" 65536\n")), Some(65536));
+        assert_eq!(from_env(Some("0")), None);
+        assert_eq!(from_env(Some("64K")), None);
+        assert_eq!(from_env(None), None);
+        let set = std::env::var(COPY_STREAMING_ENV).ok();
         assert_eq!(
             copy_streaming_from_bytes(),
-            streaming_from(last_level_cache_bytes())
+            from_env(set.as_deref()).unwrap_or_else(|| streaming_from(last_level_cache_bytes()))
         );
     }
 

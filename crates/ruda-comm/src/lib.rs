@@ -37,7 +37,8 @@ mod validate;
 
 pub use communicator::Communicator;
 pub use copy::{
-    COPY_STREAMING_MIN_BYTES, copy_streaming, copy_streaming_from_bytes, copy_streaming_to_each,
+    COPY_STREAMING_ENV, COPY_STREAMING_MAX_BYTES, COPY_STREAMING_MIN_BYTES, copy_streaming,
+    copy_streaming_from_bytes, copy_streaming_to_each,
 };
 pub use element::{Accumulator, DType, Element};
 pub use error::{

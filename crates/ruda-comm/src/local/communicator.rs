@@ -403,7 +403,11 @@ fn output<T>(len: Option<usize>) -> (Vec<T>, usize) {
 /// block into this rank's own receive buffer. Either way every output
 /// element is written by exactly one rank, the call's choice is the same
 /// on every rank (it depends on `lens` only), and streamed stores are
-/// fenced before it returns.
+/// fenced before it returns. Nothing in it panics (its indices are ranks,
+/// below `slots.len()`, which `lens` and `off` have as their length): a
+/// rank that unwound here would leave its pieces of its peers' outputs
+/// unwritten while they return, as a rank unwinding in an all-reduce's
+/// share would.
 ///
 /// # Safety
 /// Between the call's two barrier episodes: `slots[p]`'s send buffer holds
@@ -416,20 +420,19 @@ unsafe fn gather_blocks<T: Element>(slots: &[Slot], me: usize, lens: &[usize], o
     let largest = lens.iter().copied().max().unwrap_or(0);
     if kernels::gathers_shared(largest.saturating_mul(size_of::<T>())) {
         let stream = kernels::streams::<T>(largest);
+        let mut dsts: Vec<*mut T> = Vec::with_capacity(n);
         for p in kernels::rotation(me, n) {
             let (lo, hi) = kernels::partition::<T>(lens[p], me, n);
             if hi == lo {
                 continue;
             }
+            dsts.clear();
             // SAFETY: `lo <= hi <= lens[p]`, so the piece lies in rank `p`'s
             // send buffer and at `off[p] + lo` of every receive buffer
             // (caller).
-            let (src, dsts) = unsafe {
-                let dsts: Vec<*mut T> = slots
-                    .iter()
-                    .map(|s| ptr::<T>(s).1.add(off[p] + lo))
-                    .collect();
-                (ptr::<T>(&slots[p]).0.add(lo), dsts)
+            let src = unsafe {
+                dsts.extend(slots.iter().map(|s| ptr::<T>(s).1.add(off[p] + lo)));
+                ptr::<T>(&slots[p]).0.add(lo)
             };
             // SAFETY: in bounds (above); the pieces of a block are disjoint
             // (`partition`), so this rank alone writes these ranges, and no

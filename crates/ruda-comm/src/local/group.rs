@@ -132,6 +132,9 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) fn new(size: usize, timeout: Duration, record: bool) -> Arc<Self> {
+        // The copy threshold reads `/sys` once per process: here, not inside
+        // the first large collective while its peers wait.
+        crate::copy_streaming_from_bytes();
         Arc::new(World {
             size,
             timeout,

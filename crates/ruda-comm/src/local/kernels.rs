@@ -7,9 +7,12 @@ use crate::{Accumulator, Element, ReduceOp};
 /// lines so that ranks never write the same line.
 pub(crate) fn partition<T>(len: usize, rank: usize, size: usize) -> (usize, usize) {
     let grain = (64 / size_of::<T>().max(1)).max(1);
-    let blocks = len.div_ceil(grain);
-    let lo = (blocks * rank / size * grain).min(len);
-    let hi = (blocks * (rank + 1) / size * grain).min(len);
+    let blocks = len.div_ceil(grain) as u128;
+    // In u128: `blocks × rank` cannot overflow, and the quotient is at most
+    // `blocks`, which fits `usize`.
+    let cut = |r: usize| (blocks * r as u128 / size.max(1) as u128) as usize;
+    let lo = cut(rank).saturating_mul(grain).min(len);
+    let hi = cut(rank + 1).saturating_mul(grain).min(len);
     (lo, hi)
 }
 
@@ -44,10 +47,11 @@ pub(crate) unsafe fn reduce<T: Element>(
 /// reduce-scatter at 64 MiB on 2 threads, 46–69 % of its roofline with
 /// cached stores, 67–98 % streamed, one noisy run above).
 ///
-/// The local transport asks per copy (an all-gather's or all-to-all's
-/// block, a broadcast's piece of `count / n`, a reduce-scatter's block); the
-/// shared-memory path of the MPI transport asks once per call, for the
-/// whole output it writes round by round.
+/// The local transport asks per copy (an all-to-all's block, a
+/// broadcast's piece of `count / n`, a reduce-scatter's block), and once
+/// per call for an all-gather, for its largest block; the shared-memory
+/// path of the MPI transport asks once per call, for the whole output it
+/// writes round by round.
 pub(crate) fn streams<T>(len: usize) -> bool {
     len.saturating_mul(size_of::<T>()) >= crate::copy_streaming_from_bytes()
 }
@@ -167,6 +171,24 @@ mod nt {
     /// too.
     pub(super) fn usable<T>(p: *mut T) -> bool {
         cfg!(all(target_arch = "x86_64", not(miri))) && (p as usize).is_multiple_of(16)
+    }
+
+    /// Elements of `T` before the first 16-byte boundary at or after `p`,
+    /// from where tiles can be streamed ([`usable`]), if the platform
+    /// streams and that boundary is an element boundary (`p` aligned to
+    /// `T`, whose size divides 16) within `len` elements.
+    pub(super) fn head<T>(p: *mut T, len: usize) -> Option<usize> {
+        let size = size_of::<T>();
+        let at = p as usize;
+        if !cfg!(all(target_arch = "x86_64", not(miri)))
+            || size == 0
+            || !16usize.is_multiple_of(size)
+            || !at.is_multiple_of(size)
+        {
+            return None;
+        }
+        let k = (16 - at % 16) % 16 / size;
+        (k <= len).then_some(k)
     }
 
     /// Write the tile `y` to `dst` with non-temporal stores.
@@ -368,20 +390,20 @@ pub(crate) unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
     }
 }
 
-/// Copy `len` elements from `src` to `dst`; with `stream`, the whole tiles
-/// are written with non-temporal stores where the platform has them and
-/// `dst` is aligned to 16 bytes. Otherwise the copy runs as `memcpy`s of at
-/// most [`CACHED_PIECE_BYTES`]: glibc 2.36 copies 2 KiB to a few hundred
-/// KiB with `rep movsb`, which on an AMD EPYC (Zen) ran at 2–3 GB/s instead
-/// of 46–50 whenever the destination sat 4 to 16 bytes past the source
-/// within a cache line (a `Vec<f32>` lands on any 16-byte boundary); below
-/// 2 KiB it copies with vector registers at any offset.
+/// Copy `len` elements from `src` to `dst`; with `stream`, with
+/// non-temporal stores where the platform has them ([`copy_to_each`]).
+/// Otherwise the copy runs as `memcpy`s of at most [`CACHED_PIECE_BYTES`]:
+/// glibc 2.36 copies 2 KiB to a few hundred KiB with `rep movsb`, which on
+/// an AMD EPYC (Zen) ran at 2–3 GB/s instead of 46–50 whenever the
+/// destination sat 4 to 16 bytes past the source within a cache line (a
+/// `Vec<f32>` lands on any 16-byte boundary); below 2 KiB it copies with
+/// vector registers at any offset.
 ///
 /// # Safety
 /// As [`copy`]. With `stream`, the caller runs [`fence`] before another
 /// thread may read `dst`.
 pub(crate) unsafe fn copy_to<T: Element>(src: *const T, dst: *mut T, len: usize, stream: bool) {
-    if stream && nt::usable(dst) {
+    if stream {
         // SAFETY: forwarded from the caller.
         return unsafe { copy_to_each(src, &[dst], len, true) };
     }
@@ -400,10 +422,13 @@ pub(crate) unsafe fn copy_to<T: Element>(src: *const T, dst: *mut T, len: usize,
 /// says why): under glibc's smallest `rep movsb` threshold (2 KiB).
 const CACHED_PIECE_BYTES: usize = 1024;
 
-/// Copy `len` elements from `src` to each of `dsts`, reading each tile of
-/// `src` once; with `stream`, the whole tiles go to every destination that
-/// [`nt::usable`] accepts with non-temporal stores (cached stores to the
-/// others); the tail of fewer than a tile with `memcpy`.
+/// Copy `len` elements from `src` to each of `dsts`, in tiles that read
+/// `src` once for every destination. With `stream`, each destination the
+/// platform can stream to gets the elements before its first 16-byte
+/// boundary with `memcpy`, then whole tiles with non-temporal stores from
+/// there ([`nt::head`]), so that a destination at any offset streams; the
+/// others get cached stores. A tile's reads for the destinations differ by
+/// less than 16 bytes, so `src` still comes from memory once.
 ///
 /// # Safety
 /// `src` valid for `len` reads and every destination for `len` writes; no
@@ -416,27 +441,44 @@ pub(crate) unsafe fn copy_to_each<T: Element>(
     len: usize,
     stream: bool,
 ) {
-    let whole = len - len % TILE;
-    let mut off = 0;
-    while off < whole {
-        // SAFETY: `off + TILE <= len`, inside every range (caller); a
-        // streamed destination is `nt::usable`, and whole tiles keep its
-        // alignment; the ranges do not overlap (caller).
-        unsafe {
-            let y = src.add(off).cast::<[T; TILE]>().read_unaligned();
-            for &d in dsts {
-                if stream && nt::usable(d) {
+    // Per destination: where its tiles start, and whether they stream.
+    let plan: Vec<(usize, bool)> = dsts
+        .iter()
+        .map(|&d| match nt::head(d, len).filter(|_| stream) {
+            Some(h) => (h, true),
+            None => (0, false),
+        })
+        .collect();
+    let tiles = |h: usize| (len - h) / TILE;
+    let most = plan.iter().map(|&(h, _)| tiles(h)).max().unwrap_or(0);
+    for k in 0..most {
+        for (&d, &(h, streamed)) in dsts.iter().zip(&plan) {
+            if k >= tiles(h) {
+                continue;
+            }
+            let off = h + k * TILE;
+            // SAFETY: `off + TILE <= h + tiles(h) * TILE <= len`, inside
+            // every range (caller); a streamed destination is 16-byte
+            // aligned at `h` (`nt::head`), and whole tiles (multiples of 16
+            // bytes) keep it so; the ranges do not overlap (caller).
+            unsafe {
+                let y = src.add(off).cast::<[T; TILE]>().read_unaligned();
+                if streamed {
                     nt::store(d.add(off), &y);
                 } else {
                     d.add(off).cast::<[T; TILE]>().write_unaligned(y);
                 }
             }
         }
-        off += TILE;
     }
-    for &d in dsts {
-        // SAFETY: `whole..len`, inside every range, not overlapping (caller).
-        unsafe { core::ptr::copy_nonoverlapping(src.add(whole), d.add(whole), len - whole) }
+    for (&d, &(h, _)) in dsts.iter().zip(&plan) {
+        let end = h + tiles(h) * TILE;
+        // SAFETY: the head `0..h` and the tail `end..len` lie inside every
+        // range (`h <= end <= len`) and do not overlap (caller).
+        unsafe {
+            core::ptr::copy_nonoverlapping(src, d, h);
+            core::ptr::copy_nonoverlapping(src.add(end), d.add(end), len - end);
+        }
     }
 }
 

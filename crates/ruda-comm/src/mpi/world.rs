@@ -351,6 +351,9 @@ impl MpiWorldBuilder {
             Some(false) => return Err(transport("MPI was already finalised in this process")),
             None => {}
         }
+        // The copy threshold reads `/sys` once per process: here, not inside
+        // the first large collective while its peers wait.
+        crate::copy_streaming_from_bytes();
         let (owns, provided) = start()?;
         if provided < thread_level_serialized() {
             return Err(transport(&format!(
