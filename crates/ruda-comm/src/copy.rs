@@ -184,10 +184,8 @@ pub fn copy_streaming_to_each<T: Element>(src: &[T], dsts: &mut [&mut [T]]) {
     }
     let stream = crate::local::kernels::streams::<T>(src.len());
     let ptrs: Vec<*mut T> = dsts.iter_mut().map(|d| d.as_mut_ptr()).collect();
-    // SAFETY: `src` and every destination hold `src.len()` elements
-    // (checked); a shared borrow and exclusive ones cannot overlap, nor can
-    // two exclusive ones, and the exclusive borrows keep every other thread
-    // off the destinations; fenced below.
+    // The exclusive borrows keep every other thread off the destinations.
+    // SAFETY: valid: `src` and every destination hold `src.len()` elements (checked); unaliased: a `&` and `&mut`s (or two `&mut`s) cannot overlap; fenced below.
     unsafe { crate::local::kernels::copy_to_each(src.as_ptr(), &ptrs, src.len(), stream) };
     if stream {
         crate::local::kernels::fence();

@@ -15,8 +15,7 @@ fn value(r: usize, i: usize) -> u32 {
 
 #[test]
 fn the_variable_moves_the_threshold_and_streamed_calls_stay_exact() {
-    // SAFETY: this test binary has a single test, so no other thread reads
-    // the environment concurrently.
+    // SAFETY: this binary has a single test: no other thread reads the environment meanwhile.
     unsafe { std::env::set_var(COPY_STREAMING_ENV, "65536") };
     assert_eq!(ruda_comm::copy_streaming_from_bytes(), 65536);
     // All-gathers share from 1 MiB blocks and now stream there too: blocks

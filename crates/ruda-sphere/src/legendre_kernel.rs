@@ -583,13 +583,7 @@ impl Recurrence {
             let (even, odd) = (&even[at.clone()], &odd[at]);
             if whole > 0 {
                 self.degree_groups::<FMA, G>(i, k0..k1, |l, ring, n, len| {
-                    // Degrees l, l + 2, … read one parity's rows, l + 1,
-                    // l + 3, … the other's.
-                    let (first, second) = if (l + m).is_multiple_of(2) {
-                        (even, odd)
-                    } else {
-                        (odd, even)
-                    };
+                    let (first, second) = parities(l + m, even, odd);
                     let rows = &mut o[l * cols..(l + n) * cols];
                     // Register tiles of `LANES` columns, each column
                     // summed over the block's latitudes in the same order
@@ -606,11 +600,7 @@ impl Recurrence {
             }
             if whole < cols {
                 self.degree_groups::<FMA, REST_DEGREES>(i, k0..k1, |l, ring, n, len| {
-                    let (first, second) = if (l + m).is_multiple_of(2) {
-                        (even, odd)
-                    } else {
-                        (odd, even)
-                    };
+                    let (first, second) = parities(l + m, even, odd);
                     let rows = &mut o[l * cols..(l + n) * cols];
                     // Pairs of columns (an odd count's last one with a
                     // padding column beside it, summed, not kept).
@@ -1106,6 +1096,18 @@ fn synthesis_lats_of<const FMA: bool, const G: usize, const SHORT: bool, const C
             first[c][at.clone()].copy_from_slice(&f[c]);
             second[c][at.clone()].copy_from_slice(&s[c]);
         }
+    }
+}
+
+/// The parity rows that degree `l` of order `m` reads first and those
+/// `l + 1` reads (`lm = l + m`): degrees `l, l + 2, …` read one parity's
+/// rows, `l + 1, l + 3, …` the other's.
+#[inline(always)]
+fn parities<'a>(lm: usize, even: &'a [f64], odd: &'a [f64]) -> (&'a [f64], &'a [f64]) {
+    if lm.is_multiple_of(2) {
+        (even, odd)
+    } else {
+        (odd, even)
     }
 }
 

@@ -427,16 +427,12 @@ unsafe fn gather_blocks<T: Element>(slots: &[Slot], me: usize, lens: &[usize], o
                 continue;
             }
             dsts.clear();
-            // SAFETY: `lo <= hi <= lens[p]`, so the piece lies in rank `p`'s
-            // send buffer and at `off[p] + lo` of every receive buffer
-            // (caller).
+            // SAFETY: valid: `lo <= hi <= lens[p]`, so the piece lies in rank `p`'s send buffer and at `off[p] + lo` of every receive buffer (caller); only offsets are computed here.
             let src = unsafe {
                 dsts.extend(slots.iter().map(|s| ptr::<T>(s).1.add(off[p] + lo)));
                 ptr::<T>(&slots[p]).0.add(lo)
             };
-            // SAFETY: in bounds (above); the pieces of a block are disjoint
-            // (`partition`), so this rank alone writes these ranges, and no
-            // send buffer overlaps a receive buffer (caller); fenced below.
+            // SAFETY: valid: in bounds (above); unaliased: a block's pieces are disjoint (`partition`), so this rank alone writes them, and no send buffer overlaps a receive buffer (caller); fenced below.
             unsafe { kernels::copy_to_each(src, &dsts, hi - lo, stream) }
         }
         if stream {
@@ -445,8 +441,7 @@ unsafe fn gather_blocks<T: Element>(slots: &[Slot], me: usize, lens: &[usize], o
     } else {
         let dst = ptr::<T>(&slots[me]).1;
         for p in kernels::rotation(me, n) {
-            // SAFETY: in bounds (caller); only this rank writes its receive
-            // buffer.
+            // SAFETY: valid: in bounds (caller); unaliased: only this rank writes its receive buffer, which no send buffer overlaps.
             unsafe { kernels::copy(ptr::<T>(&slots[p]).0, dst.add(off[p]), lens[p]) }
         }
     }

@@ -411,8 +411,7 @@ pub(crate) unsafe fn copy_to<T: Element>(src: *const T, dst: *mut T, len: usize,
     let mut off = 0;
     while off < len {
         let k = piece.min(len - off);
-        // SAFETY: `off + k <= len`, inside both ranges, which do not
-        // overlap (caller).
+        // SAFETY: valid: `off + k <= len`, inside both ranges; unaliased: they do not overlap (caller).
         unsafe { core::ptr::copy_nonoverlapping(src.add(off), dst.add(off), k) };
         off += k;
     }
@@ -457,10 +456,9 @@ pub(crate) unsafe fn copy_to_each<T: Element>(
                 continue;
             }
             let off = h + k * TILE;
-            // SAFETY: `off + TILE <= h + tiles(h) * TILE <= len`, inside
-            // every range (caller); a streamed destination is 16-byte
-            // aligned at `h` (`nt::head`), and whole tiles (multiples of 16
-            // bytes) keep it so; the ranges do not overlap (caller).
+            // Whole tiles are multiples of 16 bytes, so a destination
+            // streamed from `h` stays 16-byte aligned tile after tile.
+            // SAFETY: valid: `off + TILE <= h + tiles(h) * TILE <= len`, in every range (caller), aligned at `h` (`nt::head`); unaliased: the ranges do not overlap (caller).
             unsafe {
                 let y = src.add(off).cast::<[T; TILE]>().read_unaligned();
                 if streamed {
@@ -473,8 +471,7 @@ pub(crate) unsafe fn copy_to_each<T: Element>(
     }
     for (&d, &(h, _)) in dsts.iter().zip(&plan) {
         let end = h + tiles(h) * TILE;
-        // SAFETY: the head `0..h` and the tail `end..len` lie inside every
-        // range (`h <= end <= len`) and do not overlap (caller).
+        // SAFETY: valid: the head `0..h` and the tail `end..len` lie in every range (`h <= end <= len`); unaliased: the ranges do not overlap (caller).
         unsafe {
             core::ptr::copy_nonoverlapping(src, d, h);
             core::ptr::copy_nonoverlapping(src.add(end), d.add(end), len - end);
@@ -556,10 +553,9 @@ mod tests {
                 let mut a = vec![f32::NAN; len + 1];
                 let mut b = vec![f32::NAN; len + 1];
                 let pa = a.as_mut_ptr();
-                // SAFETY: `a` has `len + 1` elements, so `pa + 1` has `len`.
+                // SAFETY: `b` has `len + 1` elements, so `b + 1` is in bounds and has `len` after it.
                 let pb = unsafe { b.as_mut_ptr().add(1) };
-                // SAFETY: `src` has `len` elements and each destination
-                // `len` slots; three distinct vectors; fenced below.
+                // SAFETY: valid: `src` has `len` elements and each destination `len` slots; unaliased: three distinct vectors; fenced below.
                 unsafe { copy_to_each(src.as_ptr(), &[pa, pb], len, stream) };
                 fence();
                 assert_eq!(&a[..len], &src[..], "len {len} stream {stream}");
@@ -581,8 +577,7 @@ mod tests {
                 for at in 0..4 {
                     for stream in [false, true] {
                         let mut dst = vec![fill; len + 4];
-                        // SAFETY: `dst` has `len + 4` elements, so `at + len`
-                        // fit; distinct vectors; fenced below.
+                        // SAFETY: valid: `dst` has `len + 4` elements and `at < 4`; unaliased: distinct vectors; fenced below.
                         unsafe { copy_to(src.as_ptr(), dst.as_mut_ptr().add(at), len, stream) };
                         fence();
                         assert_eq!(&dst[at..at + len], &src[..], "len {len} at {at}");
