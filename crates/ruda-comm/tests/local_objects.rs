@@ -204,8 +204,10 @@ static DROPPED: [std::sync::atomic::AtomicBool; 3] =
 fn one_ranks_panicking_clone_releases_no_value_while_peers_read_it() {
     // Rank 1 panics on its first clone; ranks 0 and 2 clone slowly. Rank
     // 1 must not release its own value before the others have cloned it
-    // (its unwinding passes the call's completion episode first), the
-    // survivors' call succeeds, and their next call is a PeerFailure.
+    // (its unwinding passes the call's completion episode first), and the
+    // survivors' call itself fails naming rank 1: a rank that unwinds from
+    // a call's work fails that call everywhere (in a data collective its
+    // pieces of its peers' outputs would be missing).
     #[derive(Debug)]
     struct Canary {
         owner: usize,
@@ -242,16 +244,41 @@ fn one_ranks_panicking_clone_releases_no_value_while_peers_read_it() {
             owner: c.rank(),
             copy: false,
         };
-        let all = c.all_gather_objects(&mine)?;
-        assert_eq!(all.len(), 3);
+        let call = c.all_gather_objects(&mine).map(|all| all.len());
+        // The group stays poisoned: the next call fails at once too.
         let next = c.barrier();
-        Ok::<_, CommError>(next)
+        Ok::<_, CommError>((call, next))
     });
     assert!(start.elapsed() < Duration::from_secs(5));
     for (r, res) in results.into_iter().enumerate() {
         match (r, res) {
             (1, Err(RankError::Panicked(m))) => assert!(m.contains("refuses"), "{m}"),
-            (0 | 2, Ok(Err(CommError::PeerFailure { .. }))) => {}
+            (0 | 2, Ok((call, next))) => {
+                assert!(
+                    matches!(
+                        call,
+                        Err(CommError::PeerFailure {
+                            op: OpKind::AllGatherObjects,
+                            rank,
+                            peer: 1,
+                            cause: PeerFailureCause::Panicked,
+                            ..
+                        }) if rank == r
+                    ),
+                    "rank {r}: {call:?}"
+                );
+                assert!(
+                    matches!(
+                        next,
+                        Err(CommError::PeerFailure {
+                            op: OpKind::Barrier,
+                            peer: 1,
+                            ..
+                        })
+                    ),
+                    "rank {r}: {next:?}"
+                );
+            }
             (r, other) => panic!("rank {r}: {other:?}"),
         }
     }

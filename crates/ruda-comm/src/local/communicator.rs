@@ -10,8 +10,8 @@ use super::kernels;
 use crate::flight::{self, RankHistory, Token};
 use crate::validate::{self, CallArgs};
 use crate::{
-    BufferRole, CommError, Communicator, Element, Fingerprint, InvalidArgument, OpKind,
-    PeerFailureCause, ReduceOp,
+    BufferRole, CommError, Communicator, Element, ErrorContext, Fingerprint, InvalidArgument,
+    OpKind, PeerFailureCause, ReduceOp,
 };
 
 /// One rank of an in-process group; made by [`crate::LocalWorld`] or by
@@ -73,15 +73,25 @@ impl Drop for Busy<'_> {
 }
 
 /// Arrives at the completion episode when dropped, also while unwinding, so
-/// that no rank leaves while a peer may still read its buffers.
+/// that no rank leaves while a peer may still read its buffers. Dropped
+/// before `returned` is set, it is unwinding from the call's work and says
+/// so to the group first, so that no peer returns `Ok` from a call whose
+/// pieces this rank may not have written.
 struct Completion<'a> {
     comm: &'a LocalCommunicator,
     op: OpKind,
     started: Instant,
+    /// The completion episode's number ([`super::sync::GroupSync::episode`]).
+    episode: u64,
+    /// Set once the verdict and the work have returned.
+    returned: bool,
 }
 
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
+        if !self.returned {
+            self.comm.group.sync.unwinding(self.comm.rank, self.episode);
+        }
         // A completion episode cannot fail.
         let _ = self
             .comm
@@ -174,18 +184,37 @@ impl LocalCommunicator {
         let op = slot.fp.op;
         self.group.publish(self.rank, slot);
         self.group.sync.arrive(self.rank, op, true, started)?;
-        let _completion = Completion {
+        let mut completion = Completion {
             comm: self,
             op,
             started,
+            episode: self.group.sync.episode(),
+            returned: false,
         };
         let slots = self.group.snapshot();
         // SAFETY: between the call's two barrier episodes (the completion
-        // episode runs when `_completion` drops, after `args` is gone).
+        // episode runs when `completion` drops, after `args` is gone).
         let args: Vec<CallArgs<'_>> = slots.iter().map(|s| unsafe { s.args() }).collect();
-        validate::verdict(&args, self.rank)?;
+        let verdict = validate::verdict(&args, self.rank);
         drop(args);
-        Ok(work(&slots))
+        let out = verdict.map(|()| work(&slots));
+        completion.returned = true;
+        let episode = completion.episode;
+        drop(completion);
+        // A peer that unwound from its work may have left its pieces of this
+        // rank's output unwritten: the call fails on every rank that returns.
+        if out.is_ok()
+            && let Some(peer) = self.group.sync.unwound_in(episode)
+        {
+            return Err(CommError::PeerFailure {
+                op,
+                rank: self.rank,
+                peer,
+                cause: PeerFailureCause::Panicked,
+                context: ErrorContext::none(),
+            });
+        }
+        out
     }
 
     /// [`LocalCommunicator::collective_entered`] for a call that is not yet
@@ -319,8 +348,9 @@ impl LocalCommunicator {
     /// between the call's two barrier episodes: a `Clone` that panics
     /// unwinds through the completion episode (no rank's value is released
     /// while a peer may still read it) and then panics on the rank that ran
-    /// it, whose peers see it as [`CommError::PeerFailure`] in their next
-    /// call; a `Clone` that blocks holds every rank of the group in the
+    /// it, whose peers get [`CommError::PeerFailure`] naming it from this
+    /// call, as from every later call of the group, which stays poisoned;
+    /// a `Clone` that blocks holds every rank of the group in the
     /// completion episode, which has no deadline — keep `Clone` cheap and
     /// non-blocking (a handle, a shape).
     ///
@@ -404,10 +434,11 @@ fn output<T>(len: Option<usize>) -> (Vec<T>, usize) {
 /// element is written by exactly one rank, the call's choice is the same
 /// on every rank (it depends on `lens` only), and streamed stores are
 /// fenced before it returns. Nothing in it panics (its indices are ranks,
-/// below `slots.len()`, which `lens` and `off` have as their length): a
-/// rank that unwound here would leave its pieces of its peers' outputs
-/// unwritten while they return, as a rank unwinding in an all-reduce's
-/// share would.
+/// below `slots.len()`, which `lens` and `off` have as their length); a
+/// rank that did unwind here would leave its pieces of its peers' outputs
+/// unwritten, and they would return [`CommError::PeerFailure`] from the
+/// call (see `Completion`), as from a rank unwinding in an all-reduce's
+/// share.
 ///
 /// # Safety
 /// Between the call's two barrier episodes: `slots[p]`'s send buffer holds

@@ -123,6 +123,12 @@ pub(crate) struct GroupSync {
     state: Mutex<State>,
     cv: Condvar,
     sleepers: AtomicUsize,
+    /// One more than the completion episode at which a rank arrived while
+    /// unwinding from a call's work (0: none yet), and that rank. A later
+    /// call cannot overwrite them before every rank of this one has read
+    /// them: its work starts only after all ranks pass its checked episode.
+    unwound_episode: AtomicU64,
+    unwound_rank: AtomicUsize,
 }
 
 impl GroupSync {
@@ -142,7 +148,45 @@ impl GroupSync {
             }),
             cv: Condvar::new(),
             sleepers: AtomicUsize::new(0),
+            unwound_episode: AtomicU64::new(0),
+            unwound_rank: AtomicUsize::new(0),
         }
+    }
+
+    /// The barrier episode the group is at. Between a call's checked and
+    /// completion episodes it names the completion episode: it cannot
+    /// advance until the rank reading it arrives there.
+    pub(crate) fn episode(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// `rank` is unwinding from a call's work and is about to arrive at its
+    /// completion episode `episode`: the pieces it should have written may
+    /// be missing from its peers' buffers. Its peers learn it from
+    /// [`GroupSync::unwound_in`] once that episode passes, and the group is
+    /// poisoned as by a panic.
+    pub(crate) fn unwinding(&self, rank: usize, episode: u64) {
+        self.unwound_rank.store(rank, Ordering::Relaxed);
+        // The barrier's release/acquire carries both stores to every rank
+        // that passes the completion episode.
+        self.unwound_episode.store(episode + 1, Ordering::Release);
+        let mut st = self.lock();
+        if st.poison.is_none() {
+            st.poison = Some(Poison::Failed {
+                peer: rank,
+                cause: PeerFailureCause::Panicked,
+            });
+        }
+        self.alert.store(true, Ordering::Release);
+        drop(st);
+        self.notify();
+    }
+
+    /// The rank that unwound from the work of the call whose completion
+    /// episode was `episode`, if one did. Read after that episode passed.
+    pub(crate) fn unwound_in(&self, episode: u64) -> Option<usize> {
+        (self.unwound_episode.load(Ordering::Acquire) == episode + 1)
+            .then(|| self.unwound_rank.load(Ordering::Relaxed))
     }
 
     /// The locked state; a poisoned mutex (a panic while holding it, which
