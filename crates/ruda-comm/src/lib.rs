@@ -66,4 +66,5 @@ pub use replica::{ReplicaGroups, ReplicaGroupsError};
 #[cfg(feature = "mpi")]
 pub use mpi::{
     MpiCommunicator, MpiWorld, MpiWorldBuilder, SINGLE_COPY_BELOW_BYTES, SINGLE_COPY_FROM_BYTES,
+    SharedBuffer, SharedBufferError,
 };

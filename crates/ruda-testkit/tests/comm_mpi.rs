@@ -443,6 +443,79 @@ fn a_rank_killed_in_shared_memory_ends_the_job_naming_it() {
     }
 }
 
+/// All-reduces of shared buffers (`MpiWorldBuilder::shared_buffers`) on 1
+/// to 4 ranks: the bits of the same calls on ordinary memory, mixed with
+/// ordinary memory, on a split, and a full arena's error (the mode's
+/// docs). One rank has no segment and so no arena.
+#[test]
+fn shared_buffers_reduce_with_the_bits_of_ordinary_memory() {
+    for n in 1..=4 {
+        let Some((out, _)) = launch(n, &["shared-buffers"], false, Duration::from_secs(300)) else {
+            return;
+        };
+        let t = text(&out);
+        assert!(out.status.success(), "{n} ranks:\n{t}");
+        let passed = if n == 1 { 1 } else { 52 };
+        assert!(
+            t.contains(&format!(
+                "mpi shared-buffers on {n} ranks: {passed} passed, 0 failed"
+            )),
+            "{t}"
+        );
+    }
+}
+
+/// A rank killed among in-place all-reduces of shared buffers: Open MPI's
+/// runtime ends the job at once, naming it, as on the slots.
+#[test]
+fn a_rank_killed_among_shared_buffer_all_reduces_ends_the_job_naming_it() {
+    let Some((out, took)) = launch(
+        2,
+        &["die", "--shared-buffers"],
+        false,
+        Duration::from_secs(120),
+    ) else {
+        return;
+    };
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+    assert_ne!(out.status.code(), Some(0), "the job must fail:\n{t}");
+    assert!(took < Duration::from_secs(30), "{took:?}\n{t}");
+    assert!(t.contains("rank 0: die on shared buffers: true"), "{t}");
+    assert!(
+        t.contains("rank 1 with PID") && t.contains("exited on signal 9"),
+        "{t}"
+    );
+}
+
+/// Rank 1 stopped for 4 s among all-reduces of shared buffers with a 1 s
+/// deadline: wherever the stop lands, the job ends, its peers naming it, either as a `Timeout` at the call's
+/// first barrier (then the world aborts the job when dropped) or, inside
+/// the in-place reduction, by ending the job with exit code 75 (a peer may
+/// still write their buffers).
+#[test]
+fn a_rank_stalled_among_shared_buffer_all_reduces_is_named_and_the_job_ends() {
+    for n in [2, 3] {
+        let Some((out, took)) = launch(n, &["stall"], false, Duration::from_secs(120)) else {
+            return;
+        };
+        let t = text(&out);
+        assert_ne!(out.status.code(), Some(124), "the job hung:\n{t}");
+        assert_ne!(out.status.code(), Some(0), "the job must fail:\n{t}");
+        assert!(took < Duration::from_secs(15), "{took:?}\n{t}");
+        let stranded = t.contains(
+            "rank(s) 1 (world rank 1) did not finish the in-place reduction of shared buffers within 1s",
+        );
+        let timed_out = t.contains(
+            "rank 0: stall: all_reduce on rank 0 timed out after 1s: ranks [1] never arrived",
+        );
+        assert!(stranded || timed_out, "{n} ranks:\n{t}");
+        if stranded {
+            assert_eq!(out.status.code(), Some(75), "{t}");
+        }
+    }
+}
+
 #[test]
 fn two_threads_per_process_on_two_communicators() {
     for n in [2, 3] {

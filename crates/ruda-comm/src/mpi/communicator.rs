@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 use mpi::ffi;
 
 use super::agree::{self, Channel};
+use super::arena::{Arena, SharedBuffer, SharedBufferError};
 use super::data::{self, Call, Phase, Ptrs};
 use super::inline::{self, Inbox, Parcel};
 use super::placement::{self, Shm};
@@ -109,6 +110,9 @@ pub struct MpiCommunicator {
     inbox: Mutex<Vec<u64>>,
     /// The shared-memory segment of a communicator on one host.
     shm: Mutex<Shm>,
+    /// This rank's arena in the segment, for shared buffers (`None`: no
+    /// segment, or no arena asked for).
+    arena: Option<Arena>,
     session: Arc<Session>,
 }
 
@@ -278,6 +282,15 @@ impl MpiCommunicator {
         } else {
             Shm::Off
         };
+        let seg = match &shm {
+            Shm::Ready(seg) => Some(seg),
+            Shm::Hosts(h) => Some(&h.seg),
+            Shm::Off => None,
+        };
+        let arena = seg.filter(|s| s.arena_len() > 0).map(|s| {
+            let base = std::ptr::NonNull::new(s.arena(s.rank())).expect("inside a mapping");
+            Arena::new(base, s.arena_len())
+        });
         Ok(MpiCommunicator {
             comm,
             ctl,
@@ -291,8 +304,69 @@ impl MpiCommunicator {
             has_failed: AtomicBool::new(false),
             inbox: Mutex::new(Vec::new()),
             shm: Mutex::new(shm),
+            arena,
             session,
         })
+    }
+
+    /// A zeroed buffer of `len` elements in this rank's part of the
+    /// communicator's shared memory (see [`SharedBuffer`]), from the arena
+    /// that [`super::MpiWorldBuilder::shared_buffers`] asks for. Local: no
+    /// rank waits for another. An all-reduce whose buffer is a shared
+    /// buffer on every rank of a one-host communicator runs in place on the
+    /// peers' memory, as threads do, with no copy through the segment's
+    /// slots.
+    ///
+    /// # Errors
+    /// [`SharedBufferError::NoArena`] when the communicator has no arena
+    /// (no segment, or no arena asked for); [`SharedBufferError::Full`]
+    /// when no free range of the arena is large enough.
+    ///
+    /// # Example
+    /// ```no_run
+    /// use ruda_comm::{Communicator, MpiWorld, ReduceOp};
+    /// let mpi = MpiWorld::builder().shared_buffers(16 << 20).init().expect("MPI starts");
+    /// let world = mpi.world().unwrap();
+    /// let mut x = world.shared_buffer::<f64>(1000).expect("room in the arena");
+    /// x.fill(1.0);
+    /// world.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+    /// assert_eq!(x[0], world.size() as f64);
+    /// ```
+    pub fn shared_buffer<T: Element>(
+        &self,
+        len: usize,
+    ) -> Result<SharedBuffer<'_, T>, SharedBufferError> {
+        self.arena
+            .as_ref()
+            .ok_or(SharedBufferError::NoArena { rank: self.rank })?
+            .buffer(len, self.rank)
+    }
+
+    /// An in-place all-reduce of shared buffers ([`SharedBuffer`]) whose
+    /// last barrier failed: a stalled peer may still write this rank's
+    /// buffer, so no error can be handed back. Say which call and which
+    /// ranks, and end the job as a data phase past its deadline does
+    /// ([`super::watchdog::EXIT_DATA_TIMEOUT`]); returns only if MPI was
+    /// finalised meanwhile.
+    fn stranded(&self, op: OpKind, seq: u64, stop: &Stop) {
+        self.session.mark_broken();
+        let world = |q: usize| self.world_ranks.get(q).copied().unwrap_or(q);
+        let missing: Vec<String> = stop
+            .missing
+            .iter()
+            .map(|&q| format!("{q} (world rank {})", world(q)))
+            .collect();
+        eprintln!(
+            "ruda: {} #{seq} on rank {} (world rank {}) of {}: rank(s) {} did not finish the in-place reduction of shared buffers within {:?}; a peer may still write this rank's buffer, so the job ends (exit code {})",
+            op.name(),
+            self.rank,
+            world(self.rank),
+            self.size,
+            missing.join(", "),
+            self.session.timeout,
+            super::watchdog::EXIT_DATA_TIMEOUT,
+        );
+        super::abort::abort_job(super::watchdog::EXIT_DATA_TIMEOUT);
     }
 
     /// Whether this communicator's collectives move their data through
@@ -1102,7 +1176,12 @@ impl Communicator for MpiCommunicator {
                     return Ok(());
                 }
                 self.avg_on_integers::<T>(kind, op)?;
-                if let Some(r) = self.on_segment(&c, |seg, d| shared::all_reduce(seg, buf, op, d)) {
+                let writable = !self.session.staged;
+                let seq = c.fp.seq;
+                let stranded = |stop: &Stop| self.stranded(kind, seq, stop);
+                if let Some(r) = self.on_segment(&c, |seg, d| {
+                    shared::all_reduce(seg, buf, op, d, writable, stranded)
+                }) {
                     return r;
                 }
                 if let Some(r) = self.all_reduce_hosts(&c, buf, op) {

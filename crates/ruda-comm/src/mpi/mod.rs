@@ -3,6 +3,7 @@
 
 mod abort;
 mod agree;
+mod arena;
 mod cma;
 mod communicator;
 mod data;
@@ -18,6 +19,7 @@ mod wait;
 mod watchdog;
 mod world;
 
+pub use arena::{SharedBuffer, SharedBufferError};
 pub use communicator::MpiCommunicator;
 pub use direct::{SINGLE_COPY_BELOW_BYTES, SINGLE_COPY_FROM_BYTES};
 pub use world::{MpiWorld, MpiWorldBuilder};

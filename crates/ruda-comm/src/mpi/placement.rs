@@ -10,11 +10,15 @@ use std::ffi::c_int;
 
 use mpi::ffi;
 
-use super::cma;
 use super::raw::{self, datatype, operator};
-use super::segment::{self, Segment, SingleCopy};
+use super::segment::{self, Segment, SegmentError, SingleCopy};
 use super::session::Session;
+use super::{arena, cma};
 use crate::{CommError, DType, OpKind, ReduceOp};
+
+/// The longest segment name rank 0's 64-byte message carries (after its
+/// flag and length bytes, before the arena and slot sizes).
+const MAX_NAME: usize = 46;
 
 /// Whether, and how, a communicator moves its data through shared memory.
 pub(crate) enum Shm {
@@ -223,7 +227,7 @@ fn open_segment(
     session: &Session,
 ) -> Result<Option<Segment>, CommError> {
     // Rank 0's message: whether it made the segment, the length of its
-    // name, the name, and (in the last 8 bytes) the slot size.
+    // name, the name, and (in the last 16 bytes) the arena and slot sizes.
     let mut msg = [0u8; 64];
     let mut created = None;
     let mut why = None;
@@ -235,8 +239,18 @@ fn open_segment(
             .unwrap_or_else(|| segment::default_slot(size, segment::online_cpus()));
         let slot = segment::slot_bytes(asked, size);
         msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
-        match Segment::map(&name, true, size, slot, 0) {
-            Ok(s) if name.len() <= 54 => {
+        let made = match arena::arena_bytes(session.shm.arena) {
+            Some(arena) => {
+                msg[48..56].copy_from_slice(&(arena as u64).to_le_bytes());
+                Segment::map_with_arena(&name, true, size, slot, arena, 0)
+            }
+            None => Err(SegmentError(format!(
+                "an arena of {} bytes overflows",
+                session.shm.arena
+            ))),
+        };
+        match made {
+            Ok(s) if name.len() <= MAX_NAME => {
                 msg[0] = 1;
                 msg[1] = name.len() as u8;
                 msg[2..2 + name.len()].copy_from_slice(name.as_bytes());
@@ -263,11 +277,15 @@ fn open_segment(
             _ if sent.is_err() => None,
             Some((_, s)) => Some(s),
             None if msg[0] == 1 => {
-                let len = usize::from(msg[1]).min(54);
+                let len = usize::from(msg[1]).min(MAX_NAME);
                 let name = String::from_utf8_lossy(&msg[2..2 + len]).into_owned();
                 let slot = u64::from_le_bytes(msg[56..].try_into().expect("8 bytes"));
                 let slot = segment::slot_bytes(usize::try_from(slot).unwrap_or(usize::MAX), size);
-                Segment::map(&name, false, size, slot, rank)
+                let arena = u64::from_le_bytes(msg[48..56].try_into().expect("8 bytes"));
+                // Rank 0 sent whole pages; a length that does not fit here
+                // fails the mapping below (the sizes disagree).
+                let arena = usize::try_from(arena).unwrap_or(usize::MAX) / 4096 * 4096;
+                Segment::map_with_arena(&name, false, size, slot, arena, rank)
                     .map_err(|e| why = Some(e.0))
                     .ok()
             }

@@ -170,6 +170,10 @@ pub(crate) struct Segment {
     records: usize,
     record_len: usize,
     slots: usize,
+    /// Offset of the arenas and bytes of each rank's
+    /// ([`super::arena`]; 0: none).
+    arenas: usize,
+    arena: usize,
     /// Barrier episodes this rank has arrived at.
     episode: Cell<u64>,
     /// Rounds run (their parity picks the slot buffer).
@@ -196,24 +200,26 @@ unsafe impl Send for Segment {}
 pub(crate) struct SegmentError(pub String);
 
 /// The offsets of a segment's parts for `size` ranks with slots of
-/// `slot` bytes: the record areas, the slots, and the whole length; `None`
-/// on overflow.
-fn layout(size: usize, slot: usize) -> Option<(usize, usize, usize)> {
+/// `slot` bytes and arenas of `arena` bytes (a multiple of 4096): the
+/// record areas, the slots, the arenas, and the whole length; `None` on
+/// overflow.
+fn layout(size: usize, slot: usize, arena: usize) -> Option<(usize, usize, usize, usize)> {
     let records = size
         .checked_add(1)?
         .checked_mul(line_len(size)?)?
         .next_multiple_of(4096);
     let areas = size.checked_mul(2)?.checked_mul(record_len(size)?)?;
     let slots = records.checked_add(areas)?.next_multiple_of(4096);
-    let len = slots.checked_add(size.checked_mul(2)?.checked_mul(slot)?)?;
-    Some((records, slots, len))
+    let arenas = slots.checked_add(size.checked_mul(2)?.checked_mul(slot)?)?;
+    let len = arenas.checked_add(size.checked_mul(arena)?)?;
+    Some((records, slots, arenas, len))
 }
 
 /// The bytes a segment for `size` ranks with slots of `slot` bytes takes,
 /// or `None` on overflow.
 #[cfg(test)]
 pub(crate) fn segment_len(size: usize, slot: usize) -> Option<usize> {
-    layout(size, slot).map(|(_, _, len)| len)
+    layout(size, slot, 0).map(|(_, _, _, len)| len)
 }
 
 /// The bytes of one record area in a group of `size`: the call record
@@ -268,7 +274,9 @@ pub(crate) fn unlink(name: &str) {
 impl Segment {
     /// Create (`create`, rank 0: the name must not exist) or open the
     /// segment `name` for `size` ranks with slots of `slot` bytes (from
-    /// [`slot_bytes`]) and map it for `rank`.
+    /// [`slot_bytes`]) and map it for `rank`; the tests' segments, without
+    /// arenas.
+    #[cfg(test)]
     pub(crate) fn map(
         name: &str,
         create: bool,
@@ -276,12 +284,26 @@ impl Segment {
         slot: usize,
         rank: usize,
     ) -> Result<Segment, SegmentError> {
+        Self::map_with_arena(name, create, size, slot, 0, rank)
+    }
+
+    /// [`Segment::map`] with an arena of `arena` bytes (a multiple of
+    /// 4096, from [`super::arena::arena_bytes`]) per rank after the slots.
+    pub(crate) fn map_with_arena(
+        name: &str,
+        create: bool,
+        size: usize,
+        slot: usize,
+        arena: usize,
+        rank: usize,
+    ) -> Result<Segment, SegmentError> {
         debug_assert_eq!(slot, slot_bytes(slot, size));
+        debug_assert!(arena.is_multiple_of(4096));
         let overflow = || SegmentError(format!("a segment for {size} ranks overflows"));
         if size == 0 || size > MAX_RANKS {
             return Err(overflow());
         }
-        let (records, slots, len) = layout(size, slot).ok_or_else(overflow)?;
+        let (records, slots, arenas, len) = layout(size, slot, arena).ok_or_else(overflow)?;
         let record_len = record_len(size).ok_or_else(overflow)?;
         let line = line_len(size).ok_or_else(overflow)?;
         let c = CString::new(name).map_err(|_| SegmentError(format!("bad name {name:?}")))?;
@@ -385,6 +407,8 @@ impl Segment {
             records,
             record_len,
             slots,
+            arenas,
+            arena,
             episode: Cell::new(0),
             round: 0,
             calls: 0,
@@ -446,6 +470,27 @@ impl Segment {
         // SAFETY: `off + slot <= len` (see `layout`, which checked this
         // arithmetic for `size` and `slot`).
         unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Bytes of each rank's arena (0: none; a multiple of 4096).
+    pub(crate) fn arena_len(&self) -> usize {
+        self.arena
+    }
+
+    /// The arena of rank `q`: [`Segment::arena_len`] bytes, 4 KiB aligned.
+    pub(crate) fn arena(&self, q: usize) -> *mut u8 {
+        assert!(q < self.size, "arena of rank {q}");
+        let off = self.arenas + q * self.arena;
+        debug_assert!(off + self.arena <= self.len);
+        // SAFETY: `off + arena <= len` (see `layout`, which checked this arithmetic for `size` and `arena`).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Where `bytes` bytes at `ptr` lie in this rank's arena: their offset,
+    /// or `None` when any of them lies outside it.
+    pub(crate) fn arena_offset(&self, ptr: *const u8, bytes: usize) -> Option<usize> {
+        let off = (ptr as usize).checked_sub(self.arena(self.rank) as usize)?;
+        (off.checked_add(bytes)? <= self.arena && self.arena > 0).then_some(off)
     }
 
     /// The record area `b` of rank `q`: [`Segment::record_len`] bytes,

@@ -50,6 +50,9 @@ pub(crate) struct SharedMemory {
     /// (`MpiWorldBuilder::shared_memory_slot`); `None`: by the number of
     /// ranks (`segment::default_slot`).
     pub slot: Option<usize>,
+    /// Bytes of each rank's shared-buffer arena in a segment, as asked for
+    /// (`MpiWorldBuilder::shared_buffers`; 0: none).
+    pub arena: usize,
     /// Communicators across hosts with as many ranks on each make their
     /// all-reduces hierarchical (`MpiWorldBuilder::hierarchical`).
     pub hierarchical: bool,
@@ -66,6 +69,7 @@ impl Default for SharedMemory {
         SharedMemory {
             on: true,
             slot: None,
+            arena: 0,
             hierarchical: false,
             single_copy: true,
             single_copy_sizes: super::direct::SINGLE_COPY_FROM_BYTES

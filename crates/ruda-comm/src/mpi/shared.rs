@@ -49,6 +49,11 @@ unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
 
 /// All-reduce `buf` in place over every rank of the segment.
 ///
+/// In a segment with arenas, the ranks first see whether every one's
+/// `buf` is a shared buffer ([`super::arena`]) and `writable` (its rank
+/// lets peers write it): then [`all_reduce_in_arenas`] runs instead of the
+/// rounds below, and `stranded` is called if its last barrier fails.
+///
 /// Each round of `m` elements is cut into `n` shares ([`kernels::partition`]);
 /// rank `q` reduces share `q`. A rank copies only its peers' shares into
 /// its slot (its own share never leaves its buffer), reduces its share from
@@ -62,7 +67,15 @@ pub(crate) fn all_reduce<T: Element>(
     buf: &mut [T],
     op: ReduceOp,
     deadline: Instant,
+    writable: bool,
+    stranded: impl FnOnce(&Stop),
 ) -> Result<(), Stop> {
+    if seg.arena_len() > 0
+        && seg.size() > 1
+        && all_reduce_in_arenas(seg, buf, op, deadline, writable, stranded)?
+    {
+        return Ok(());
+    }
     let (me, n) = (seg.rank(), seg.size());
     let chunk = block_elems::<T>(seg.slot_len(), 1);
     let mut off = 0;
@@ -112,6 +125,85 @@ pub(crate) fn all_reduce<T: Element>(
         off += m;
     }
     Ok(())
+}
+
+/// All-reduce `buf` in place on every rank's memory, when every rank's
+/// `buf` is a shared buffer: `Ok(false)` when some rank's is not (or it
+/// refuses peers' writes, `!writable`), and the caller runs the call
+/// through the slots.
+///
+/// One round of the segment: each rank publishes its buffer's offset in
+/// its arena (plus one; 0: not in the arena) at the head of its slot and
+/// passes a barrier; every rank reads the same offsets and makes the same
+/// choice. If all are in bounds, rank `q` reduces share `q`
+/// ([`kernels::partition`]) of every rank's buffer in rank order with the
+/// thread transport's kernel (the bits of a [`crate::LocalWorld`] run) and
+/// writes the result into every buffer, then passes a second barrier, after
+/// which nobody touches a peer's buffer. Per element a rank reads `n`
+/// shares and writes `n`, where the slots copy peers' shares in and the
+/// results out (about `4m` per round of `m` at `n = 2` against `2m` here).
+///
+/// If the second barrier fails (a peer died or stalled midway), a stalled
+/// peer may still write this rank's buffer after the call returns: the
+/// rank calls `stranded`, which ends the job; if it returns (MPI already
+/// finalised), the call's `Stop`.
+fn all_reduce_in_arenas<T: Element>(
+    seg: &mut Segment,
+    buf: &mut [T],
+    op: ReduceOp,
+    deadline: Instant,
+    writable: bool,
+    stranded: impl FnOnce(&Stop),
+) -> Result<bool, Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    let bytes = size_of_val(buf);
+    let mine = if writable {
+        seg.arena_offset(buf.as_ptr().cast(), bytes)
+    } else {
+        None
+    };
+    let b = seg.next_round();
+    let head = seg.slot(me, b).cast::<u64>();
+    // SAFETY: word 0 of this rank's slot of the round (4 KiB aligned), only this rank's until the barrier.
+    unsafe { head.write(mine.map_or(0, |o| o as u64 + 1)) };
+    seg.barrier(deadline)?;
+    let arena = seg.arena_len();
+    let offsets: Option<Vec<usize>> = (0..n)
+        .map(|q| {
+            // SAFETY: rank `q` wrote word 0 before the barrier and writes it again only in a later round of this parity (`Segment::next_round`).
+            let word = unsafe { seg.slot(q, b).cast::<u64>().read() };
+            let off = usize::try_from(word.checked_sub(1)?).ok()?;
+            (off.checked_add(bytes)? <= arena).then_some(off)
+        })
+        .collect();
+    let Some(offsets) = offsets else {
+        return Ok(false);
+    };
+    let own = buf.as_mut_ptr();
+    let bufs: Vec<*mut T> = (0..n)
+        .map(|q| {
+            if q == me {
+                own
+            } else {
+                // In bounds: `offsets[q] + bytes <= arena` (above).
+                seg.arena(q).wrapping_add(offsets[q]).cast::<T>()
+            }
+        })
+        .collect();
+    let (lo, hi) = kernels::partition::<T>(buf.len(), me, n);
+    let ins: Vec<*const T> = bufs
+        .iter()
+        .map(|p| p.wrapping_add(lo).cast_const())
+        .collect();
+    let outs: Vec<*mut T> = bufs.iter().map(|p| p.wrapping_add(lo)).collect();
+    // Between the barriers rank `q` alone touches share `q` of every buffer (shares are whole lines), and every buffer is its rank's `&mut` for the call; the kernel reads each tile of every input before it writes it.
+    // SAFETY: `lo..hi` of `buf.len()` elements of every rank's buffer, mapped here and aligned (offsets are whole lines of 4 KiB aligned arenas); unaliased as above.
+    unsafe { kernels::reduce(&ins, &outs, hi - lo, op) };
+    if let Err(stop) = seg.barrier(deadline) {
+        stranded(&stop);
+        return Err(stop);
+    }
+    Ok(true)
 }
 
 /// Reduce rank `q`'s block `counts[q]` of every rank's `send` (blocks in
@@ -310,6 +402,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::mpi::arena::Arena;
     use crate::mpi::segment::{self, Segment, SingleCopy};
 
     /// How the tests' segments move data: through the slots alone; single
@@ -379,7 +472,7 @@ mod tests {
                     // direct calls of 2 KiB and more.
                     let len = 700 + call * 600;
                     let mut v: Vec<f32> = (0..len).map(|i| value(r, i + call) as f32).collect();
-                    all_reduce(seg, &mut v, ReduceOp::Sum, deadline()).unwrap();
+                    all_reduce(seg, &mut v, ReduceOp::Sum, deadline(), true, |_| {}).unwrap();
                     sums.push(v);
                     let counts: Vec<usize> = (0..n).map(|q| 600 + 13 * q + call).collect();
                     let send: Vec<f32> = (0..counts[r])
@@ -444,9 +537,10 @@ mod tests {
                 for len in [0usize, 1, 13, 1024, 5000] {
                     let out = ranks(n, mode, move |r, seg| {
                         let mut buf: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
-                        all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+                        all_reduce(seg, &mut buf, ReduceOp::Sum, deadline(), true, |_| {}).unwrap();
                         let mut again: Vec<f32> = (0..len).map(|i| value(r, i) as f32).collect();
-                        all_reduce(seg, &mut again, ReduceOp::Max, deadline()).unwrap();
+                        all_reduce(seg, &mut again, ReduceOp::Max, deadline(), true, |_| {})
+                            .unwrap();
                         (buf, again)
                     });
                     for (sum, max) in out {
@@ -613,7 +707,7 @@ mod tests {
             let len = if r == 1 { 100 } else { 20_000 };
             let mut buf = vec![1f32; len];
             let d = Instant::now() + Duration::from_millis(300);
-            all_reduce(seg, &mut buf, ReduceOp::Sum, d)
+            all_reduce(seg, &mut buf, ReduceOp::Sum, d, true, |_| {})
         });
         assert_eq!(out[1], Ok(()), "its one round passed");
         for r in [0, 2] {
@@ -630,7 +724,7 @@ mod tests {
                 // spacing at 2048 is 2), one rounding of the f32 sum keeps them.
                 let x = [2048.0f32, 1.0, 1.0][r];
                 let mut buf = vec![f16::from_f32(x); 3000];
-                all_reduce(seg, &mut buf, ReduceOp::Sum, deadline()).unwrap();
+                all_reduce(seg, &mut buf, ReduceOp::Sum, deadline(), true, |_| {}).unwrap();
                 buf
             });
             for buf in out {
@@ -640,6 +734,155 @@ mod tests {
                     buf[0]
                 );
             }
+        }
+    }
+
+    /// `n` ranks as in [`ranks`], on a segment whose ranks each have an
+    /// arena of `arena` bytes; `f(rank, segment, arena)`.
+    fn arena_ranks<R: Send + 'static>(
+        n: usize,
+        arena: usize,
+        f: impl Fn(usize, &mut Segment, &Arena) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let name = segment::fresh_name();
+        let slot = segment::slot_bytes(4096, n);
+        let segs: Vec<Segment> = (0..n)
+            .map(|r| Segment::map_with_arena(&name, r == 0, n, slot, arena, r).expect("maps"))
+            .collect();
+        segment::unlink(&name);
+        let f = std::sync::Arc::new(f);
+        let handles: Vec<_> = segs
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut seg)| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
+                    let a = Arena::new(base, seg.arena_len());
+                    f(r, &mut seg, &a)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Rank `r`'s value at `i`, inexact in f32, so that a sum in another
+    /// order would show in the bits.
+    fn inexact(r: usize, i: usize) -> f32 {
+        (value(r, i) / 3.0 + 0.1 * r as f64) as f32
+    }
+
+    /// Shared buffers on every rank, 1 to 5 ranks, lengths from empty to
+    /// many slots' worth and not a multiple of the ranks' shares: the
+    /// in-place path runs (and says so), with the bits of the slot path
+    /// (the thread transport's kernel in rank order), twice on the same
+    /// buffers and between slot calls.
+    #[test]
+    fn shared_buffers_reduce_in_place_with_the_bits_of_the_slots() {
+        for n in 1..=5 {
+            let out = arena_ranks(n, 1 << 16, move |r, seg, arena| {
+                let mut checked = 0;
+                for len in [0usize, 1, 17, 1000, 5003] {
+                    let mut shared = arena.buffer::<f32>(len, r).unwrap();
+                    let mut plain: Vec<f32> = (0..len).map(|i| inexact(r, i)).collect();
+                    shared.copy_from_slice(&plain);
+                    all_reduce(seg, &mut plain, ReduceOp::Sum, deadline(), true, |_| {}).unwrap();
+                    if n > 1 {
+                        let took = all_reduce_in_arenas(
+                            seg,
+                            &mut shared,
+                            ReduceOp::Sum,
+                            deadline(),
+                            true,
+                            |_| panic!("stranded"),
+                        );
+                        assert_eq!(took, Ok(true), "n {n} len {len}");
+                    } else {
+                        all_reduce(seg, &mut shared, ReduceOp::Sum, deadline(), true, |_| {})
+                            .unwrap();
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&shared), bits(&plain), "n {n} len {len} rank {r}");
+                    // Again, through the public entry, with another operator.
+                    let mut again: Vec<f32> = shared.to_vec();
+                    all_reduce(seg, &mut shared, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
+                    all_reduce(seg, &mut again, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
+                    assert_eq!(bits(&shared), bits(&again), "n {n} len {len} rank {r}");
+                    let exact: f64 = (0..n).map(|q| f64::from(inexact(q, 0))).sum();
+                    if len > 0 {
+                        assert!((f64::from(shared[0]) - exact).abs() < 1e-3 * exact.abs().max(1.0));
+                    }
+                    checked += len;
+                }
+                checked
+            });
+            assert!(out.iter().all(|&c| c == 6021), "n {n}");
+        }
+    }
+
+    /// One rank whose buffer is ordinary memory, or that refuses peers'
+    /// writes (`writable == false`: a staged world), sends every rank to
+    /// the slots, which give the right sums.
+    #[test]
+    fn one_plain_or_unwritable_buffer_sends_every_rank_to_the_slots() {
+        for (odd, plain) in [(1usize, true), (2, false)] {
+            let out = arena_ranks(3, 1 << 16, move |r, seg, arena| {
+                let len = 3000;
+                let mut shared = arena.buffer::<f64>(len, r).unwrap();
+                let mut own: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
+                shared.copy_from_slice(&own);
+                let writable = !(r == odd && !plain);
+                let buf: &mut [f64] = if r == odd && plain {
+                    &mut own
+                } else {
+                    &mut shared
+                };
+                let took =
+                    all_reduce_in_arenas(seg, buf, ReduceOp::Sum, deadline(), writable, |_| {
+                        panic!("stranded")
+                    });
+                assert_eq!(took, Ok(false), "rank {r}");
+                all_reduce(seg, buf, ReduceOp::Sum, deadline(), writable, |_| {}).unwrap();
+                buf.to_vec()
+            });
+            for (r, got) in out.iter().enumerate() {
+                for (i, &x) in got.iter().enumerate() {
+                    let want: f64 = (0..3).map(|q| value(q, i)).sum();
+                    assert_eq!(x, want, "odd {odd} rank {r} at {i}");
+                }
+            }
+        }
+    }
+
+    /// Rank 1 passes the first barrier of an in-place all-reduce and never
+    /// comes to the second: its peers cannot know that it will not still
+    /// write their buffers, so each calls `stranded` once, with the Stop
+    /// naming rank 1, before it returns that Stop.
+    #[test]
+    fn a_peer_stalled_midway_strands_its_peers() {
+        let out = arena_ranks(3, 1 << 16, |r, seg, arena| {
+            let len = 4000;
+            let mut buf = arena.buffer::<f32>(len, r).unwrap();
+            let d = Instant::now() + Duration::from_millis(300);
+            if r == 1 {
+                let b = seg.next_round();
+                let off = seg.arena_offset(buf.as_ptr().cast(), len * 4).unwrap();
+                // SAFETY: word 0 of this rank's slot of the round, as in `all_reduce_in_arenas`.
+                unsafe { seg.slot(1, b).cast::<u64>().write(off as u64 + 1) };
+                seg.barrier(d).unwrap();
+                std::thread::sleep(Duration::from_millis(700));
+                return (Ok(true), Vec::new());
+            }
+            let mut calls = Vec::new();
+            let took = all_reduce_in_arenas(seg, &mut buf, ReduceOp::Sum, d, true, |stop| {
+                calls.push(stop.clone())
+            });
+            (took, calls)
+        });
+        for r in [0, 2] {
+            let stop = Stop { missing: vec![1] };
+            assert_eq!(out[r].0, Err(stop.clone()), "rank {r}");
+            assert_eq!(out[r].1, vec![stop], "rank {r}: stranded once");
         }
     }
 }

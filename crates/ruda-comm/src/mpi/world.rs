@@ -226,6 +226,36 @@ impl MpiWorldBuilder {
         self
     }
 
+    /// Give each rank an arena of `bytes` (rounded up to whole pages;
+    /// default 0: none) in every shared-memory segment, for
+    /// [`MpiCommunicator::shared_buffer`]: buffers that every rank of the
+    /// host has mapped, so that an all-reduce of shared buffers on every
+    /// rank runs in place on its peers' memory with no copy through the
+    /// slots, as threads do (see [`crate::SharedBuffer`], which also says
+    /// how a failure midway ends). Each communicator with a segment
+    /// reserves its host's ranks' arenas in `/dev/shm` up front, beside
+    /// its slots (`ranks × bytes`; a `/dev/shm` too small for it leaves
+    /// the communicator on MPI, as for any segment). Rank 0's setting
+    /// holds for every rank of a communicator. Worlds built with
+    /// [`Self::staged`] get arenas too, but their all-reduces keep the
+    /// slots (no peer may write a buffer a `Timeout` hands back).
+    ///
+    /// # Example
+    /// ```no_run
+    /// use ruda_comm::{Communicator, ReduceOp};
+    /// let mpi = ruda_comm::MpiWorld::builder()
+    ///     .shared_buffers(256 << 20)
+    ///     .init()
+    ///     .expect("MPI starts");
+    /// let world = mpi.world().unwrap();
+    /// let mut grads = world.shared_buffer::<f32>(16 << 20).expect("room in the arena");
+    /// world.all_reduce(&mut grads, ReduceOp::Mean).unwrap();
+    /// ```
+    pub fn shared_buffers(mut self, bytes: usize) -> Self {
+        self.shm.arena = bytes;
+        self
+    }
+
     /// Whether the ranks of a host's segment read their peers' buffers
     /// directly (default `true`): an all-gather(-v), all-to-all, broadcast
     /// or reduce-scatter(-v) of [`crate::SINGLE_COPY_FROM_BYTES`] (64 KiB)

@@ -52,6 +52,18 @@
 //!   (`MpiWorldBuilder::shared_memory_single_copy_sizes(0..usize::MAX)`);
 //!   `--slots-only`: none does (`shared_memory_single_copy(false)`). Rank
 //!   0 prints whether the world reads directly.
+//! - `shared-buffers` (its world has 16 MiB arenas,
+//!   `MpiWorldBuilder::shared_buffers`): all-reduces of shared buffers
+//!   (f32, f64, f16; sum, max, mean; empty to many slots long) have the
+//!   bits of the same call on ordinary memory; one rank with ordinary
+//!   memory among shared buffers, a split's arenas, a full arena's error,
+//!   and ranges given back. `die --shared-buffers` kills a rank among
+//!   all-reduces of shared buffers (in place on the peers' memory).
+//! - `stall` (its world has arenas and a 1 s deadline): rank 1 is stopped
+//!   (`SIGSTOP`) for 4 s among all-reduces of shared buffers; wherever the
+//!   stop lands, its peers end within their deadline, naming it (a
+//!   `Timeout` at the first barrier, or the end of the job with exit code
+//!   75 when it stopped inside the in-place reduction).
 //! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
 //!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
 //!   packet loss must leave every result right; a cut link or a killed
@@ -315,14 +327,28 @@ fn die(world: &MpiCommunicator) -> Result<usize, String> {
                 .status();
         });
     }
-    // All-reduces through the slots and all-gathers of 1 MiB per rank,
-    // read directly where single copies are on: the kill lands in either.
-    let mut v = vec![1f32; 1 << 20];
+    // All-reduces through the slots (or in place, on shared buffers) and
+    // all-gathers of 1 MiB per rank, read directly where single copies are
+    // on: the kill lands in either.
+    let mut shared = world.shared_buffer::<f32>(1 << 20).ok();
+    if me == 0 {
+        println!("rank 0: die on shared buffers: {}", shared.is_some());
+    }
+    let mut plain = if shared.is_some() {
+        Vec::new()
+    } else {
+        vec![1f32; 1 << 20]
+    };
+    let v: &mut [f32] = match &mut shared {
+        Some(b) => b,
+        None => &mut plain,
+    };
+    v.fill(1.0);
     let part = vec![me as f32; 1 << 18];
     let mut all = vec![0f32; part.len() * world.size()];
     for _ in 0..100_000 {
         let r = world
-            .all_reduce(&mut v, ReduceOp::Max)
+            .all_reduce(v, ReduceOp::Max)
             .and_then(|()| world.all_gather(&part, &mut all));
         if let Err(e) = r {
             println!("rank {me}: die: {e}");
@@ -330,6 +356,160 @@ fn die(world: &MpiCommunicator) -> Result<usize, String> {
         }
     }
     Err("rank 1 should have died".into())
+}
+
+/// Bytes of each rank's arena in the `shared-buffers` mode and with
+/// `--shared-buffers`.
+const ARENA: usize = 16 << 20;
+
+/// Rank `r`'s value at `i` for the shared-buffer checks: inexact in f32,
+/// so that another reduction order would show in the bits.
+fn shared_value(r: usize, i: usize) -> f64 {
+    ((r * 7919 + i * 31) % 1000) as f64 / 3.0 - 100.0 + 0.1 * r as f64
+}
+
+/// An all-reduce of `len` elements on a shared buffer and on ordinary
+/// memory (`plain_here`: this rank uses ordinary memory for both): the
+/// same bits, and element 0 near its exact value.
+fn shared_against_plain<T: ruda_comm::Element + std::fmt::Debug>(
+    comm: &MpiCommunicator,
+    len: usize,
+    op: ReduceOp,
+    plain_here: bool,
+    make: impl Fn(f64) -> T,
+    back: impl Fn(T) -> f64,
+) -> Result<(), String> {
+    let (me, n) = (comm.rank(), comm.size());
+    let what = format!("{:?} {op:?} of {len} on rank {me}", T::DTYPE);
+    let mut plain: Vec<T> = (0..len).map(|i| make(shared_value(me, i))).collect();
+    let mut other = plain.clone();
+    let mut shared = comm
+        .shared_buffer::<T>(len)
+        .map_err(|e| format!("{what}: {e}"))?;
+    shared.copy_from_slice(&plain);
+    let buf: &mut [T] = if plain_here { &mut other } else { &mut shared };
+    comm.all_reduce(buf, op)
+        .map_err(|e| format!("{what}: {e}"))?;
+    comm.all_reduce(&mut plain, op)
+        .map_err(|e| format!("{what}: {e}"))?;
+    let buf: &[T] = if plain_here { &other } else { &shared };
+    if bytemuck::cast_slice::<T, u8>(buf) != bytemuck::cast_slice::<T, u8>(&plain) {
+        let at = (0..len)
+            .find(|&i| back(buf[i]) != back(plain[i]))
+            .unwrap_or(0);
+        return Err(format!(
+            "{what}: {:?} on shared memory against {:?} at {at}",
+            buf.get(at),
+            plain.get(at)
+        ));
+    }
+    if len > 0 {
+        let xs = (0..n).map(|q| back(make(shared_value(q, 0))));
+        let want = match op {
+            ReduceOp::Sum => xs.sum::<f64>(),
+            ReduceOp::Mean => xs.sum::<f64>() / n as f64,
+            _ => xs.fold(f64::MIN, f64::max),
+        };
+        let got = back(buf[0]);
+        if (got - want).abs() > 1e-2 * want.abs().max(1.0) {
+            return Err(format!("{what}: {got} where {want}"));
+        }
+    }
+    Ok(())
+}
+
+/// The `stall` mode (see the module's docs).
+fn stall(world: &MpiCommunicator) -> Result<usize, String> {
+    let me = world.rank();
+    let mut v = world
+        .shared_buffer::<f32>(1 << 18)
+        .map_err(|e| e.to_string())?;
+    world.barrier().map_err(|e| e.to_string())?;
+    if me == 1 {
+        let pid = std::process::id();
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "sleep 0.3; kill -STOP {pid}; sleep 4; kill -CONT {pid}"
+            ))
+            .spawn()
+            .map_err(|e| e.to_string())?;
+    }
+    for i in 0..1_000_000u32 {
+        v.fill(i as f32);
+        if let Err(e) = world.all_reduce(&mut v, ReduceOp::Max) {
+            println!("rank {me}: stall: {e}");
+            return Ok(1);
+        }
+    }
+    Err("rank 1 should have stalled".into())
+}
+
+/// The `shared-buffers` mode (see the module's docs).
+fn shared_buffers(world: &MpiCommunicator) -> Result<usize, String> {
+    use half::f16;
+    use ruda_comm::SharedBufferError;
+    let (me, n) = (world.rank(), world.size());
+    if n == 1 {
+        // One rank has no segment, so no arena.
+        return match world.shared_buffer::<f32>(1) {
+            Err(SharedBufferError::NoArena { rank: 0 }) => Ok(1),
+            other => Err(format!("one rank: {other:?}")),
+        };
+    }
+    let mut passed = 0;
+    for len in [0usize, 1, 17, 5003, 300_000] {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean] {
+            shared_against_plain::<f32>(world, len, op, false, |x| x as f32, f64::from)?;
+            shared_against_plain::<f64>(world, len, op, false, |x| x, |x| x)?;
+            shared_against_plain::<f16>(world, len, op, false, f16::from_f64, f16::to_f64)?;
+            passed += 3;
+        }
+        // One rank on ordinary memory sends every rank to the slots.
+        shared_against_plain::<f32>(
+            world,
+            len,
+            ReduceOp::Sum,
+            me == n - 1,
+            |x| x as f32,
+            f64::from,
+        )?;
+        passed += 1;
+    }
+    // A split has arenas of its own where it has a segment (two ranks or more).
+    let sub = world
+        .split(Some((me % 2) as u32), 0)
+        .map_err(|e| e.to_string())?
+        .ok_or("a colour was given")?;
+    if sub.size() > 1 {
+        shared_against_plain::<f64>(&sub, 4099, ReduceOp::Sum, false, |x| x, |x| x)?;
+    } else if !matches!(
+        sub.shared_buffer::<f64>(1),
+        Err(SharedBufferError::NoArena { .. })
+    ) {
+        return Err("a split of one rank has no arena".into());
+    }
+    passed += 1;
+    // A full arena says so, naming the rank; every range comes back.
+    let kept = world
+        .shared_buffer::<u8>(ARENA / 2)
+        .map_err(|e| e.to_string())?;
+    match world.shared_buffer::<u8>(ARENA / 2 + 1) {
+        Err(SharedBufferError::Full {
+            rank,
+            free,
+            arena: ARENA,
+            ..
+        }) if rank == me && free == ARENA / 2 => {}
+        other => return Err(format!("a full arena: {other:?}")),
+    }
+    drop(kept);
+    let whole = world
+        .shared_buffer::<u8>(ARENA)
+        .map_err(|e| format!("the whole arena back: {e}"))?;
+    drop(whole);
+    passed += 1;
+    Ok(passed)
 }
 
 /// `soak CALLS ELEMENTS`: `CALLS` all-reduces of `ELEMENTS` f32 on the
@@ -503,6 +683,12 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| "conformance".into());
     let mut builder = match mode.as_str() {
         "timeout" => MpiWorld::builder().timeout(Duration::from_millis(1500)),
+        "stall" => MpiWorld::builder()
+            .timeout(Duration::from_secs(1))
+            .shared_buffers(ARENA),
+        "shared-buffers" => MpiWorld::builder()
+            .abort_on_panic(true)
+            .shared_buffers(ARENA),
         "straggler" => MpiWorld::builder().timeout(STRAGGLER_TIMEOUT),
         _ => MpiWorld::builder().abort_on_panic(true),
     };
@@ -524,6 +710,9 @@ fn main() -> ExitCode {
     }
     if no_shm {
         builder = builder.shared_memory(false);
+    }
+    if args.iter().any(|a| a == "--shared-buffers") {
+        builder = builder.shared_buffers(ARENA);
     }
     if args.iter().any(|a| a == "--hierarchical") {
         builder = builder.hierarchical(true);
@@ -601,6 +790,8 @@ fn main() -> ExitCode {
         }
         "soak" => soak(&world, &args),
         "die" => die(&world),
+        "shared-buffers" => shared_buffers(&world),
+        "stall" => stall(&world),
         "panic" => {
             world.barrier().expect("barrier");
             if me == 1 % n {
