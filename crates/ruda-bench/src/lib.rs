@@ -274,13 +274,41 @@ pub fn measure<C: Communicator, T: Sample>(
     bytes: usize,
     settings: Settings,
 ) -> Result<Measurement, CommError> {
-    measure_with::<C, T, CommError>(comm, op, bytes, settings, |send, recv| match op {
+    measure_with::<C, T, CommError>(comm, op, bytes, settings, |send, recv| {
+        call(comm, op, send, recv)
+    })
+}
+
+/// One call of `op` as [`measure`] times it, on buffers laid out as
+/// [`buffer_lens`] says: all-reduce (a sum) and broadcast (from rank 0) in
+/// place on `send`.
+///
+/// # Errors
+/// The call's.
+///
+/// # Example
+/// ```
+/// use ruda_bench::{self as bench, BenchOp};
+/// use ruda_comm::{Communicator, LocalWorld};
+/// let out = LocalWorld::new(2).run(|c| {
+///     let (mut send, mut recv) = (vec![1f32; 4], vec![0f32; 8]);
+///     bench::call(&c, BenchOp::AllGather, &mut send, &mut recv).map(|()| recv)
+/// }).unwrap();
+/// assert_eq!(out[0], vec![1.0; 8]);
+/// ```
+pub fn call<C: Communicator, T: Sample>(
+    comm: &C,
+    op: BenchOp,
+    send: &mut [T],
+    recv: &mut [T],
+) -> Result<(), CommError> {
+    match op {
         BenchOp::AllReduce => comm.all_reduce(send, ReduceOp::Sum),
         BenchOp::Broadcast => comm.broadcast(send, 0),
         BenchOp::AllGather => comm.all_gather(send, recv),
         BenchOp::ReduceScatter => comm.reduce_scatter(send, recv, ReduceOp::Sum),
         BenchOp::AllToAll => comm.all_to_all(send, recv),
-    })
+    }
 }
 
 /// [`measure`] with any implementation of the call: `run(send, recv)` does
@@ -306,6 +334,53 @@ pub fn measure_with<C, T, E>(
     op: BenchOp,
     bytes: usize,
     settings: Settings,
+    run: impl FnMut(&mut [T], &mut [T]) -> Result<(), E>,
+) -> Result<Measurement, E>
+where
+    C: Communicator,
+    T: Sample,
+    E: From<CommError>,
+{
+    let count = elements_for::<T>(bytes, comm.size());
+    let (send_len, recv_len) = buffer_lens(op, comm.size(), count);
+    let (mut send_room, send_at) = line_aligned::<T>(send_len);
+    let (mut recv_room, recv_at) = line_aligned::<T>(recv_len);
+    let send = &mut send_room[send_at..send_at + send_len];
+    let recv = &mut recv_room[recv_at..recv_at + recv_len];
+    measure_in(comm, op, bytes, settings, send, recv, run)
+}
+
+/// [`measure_with`] on buffers the caller provides (memory of its own
+/// kind, such as an MPI communicator's shared buffers): `send` and `recv`
+/// of the lengths [`buffer_lens`] gives for [`elements_for`]`(bytes)`
+/// elements; their contents are overwritten.
+///
+/// # Errors
+/// As [`measure_with`].
+///
+/// # Panics
+/// When a buffer's length is not the one [`buffer_lens`] gives.
+///
+/// # Example
+/// ```
+/// use ruda_bench::{self as bench, BenchOp, Settings};
+/// use ruda_comm::{Communicator, LocalWorld, CommError, ReduceOp};
+/// let rows = LocalWorld::new(2).run(|c| {
+///     let count = bench::elements_for::<f32>(64, 2);
+///     let (s, r) = bench::buffer_lens(BenchOp::AllReduce, 2, count);
+///     let (mut send, mut recv) = (vec![0f32; s], vec![0f32; r]);
+///     bench::measure_in::<_, f32, CommError>(&c, BenchOp::AllReduce, 64, Settings::quick(0, 2),
+///         &mut send, &mut recv, |send, _| c.all_reduce(send, ReduceOp::Sum))
+/// }).unwrap();
+/// assert_eq!(rows[0].wrong, 0);
+/// ```
+pub fn measure_in<C, T, E>(
+    comm: &C,
+    op: BenchOp,
+    bytes: usize,
+    settings: Settings,
+    send: &mut [T],
+    recv: &mut [T],
     mut run: impl FnMut(&mut [T], &mut [T]) -> Result<(), E>,
 ) -> Result<Measurement, E>
 where
@@ -315,6 +390,12 @@ where
 {
     let (n, me) = (comm.size(), comm.rank());
     let count = elements_for::<T>(bytes, n);
+    let (send_len, recv_len) = buffer_lens(op, n, count);
+    assert_eq!(
+        (send.len(), recv.len()),
+        (send_len, recv_len),
+        "{op:?} of {bytes} bytes on {n} ranks: buffer lengths"
+    );
     let s_bytes = count * size_of::<T>();
     let it = settings.it;
     let stream_gbps = if settings.roofline {
@@ -322,11 +403,6 @@ where
     } else {
         f64::NAN
     };
-    let (send_len, recv_len) = buffer_lens(op, n, count);
-    let (mut send_room, send_at) = line_aligned::<T>(send_len);
-    let (mut recv_room, recv_at) = line_aligned::<T>(recv_len);
-    let send = &mut send_room[send_at..send_at + send_len];
-    let recv = &mut recv_room[recv_at..recv_at + recv_len];
     fill(op, me, n, count, send);
     let samples = time_calls(
         comm,

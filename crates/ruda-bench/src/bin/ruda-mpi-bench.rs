@@ -1,6 +1,6 @@
 //! The MPI transport against the same collectives called directly on the
 //! MPI library, in the same run and with the same harness
-//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slots|--single-copy-all] [--hierarchical] [--slot BYTES] [SIZES]` prints, for
+//! ([`ruda_bench`]): `mpirun -n N ruda-mpi-bench [--unchecked] [--staged] [--no-shm] [--slots|--single-copy-all] [--hierarchical] [--slot BYTES] [--shared-buffers] [SIZES]` prints, for
 //! every collective on f32, ruda's row (p50, p99, back-to-back time,
 //! bandwidths, roofline) and the raw MPI call's p50 with the time ratio
 //! MPI / ruda (above 1: ruda is faster). The all-reduce is in place on both
@@ -22,6 +22,12 @@
 //! `--hierarchical` makes all-reduces across hosts hierarchical
 //! (`MpiWorldBuilder::hierarchical`).
 //!
+//! `--shared-buffers` gives ruda's calls shared buffers
+//! (`MpiWorldBuilder::shared_buffers`, `MpiCommunicator::shared_buffer`)
+//! where it measured line-aligned vectors: an all-reduce then runs in place
+//! on the peers' memory, as threads do (the other collectives treat them
+//! as ordinary memory). Raw MPI keeps its own vectors.
+//!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same
 //! calls with matching arguments on every rank, and whoever passes the
@@ -29,7 +35,7 @@
 //! same flag and sizes.
 
 use ruda_bench::{self as bench, BenchOp, Settings};
-use ruda_comm::{Communicator, MpiWorld};
+use ruda_comm::{CommError, Communicator, MpiCommunicator, MpiWorld};
 
 fn parse(s: &str) -> usize {
     let (num, mult) = match s.chars().last() {
@@ -70,9 +76,6 @@ fn main() {
         let bytes = args.get(i + 1).map(|b| parse(b)).expect("--slot BYTES");
         builder = builder.shared_memory_slot(bytes);
     }
-    let mpi = builder.init().expect("MPI starts");
-    let world = mpi.world().expect("the world communicator");
-    let (me, n) = (world.rank(), world.size());
     let sizes: Vec<usize> = args
         .iter()
         .enumerate()
@@ -82,9 +85,19 @@ fn main() {
         .split(',')
         .map(parse)
         .collect();
+    let shared = args.iter().any(|a| a == "--shared-buffers");
+    if shared {
+        // A call's send and receive buffers together hold at most twice
+        // its bytes (an all-gather's), plus a line each and a minimum.
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        builder = builder.shared_buffers(largest.saturating_mul(2).saturating_add(1 << 20));
+    }
+    let mpi = builder.init().expect("MPI starts");
+    let world = mpi.world().expect("the world communicator");
+    let (me, n) = (world.rank(), world.size());
     if me == 0 {
         println!(
-            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}; per-call checks: {}; shared memory: {}",
+            "# ruda MPI transport vs the raw MPI call, {n} ranks, f32; all-reduce in place: {}; per-call checks: {}; shared memory: {}; shared buffers: {shared}",
             bench::mpi_in_place(),
             world.checked(),
             world.shared_memory()
@@ -103,7 +116,12 @@ fn main() {
     for &bytes in &sizes {
         let settings = Settings::auto(bytes);
         for op in BenchOp::ALL {
-            let ruda = bench::measure::<_, f32>(&world, op, bytes, settings).expect("ruda");
+            let ruda = if shared {
+                measure_shared(&world, op, bytes, settings)
+            } else {
+                bench::measure::<_, f32>(&world, op, bytes, settings)
+            }
+            .expect("ruda");
             let raw = bench::measure_mpi_raw::<f32>(
                 &world,
                 op,
@@ -127,4 +145,30 @@ fn main() {
         }
     }
     assert_eq!(wrong, 0, "wrong results");
+}
+
+/// [`bench::measure`] on shared buffers of `world`.
+fn measure_shared(
+    world: &MpiCommunicator,
+    op: BenchOp,
+    bytes: usize,
+    settings: Settings,
+) -> Result<bench::Measurement, CommError> {
+    let count = bench::elements_for::<f32>(bytes, world.size());
+    let (s, r) = bench::buffer_lens(op, world.size(), count);
+    let room = |len| {
+        world
+            .shared_buffer::<f32>(len)
+            .unwrap_or_else(|e| panic!("{op:?} of {bytes} bytes: {e}"))
+    };
+    let (mut send, mut recv) = (room(s), room(r));
+    bench::measure_in::<_, f32, CommError>(
+        world,
+        op,
+        bytes,
+        settings,
+        &mut send,
+        &mut recv,
+        |send, recv| bench::call(world, op, send, recv),
+    )
 }

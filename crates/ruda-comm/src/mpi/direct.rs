@@ -9,11 +9,16 @@
 //!
 //! A call is one round of the segment:
 //! 1. each rank writes its buffer's address to the head of its slot of the
-//!    round, and passes a barrier;
+//!    round (and, for a shared buffer, its offset in the rank's arena:
+//!    [`super::arena`]), and passes a barrier;
 //! 2. each rank reads what it needs from its peers' buffers (a reduction
 //!    reads its peers' blocks for it into private scratch memory, chunk by
 //!    chunk, and reduces them in rank order with the thread transport's
-//!    kernel, so the bits are those of a [`crate::LocalWorld`]);
+//!    kernel, so the bits are those of a [`crate::LocalWorld`]); a peer's
+//!    shared buffer is read through this rank's mapping of its arena
+//!    instead, with `memcpy` (cross-memory attach read a reduce-scatter's
+//!    shared buffers 3–5× slower than ordinary memory: 2 processes, 1 MiB
+//!    253 against 72 µs);
 //! 3. each rank writes whether a read was refused to its slot's head and
 //!    passes a last barrier; if any rank's was, single copies go off on
 //!    every rank and the call runs again through the slots ([`Direct`]).
@@ -82,28 +87,116 @@ pub(crate) enum Direct {
     /// every rank of the segment, and the caller runs the call through
     /// the slots instead (its outputs are all rewritten there).
     Refused,
+    /// Nothing was read: some buffer the call needs is not a shared buffer
+    /// and cross-memory attach is off for this call (its size is outside
+    /// the window, or the segment has none). Every rank saw the same
+    /// buffers and returns this; the caller runs the call through the
+    /// slots.
+    Slots,
 }
 
 /// A refused read: the peer and the system's error.
 type Refusal = (usize, std::io::Error);
 
-/// Publish `addr` (this rank's buffer for the call) at the head of this
-/// rank's slot `b` (word 0; word 1, its refusal flag, cleared), pass the
-/// barrier, and collect every rank's.
-fn exchange(seg: &Segment, b: usize, addr: usize, deadline: Instant) -> Result<Vec<usize>, Stop> {
+/// Where every rank's buffer of a call is: its address in its process,
+/// and where it is a shared buffer, its offset in its rank's arena plus
+/// one (0: not one).
+struct Buffers {
+    addrs: Vec<usize>,
+    arena: Vec<usize>,
+}
+
+/// Publish this rank's buffer for the call (`bytes` at `ptr`) at the head
+/// of its slot `b` (word 0 its address, word 1 its refusal flag, cleared,
+/// word 2 its arena offset plus one, or 0), pass the barrier, and collect
+/// every rank's.
+fn exchange(
+    seg: &Segment,
+    b: usize,
+    ptr: *const u8,
+    bytes: usize,
+    deadline: Instant,
+) -> Result<Buffers, Stop> {
     let head = seg.slot(seg.rank(), b).cast::<u64>();
-    // SAFETY: words 0 and 1 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
-    unsafe { head.write(addr as u64) };
+    let arena = seg.arena_offset(ptr, bytes).map_or(0, |o| o as u64 + 1);
+    // SAFETY: words 0 to 2 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
+    unsafe { head.write(ptr as u64) };
     // SAFETY: as above.
     unsafe { head.add(1).write(0) };
+    // SAFETY: as above.
+    unsafe { head.add(2).write(arena) };
     seg.barrier(deadline)?;
-    Ok((0..seg.size())
-        .map(|q| {
-            // SAFETY: rank `q` wrote word 0 before the barrier and writes it again only in a later round of this parity (`Segment::next_round`).
-            let a = unsafe { seg.slot(q, b).cast::<u64>().read() };
-            a as usize
+    let word = |q: usize, i: usize| {
+        // SAFETY: rank `q` wrote words 0 and 2 before the barrier and writes them again only in a later round of this parity (`Segment::next_round`).
+        unsafe { seg.slot(q, b).cast::<u64>().add(i).read() as usize }
+    };
+    Ok(Buffers {
+        addrs: (0..seg.size()).map(|q| word(q, 0)).collect(),
+        arena: (0..seg.size()).map(|q| word(q, 2)).collect(),
+    })
+}
+
+impl Buffers {
+    /// Whether the call can read what it needs, the same on every rank:
+    /// the buffers of the ranks in `needed` are all shared buffers, or
+    /// cross-memory attach is on for a call of `bytes`.
+    fn readable(
+        &self,
+        seg: &Segment,
+        mut needed: impl Iterator<Item = usize>,
+        bytes: usize,
+    ) -> bool {
+        seg.single_copy(bytes) || needed.all(|q| self.arena[q] != 0)
+    }
+
+    /// Rank `q`'s shared buffer from `offset` for `len` elements of `T`,
+    /// as this process maps it, when it is one and the range lies in
+    /// `q`'s arena.
+    fn mapped<T>(&self, seg: &Segment, q: usize, offset: usize, len: usize) -> Option<*const T> {
+        let size = size_of::<T>();
+        let o = self.arena[q].checked_sub(1)?;
+        let end = offset.checked_add(len)?.checked_mul(size)?.checked_add(o)?;
+        (end <= seg.arena_len()).then(|| {
+            seg.arena(q)
+                .wrapping_add(o + offset * size)
+                .cast::<T>()
+                .cast_const()
         })
-        .collect())
+    }
+
+    /// Read `len` elements from `offset` of rank `q`'s buffer into `local`:
+    /// through this rank's mapping of `q`'s arena when it is a shared
+    /// buffer and the range lies in that arena, else with cross-memory
+    /// attach from process `pid`.
+    ///
+    /// # Errors
+    /// A refused cross-memory read: the peer and the system's error.
+    ///
+    /// # Safety
+    /// `local` is valid for `len` writes, this rank's alone for the call,
+    /// and overlaps no peer's buffer; `offset + len` elements lie in rank
+    /// `q`'s buffer (the agreed lengths), which `q` does not write during
+    /// the call.
+    unsafe fn read<T: Element>(
+        &self,
+        seg: &Segment,
+        q: usize,
+        offset: usize,
+        local: *mut T,
+        len: usize,
+    ) -> Result<(), Refusal> {
+        if let Some(from) = self.mapped::<T>(seg, q, offset, len) {
+            // SAFETY: `from` is `len` elements inside `q`'s arena (`mapped` checked), aligned (a shared buffer starts on a line; `offset` is whole elements), not written by `q` during the call; `local` as the caller says.
+            unsafe { kernels::copy(from, local, len) };
+            return Ok(());
+        }
+        let Some(&pid) = seg.pids().and_then(|p| p.get(q)) else {
+            // `readable` sends such a call to the slots first.
+            return Err((q, std::io::Error::other("no cross-memory attach")));
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { fetch(q, pid, at::<T>(self.addrs[q], offset), local, len) }
+    }
 }
 
 /// End a direct call on round `b`: publish whether this rank's reads were
@@ -189,7 +282,7 @@ fn peers(me: usize, n: usize) -> impl Iterator<Item = usize> {
 unsafe fn reduce_block<T: Element>(
     seg: &Segment,
     scratch: &mut [u64],
-    addrs: &[usize],
+    bufs: &Buffers,
     offset: usize,
     own: *const T,
     out: *mut T,
@@ -198,7 +291,21 @@ unsafe fn reduce_block<T: Element>(
     stream: bool,
 ) -> Result<(), Refusal> {
     let (me, n) = (seg.rank(), seg.size());
-    let pids = seg.pids().expect("single copy is on");
+    let mapped: Option<Vec<*const T>> = (0..n)
+        .map(|q| {
+            if q == me {
+                Some(own)
+            } else {
+                bufs.mapped::<T>(seg, q, offset, len)
+            }
+        })
+        .collect();
+    if let Some(ins) = mapped {
+        // Every peer's block is a shared buffer: reduce straight from the mappings.
+        // SAFETY: inputs valid for `len` reads (`own`, and peers' blocks inside their arenas, not written during the call), `out` for `len` writes, overlapping none; `stream` is fenced by the caller.
+        unsafe { kernels::reduce_to(&ins, out, len, op, stream) };
+        return Ok(());
+    }
     // Whole cache lines per piece, so that every chunk of `out` keeps the
     // 16-byte alignment streaming stores need.
     let grain = (64 / size_of::<T>().max(1)).max(1);
@@ -211,9 +318,8 @@ unsafe fn reduce_block<T: Element>(
     while off < len {
         let m = room.min(len - off);
         for q in peers(me, n) {
-            let from = at::<T>(addrs[q], offset + off);
-            // SAFETY: peer `q`'s piece of `scratch` (borrowed mutably) holds `room >= m` elements.
-            unsafe { fetch(q, pids[q], from, piece(q), m)? };
+            // SAFETY: peer `q`'s piece of `scratch` (borrowed mutably, process memory) holds `room >= m` elements; the block lies in `q`'s buffer (agreed counts).
+            unsafe { bufs.read(seg, q, offset + off, piece(q), m)? };
         }
         let ins: Vec<*const T> = (0..n)
             .map(|q| {
@@ -248,10 +354,14 @@ pub(crate) fn reduce_scatter<T: Element>(
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
     let b = seg.next_round();
-    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
+    let bytes = size_of_val(send);
+    let bufs = exchange(seg, b, send.as_ptr().cast(), bytes, deadline)?;
+    if !bufs.readable(seg, 0..seg.size(), bytes) {
+        return Ok(Direct::Slots);
+    }
     let mut scratch = seg.take_scratch();
     // SAFETY: `own` is `c` elements of `send`, `out` the first `c` of `recv` (ours, read by no peer).
-    let refused = unsafe { reduce_block(seg, &mut scratch, &addrs, o, own, out, c, op, stream) };
+    let refused = unsafe { reduce_block(seg, &mut scratch, &bufs, o, own, out, c, op, stream) };
     seg.put_scratch(scratch);
     conclude(seg, b, refused.err(), deadline)
 }
@@ -274,13 +384,15 @@ pub(crate) fn all_gather<T: Element>(
     let base = recv.as_mut_ptr();
     let blocks: Vec<*mut T> = offsets.iter().map(|&o| base.wrapping_add(o)).collect();
     let b = seg.next_round();
-    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
+    let bufs = exchange(seg, b, send.as_ptr().cast(), size_of_val(send), deadline)?;
+    if !bufs.readable(seg, 0..n, size_of_val(recv)) {
+        return Ok(Direct::Slots);
+    }
     // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements inside it, checked above); `kernels::copy` fences what it streams.
     unsafe { kernels::copy(send.as_ptr(), blocks[me], counts[me]) };
-    let pids = seg.pids().expect("single copy is on");
     let refused = peers(me, n).try_for_each(|q| {
-        // SAFETY: block `q` of `recv` (inside it: offsets of counts totalling its length, checked above), ours.
-        unsafe { fetch(q, pids[q], addrs[q], blocks[q], counts[q]) }
+        // SAFETY: block `q` of `recv` (inside it: offsets of counts totalling its length, checked above), ours; `q`'s send buffer holds `counts[q]`.
+        unsafe { bufs.read(seg, q, 0, blocks[q], counts[q]) }
     });
     conclude(seg, b, refused.err(), deadline)
 }
@@ -297,12 +409,14 @@ pub(crate) fn broadcast<T: Element>(
 ) -> Result<Direct, Stop> {
     let me = seg.rank();
     let b = seg.next_round();
-    let addrs = exchange(seg, b, buf.as_ptr() as usize, deadline)?;
+    let bufs = exchange(seg, b, buf.as_ptr().cast(), size_of_val(buf), deadline)?;
+    if !bufs.readable(seg, std::iter::once(root), size_of_val(buf)) {
+        return Ok(Direct::Slots);
+    }
     let mut refused = Ok(());
     if me != root {
-        let pid = seg.pids().expect("single copy is on")[root];
-        // SAFETY: `buf` is ours; the root's is only read.
-        refused = unsafe { fetch(root, pid, addrs[root], buf.as_mut_ptr(), buf.len()) };
+        // SAFETY: `buf` is ours; the root's, of the same agreed length, is only read.
+        refused = unsafe { bufs.read(seg, root, 0, buf.as_mut_ptr(), buf.len()) };
     }
     conclude(seg, b, refused.err(), deadline)
 }
@@ -328,14 +442,15 @@ pub(crate) fn all_to_all<T: Element>(
     let blocks: Vec<*mut T> = (0..n).map(|q| base.wrapping_add(q * block)).collect();
     let own = send[mine..mine + block].as_ptr();
     let b = seg.next_round();
-    let addrs = exchange(seg, b, send.as_ptr() as usize, deadline)?;
+    let bufs = exchange(seg, b, send.as_ptr().cast(), size_of_val(send), deadline)?;
+    if !bufs.readable(seg, 0..n, size_of_val(recv)) {
+        return Ok(Direct::Slots);
+    }
     // SAFETY: two ranges of `block` elements (inside `send` and `recv`, checked above), the second ours; `kernels::copy` fences what it streams.
     unsafe { kernels::copy(own, blocks[me], block) };
-    let pids = seg.pids().expect("single copy is on");
     let refused = peers(me, n).try_for_each(|q| {
-        let from = at::<T>(addrs[q], mine);
-        // SAFETY: block `q` of `recv` (inside it, checked above), ours.
-        unsafe { fetch(q, pids[q], from, blocks[q], block) }
+        // SAFETY: block `q` of `recv` (inside it, checked above), ours; block `me` of `q`'s send buffer, of the agreed length.
+        unsafe { bufs.read(seg, q, mine, blocks[q], block) }
     });
     conclude(seg, b, refused.err(), deadline)
 }
@@ -455,6 +570,222 @@ mod tests {
                 assert_eq!(out, want, "{op} rank {r}");
                 assert!(!after, "{op}: rank {r} reads directly no more");
                 assert!(again.iter().all(|&x| x == 1.0), "{op} rank {r}");
+            }
+        }
+    }
+
+    /// Peers' shared buffers ([`crate::mpi::arena`]) are read through the
+    /// mapping of their arenas, never with cross-memory attach: with every
+    /// peer looked for in a process that has ended (so any such read is
+    /// refused), every collective still reads directly (`Direct::Done`),
+    /// with the right result, uneven blocks included.
+    #[test]
+    fn shared_buffers_are_read_through_the_arenas_mapping() {
+        use crate::mpi::arena::Arena;
+        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+            let name = segment::fresh_name();
+            let dead = gone();
+            let segs: Vec<Segment> = (0..2)
+                .map(|r| {
+                    let mut s =
+                        Segment::map_with_arena(&name, r == 0, 2, SLOT, 1 << 20, r).expect("maps");
+                    s.set_single_copy(SingleCopy {
+                        pids: vec![dead; 2].into(),
+                        from_bytes: 0,
+                        below_bytes: usize::MAX,
+                    });
+                    s
+                })
+                .collect();
+            segment::unlink(&name);
+            let handles: Vec<_> = segs
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut seg)| {
+                    std::thread::spawn(move || {
+                        let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
+                        let arena = Arena::new(base, seg.arena_len());
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        let counts = [3000usize, 5000];
+                        let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
+                        let room = |len: usize| arena.buffer::<f32>(len, r).unwrap();
+                        let (done, out) = match op {
+                            "all-gather" => {
+                                let mut send = room(counts[r]);
+                                send.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
+                                let mut recv = room(8000);
+                                let d = all_gather(&mut seg, &send, &mut recv, &counts, deadline);
+                                (d, recv.to_vec())
+                            }
+                            "reduce-scatter" => {
+                                let mut send = room(8000);
+                                send.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
+                                let mut recv = room(counts[r]);
+                                let sum = ReduceOp::Sum;
+                                let d = reduce_scatter(
+                                    &mut seg, &send, &mut recv, &counts, sum, deadline,
+                                );
+                                (d, recv.to_vec())
+                            }
+                            "broadcast" => {
+                                let mut b = room(4000);
+                                b.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
+                                (broadcast(&mut seg, &mut b, 1, deadline), b.to_vec())
+                            }
+                            _ => {
+                                let mut send = room(8000);
+                                send.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
+                                let mut recv = room(8000);
+                                let d = all_to_all(&mut seg, &send, &mut recv, 4000, deadline);
+                                (d, recv.to_vec())
+                            }
+                        };
+                        (done, out, seg.pids().is_some())
+                    })
+                })
+                .collect();
+            let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
+            for (r, h) in handles.into_iter().enumerate() {
+                let (done, out, still) = h.join().unwrap();
+                assert_eq!(done, Ok(Direct::Done), "{op} rank {r}");
+                assert!(still, "{op} rank {r}: single copies stay on");
+                let want: Vec<f32> = match op {
+                    "all-gather" => (0..3000)
+                        .map(|i| v(0, i))
+                        .chain((0..5000).map(|i| v(1, i)))
+                        .collect(),
+                    "reduce-scatter" => {
+                        let o = if r == 0 { 0 } else { 3000 };
+                        (0..[3000, 5000][r])
+                            .map(|i| v(0, o + i) + v(1, o + i))
+                            .collect()
+                    }
+                    "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
+                    _ => (0..2)
+                        .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
+                        .collect(),
+                };
+                assert_eq!(out, want, "{op} rank {r}");
+            }
+        }
+    }
+
+    /// In a segment with arenas and no cross-memory attach at all, calls
+    /// from 64 KiB still read shared buffers directly at any size; one
+    /// rank's ordinary buffer sends every rank to the slots (`Slots`, the
+    /// same on every rank), except in a broadcast, which reads the root's
+    /// buffer only; the entry points of [`shared`] give the right results
+    /// either way.
+    #[test]
+    fn without_cross_memory_attach_only_shared_buffers_are_read_directly() {
+        use crate::mpi::arena::Arena;
+        // (the rank whose buffer is ordinary memory, if any; what every rank's direct call returns)
+        let cases = [
+            ("all-gather", None, Direct::Done),
+            ("all-gather", Some(1), Direct::Slots),
+            ("reduce-scatter", None, Direct::Done),
+            ("reduce-scatter", Some(0), Direct::Slots),
+            ("broadcast", Some(0), Direct::Done),
+            ("broadcast", Some(1), Direct::Slots),
+        ];
+        for (op, plain, want) in cases {
+            let name = segment::fresh_name();
+            let segs: Vec<Segment> = (0..2)
+                .map(|r| Segment::map_with_arena(&name, r == 0, 2, SLOT, 4 << 20, r).expect("maps"))
+                .collect();
+            segment::unlink(&name);
+            let handles: Vec<_> = segs
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut seg)| {
+                    std::thread::spawn(move || {
+                        assert!(
+                            seg.pids().is_none() && seg.direct(64 << 10) && !seg.direct(60 << 10)
+                        );
+                        let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
+                        let arena = Arena::new(base, seg.arena_len());
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
+                        // 160 KiB of f32 in all, uneven blocks.
+                        let counts = [15_000usize, 25_000];
+                        let mut own = |len: usize, f: &dyn Fn(usize) -> f32| {
+                            let mut b: Vec<f32> = (0..len).map(f).collect();
+                            if plain == Some(r) {
+                                (None, std::mem::take(&mut b))
+                            } else {
+                                let mut s = arena.buffer::<f32>(len, r).unwrap();
+                                s.copy_from_slice(&b);
+                                (Some(s), b)
+                            }
+                        };
+                        let mut results = Vec::new();
+                        for entry in [false, true] {
+                            let (mut s1, mut p1) = match op {
+                                "broadcast" => own(40_000, &|i| v(r, i)),
+                                "all-gather" => own(counts[r], &|i| v(r, i)),
+                                _ => own(40_000, &|i| v(r, i)),
+                            };
+                            let recv_len = match op {
+                                "all-gather" => 40_000,
+                                "reduce-scatter" => counts[r],
+                                _ => 0,
+                            };
+                            let mut recv = vec![0f32; recv_len];
+                            let buf: &mut [f32] = match &mut s1 {
+                                Some(s) => s,
+                                None => &mut p1,
+                            };
+                            let sum = ReduceOp::Sum;
+                            if entry {
+                                match op {
+                                    "all-gather" => shared::all_gather(
+                                        &mut seg, buf, &mut recv, &counts, deadline,
+                                    ),
+                                    "reduce-scatter" => shared::reduce_scatter(
+                                        &mut seg, buf, &mut recv, &counts, sum, deadline,
+                                    ),
+                                    _ => shared::broadcast(&mut seg, buf, 1, deadline),
+                                }
+                                .unwrap();
+                                results.push(if op == "broadcast" {
+                                    buf.to_vec()
+                                } else {
+                                    recv
+                                });
+                            } else {
+                                let d = match op {
+                                    "all-gather" => {
+                                        all_gather(&mut seg, buf, &mut recv, &counts, deadline)
+                                    }
+                                    "reduce-scatter" => reduce_scatter(
+                                        &mut seg, buf, &mut recv, &counts, sum, deadline,
+                                    ),
+                                    _ => broadcast(&mut seg, buf, 1, deadline),
+                                };
+                                assert_eq!(d, Ok(want), "{op}, plain {plain:?}, rank {r}");
+                            }
+                        }
+                        results.pop().unwrap()
+                    })
+                })
+                .collect();
+            let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
+            for (r, h) in handles.into_iter().enumerate() {
+                let out = h.join().unwrap();
+                let expect: Vec<f32> = match op {
+                    "all-gather" => (0..15_000)
+                        .map(|i| v(0, i))
+                        .chain((0..25_000).map(|i| v(1, i)))
+                        .collect(),
+                    "reduce-scatter" => {
+                        let o = [0, 15_000][r];
+                        (0..[15_000, 25_000][r])
+                            .map(|i| v(0, o + i) + v(1, o + i))
+                            .collect()
+                    }
+                    _ => (0..40_000).map(|i| v(1, i)).collect(),
+                };
+                assert_eq!(out, expect, "{op}, plain {plain:?}, rank {r}");
             }
         }
     }

@@ -556,8 +556,23 @@ impl Segment {
         self.scratch = scratch;
     }
 
-    /// Whether a call of `bytes` (the same on every rank) reads its peers'
-    /// buffers directly ([`super::direct`]) rather than through the slots.
+    /// Whether a call of `bytes` (the same on every rank) tries to read
+    /// its peers' buffers directly ([`super::direct`]) rather than through
+    /// the slots: inside the cross-memory window ([`Segment::single_copy`]),
+    /// or, in a segment with arenas, from
+    /// [`super::direct::SINGLE_COPY_FROM_BYTES`] on at any size (shared
+    /// buffers are read through the mapping; a call whose buffers are not
+    /// shared buffers then goes to the slots after one exchange).
+    pub(crate) fn direct(&self, bytes: usize) -> bool {
+        self.direct_arena(bytes) || self.single_copy(bytes)
+    }
+
+    fn direct_arena(&self, bytes: usize) -> bool {
+        self.arena > 0 && bytes >= super::direct::SINGLE_COPY_FROM_BYTES
+    }
+
+    /// Whether a call of `bytes` may read its peers' buffers with
+    /// cross-memory attach.
     pub(crate) fn single_copy(&self, bytes: usize) -> bool {
         self.single_copy
             .as_ref()

@@ -216,7 +216,7 @@ pub(crate) fn reduce_scatter<T: Element>(
     op: ReduceOp,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(send))
+    if seg.direct(size_of_val(send))
         && direct::reduce_scatter(seg, send, recv, counts, op, deadline)? == Direct::Done
     {
         return Ok(());
@@ -268,7 +268,7 @@ pub(crate) fn all_gather<T: Element>(
     counts: &[usize],
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv))
+    if seg.direct(size_of_val(recv))
         && direct::all_gather(seg, send, recv, counts, deadline)? == Direct::Done
     {
         return Ok(());
@@ -319,8 +319,7 @@ pub(crate) fn broadcast<T: Element>(
     root: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(buf))
-        && direct::broadcast(seg, buf, root, deadline)? == Direct::Done
+    if seg.direct(size_of_val(buf)) && direct::broadcast(seg, buf, root, deadline)? == Direct::Done
     {
         return Ok(());
     }
@@ -359,7 +358,7 @@ pub(crate) fn all_to_all<T: Element>(
     block: usize,
     deadline: Instant,
 ) -> Result<(), Stop> {
-    if seg.single_copy(size_of_val(recv))
+    if seg.direct(size_of_val(recv))
         && direct::all_to_all(seg, send, recv, block, deadline)? == Direct::Done
     {
         return Ok(());

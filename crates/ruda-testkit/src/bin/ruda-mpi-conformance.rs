@@ -55,9 +55,11 @@
 //! - `shared-buffers` (its world has 16 MiB arenas,
 //!   `MpiWorldBuilder::shared_buffers`): all-reduces of shared buffers
 //!   (f32, f64, f16; sum, max, mean; empty to many slots long) have the
-//!   bits of the same call on ordinary memory; one rank with ordinary
-//!   memory among shared buffers, a split's arenas, a full arena's error,
-//!   and ranges given back. `die --shared-buffers` kills a rank among
+//!   bits of the same call on ordinary memory; so do all-gathers,
+//!   reduce-scatters, broadcasts and all-to-alls of shared buffers inside
+//!   and past the cross-memory window (read through the arenas' mapping);
+//!   one rank with ordinary memory among shared buffers, a split's arenas,
+//!   a full arena's error, and ranges given back. `die --shared-buffers` kills a rank among
 //!   all-reduces of shared buffers (in place on the peers' memory).
 //! - `stall` (its world has arenas and a 1 s deadline): rank 1 is stopped
 //!   (`SIGSTOP`) for 4 s among all-reduces of shared buffers; wherever the
@@ -360,7 +362,7 @@ fn die(world: &MpiCommunicator) -> Result<usize, String> {
 
 /// Bytes of each rank's arena in the `shared-buffers` mode and with
 /// `--shared-buffers`.
-const ARENA: usize = 16 << 20;
+const ARENA: usize = 64 << 20;
 
 /// Rank `r`'s value at `i` for the shared-buffer checks: inexact in f32,
 /// so that another reduction order would show in the bits.
@@ -445,6 +447,62 @@ fn stall(world: &MpiCommunicator) -> Result<usize, String> {
     Err("rank 1 should have stalled".into())
 }
 
+/// One data-movement collective (`op`: all-gather, reduce-scatter,
+/// broadcast from the last rank, all-to-all) of `total` f32 on shared
+/// buffers (ordinary memory on this rank when `plain_here`) and on
+/// ordinary memory: the same result.
+fn moved_against_plain(
+    comm: &MpiCommunicator,
+    op: &str,
+    total: usize,
+    plain_here: bool,
+) -> Result<(), String> {
+    let (me, n) = (comm.rank(), comm.size());
+    let what = format!("{op} of {total} on rank {me} (plain here: {plain_here})");
+    let block = total / n;
+    let (send_len, recv_len) = match op {
+        "all-gather" => (block, block * n),
+        "reduce-scatter" => (block * n, block),
+        "broadcast" => (total, 0),
+        _ => (block * n, block * n),
+    };
+    let run = |send: &mut [f32], recv: &mut [f32]| match op {
+        "all-gather" => comm.all_gather(send, recv),
+        "reduce-scatter" => comm.reduce_scatter(send, recv, ReduceOp::Sum),
+        "broadcast" => comm.broadcast(send, n - 1),
+        _ => comm.all_to_all(send, recv),
+    };
+    let fill = |b: &mut [f32]| {
+        b.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = shared_value(me, i) as f32)
+    };
+    let err = |e: CommError| format!("{what}: {e}");
+    let (mut send, mut recv) = (vec![0f32; send_len], vec![0f32; recv_len]);
+    fill(&mut send);
+    run(&mut send, &mut recv).map_err(err)?;
+    let want = if op == "broadcast" { send } else { recv };
+    let room = |len| {
+        comm.shared_buffer::<f32>(len)
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let (mut s_shared, mut r_shared) = (room(send_len)?, room(recv_len)?);
+    let (mut s_plain, mut r_plain) = (vec![0f32; send_len], vec![0f32; recv_len]);
+    let (send, recv): (&mut [f32], &mut [f32]) = if plain_here {
+        (&mut s_plain, &mut r_plain)
+    } else {
+        (&mut s_shared, &mut r_shared)
+    };
+    fill(send);
+    run(send, recv).map_err(err)?;
+    let got: &[f32] = if op == "broadcast" { send } else { recv };
+    if bytemuck::cast_slice::<f32, u8>(got) != bytemuck::cast_slice::<f32, u8>(&want) {
+        let at = (0..want.len()).find(|&i| got[i] != want[i]).unwrap_or(0);
+        return Err(format!("{what}: {} against {} at {at}", got[at], want[at]));
+    }
+    Ok(())
+}
+
 /// The `shared-buffers` mode (see the module's docs).
 fn shared_buffers(world: &MpiCommunicator) -> Result<usize, String> {
     use half::f16;
@@ -475,6 +533,16 @@ fn shared_buffers(world: &MpiCommunicator) -> Result<usize, String> {
             f64::from,
         )?;
         passed += 1;
+    }
+    // Data movement inside the cross-memory window (1.2 MB) and past it
+    // (17.2 MB): shared buffers read through the arenas' mapping, and one
+    // rank on ordinary memory.
+    for total in [300_000usize, 4_300_000] {
+        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+            moved_against_plain(world, op, total, false)?;
+            moved_against_plain(world, op, total, me == 0)?;
+            passed += 2;
+        }
     }
     // A split has arenas of its own where it has a segment (two ranks or more).
     let sub = world
