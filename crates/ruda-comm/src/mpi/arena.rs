@@ -153,7 +153,7 @@ impl Arena {
             arena: self.len,
         };
         // An overflowing length asks for more than any arena has.
-        let bytes = len.checked_mul(size_of::<T>()).unwrap_or(usize::MAX);
+        let bytes = len.saturating_mul(size_of::<T>());
         let off = self.take(bytes).map_err(full)?;
         // SAFETY: `take` returned a range of at least `bytes` bytes at `off` inside the arena's `len` bytes from `base`.
         let at = unsafe { self.base.as_ptr().add(off) };

@@ -708,7 +708,7 @@ mod tests {
                         let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
                         // 160 KiB of f32 in all, uneven blocks.
                         let counts = [15_000usize, 25_000];
-                        let mut own = |len: usize, f: &dyn Fn(usize) -> f32| {
+                        let own = |len: usize, f: &dyn Fn(usize) -> f32| {
                             let mut b: Vec<f32> = (0..len).map(f).collect();
                             if plain == Some(r) {
                                 (None, std::mem::take(&mut b))

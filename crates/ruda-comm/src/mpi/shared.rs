@@ -830,7 +830,7 @@ mod tests {
                 let mut shared = arena.buffer::<f64>(len, r).unwrap();
                 let mut own: Vec<f64> = (0..len).map(|i| value(r, i)).collect();
                 shared.copy_from_slice(&own);
-                let writable = !(r == odd && !plain);
+                let writable = r != odd || plain;
                 let buf: &mut [f64] = if r == odd && plain {
                     &mut own
                 } else {
