@@ -167,7 +167,9 @@ impl Buffers {
     /// Read `len` elements from `offset` of rank `q`'s buffer into `local`:
     /// through this rank's mapping of `q`'s arena when it is a shared
     /// buffer and the range lies in that arena, else with cross-memory
-    /// attach from process `pid`.
+    /// attach from the process of rank `q`. With `stream`, a mapped read
+    /// writes `local` with non-temporal stores, which the caller fences
+    /// ([`kernels::FenceOnExit`]) before any peer may read it.
     ///
     /// # Errors
     /// A refused cross-memory read: the peer and the system's error.
@@ -177,6 +179,7 @@ impl Buffers {
     /// and overlaps no peer's buffer; `offset + len` elements lie in rank
     /// `q`'s buffer (the agreed lengths), which `q` does not write during
     /// the call.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn read<T: Element>(
         &self,
         seg: &Segment,
@@ -184,10 +187,11 @@ impl Buffers {
         offset: usize,
         local: *mut T,
         len: usize,
+        stream: bool,
     ) -> Result<(), Refusal> {
         if let Some(from) = self.mapped::<T>(seg, q, offset, len) {
-            // SAFETY: `from` is `len` elements inside `q`'s arena (`mapped` checked), aligned (a shared buffer starts on a line; `offset` is whole elements), not written by `q` during the call; `local` as the caller says.
-            unsafe { kernels::copy(from, local, len) };
+            // SAFETY: `from` is `len` elements inside `q`'s arena (`mapped` checked), aligned (a shared buffer starts on a line; `offset` is whole elements), not written by `q` during the call; `local` as the caller says, who fences what `stream` streams.
+            unsafe { kernels::copy_to(from, local, len, stream) };
             return Ok(());
         }
         let Some(&pid) = seg.pids().and_then(|p| p.get(q)) else {
@@ -319,7 +323,7 @@ unsafe fn reduce_block<T: Element>(
         let m = room.min(len - off);
         for q in peers(me, n) {
             // SAFETY: peer `q`'s piece of `scratch` (borrowed mutably, process memory) holds `room >= m` elements; the block lies in `q`'s buffer (agreed counts).
-            unsafe { bufs.read(seg, q, offset + off, piece(q), m)? };
+            unsafe { bufs.read(seg, q, offset + off, piece(q), m, false)? };
         }
         let ins: Vec<*const T> = (0..n)
             .map(|q| {
@@ -388,11 +392,14 @@ pub(crate) fn all_gather<T: Element>(
     if !bufs.readable(seg, 0..n, size_of_val(recv)) {
         return Ok(Direct::Slots);
     }
-    // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements inside it, checked above); `kernels::copy` fences what it streams.
-    unsafe { kernels::copy(send.as_ptr(), blocks[me], counts[me]) };
+    // Streamed or not by the whole output, as the thread transport decides.
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
+    // SAFETY: `send` and block `me` of `recv` (ours, `counts[me]` elements inside it, checked above); `_fence` orders what it streams.
+    unsafe { kernels::copy_to(send.as_ptr(), blocks[me], counts[me], stream) };
     let refused = peers(me, n).try_for_each(|q| {
         // SAFETY: block `q` of `recv` (inside it: offsets of counts totalling its length, checked above), ours; `q`'s send buffer holds `counts[q]`.
-        unsafe { bufs.read(seg, q, 0, blocks[q], counts[q]) }
+        unsafe { bufs.read(seg, q, 0, blocks[q], counts[q], stream) }
     });
     conclude(seg, b, refused.err(), deadline)
 }
@@ -415,8 +422,10 @@ pub(crate) fn broadcast<T: Element>(
     }
     let mut refused = Ok(());
     if me != root {
-        // SAFETY: `buf` is ours; the root's, of the same agreed length, is only read.
-        refused = unsafe { bufs.read(seg, root, 0, buf.as_mut_ptr(), buf.len()) };
+        let stream = kernels::streams::<T>(buf.len());
+        let _fence = kernels::FenceOnExit(stream);
+        // SAFETY: `buf` is ours; the root's, of the same agreed length, is only read; `_fence` orders what it streams.
+        refused = unsafe { bufs.read(seg, root, 0, buf.as_mut_ptr(), buf.len(), stream) };
     }
     conclude(seg, b, refused.err(), deadline)
 }
@@ -446,11 +455,13 @@ pub(crate) fn all_to_all<T: Element>(
     if !bufs.readable(seg, 0..n, size_of_val(recv)) {
         return Ok(Direct::Slots);
     }
-    // SAFETY: two ranges of `block` elements (inside `send` and `recv`, checked above), the second ours; `kernels::copy` fences what it streams.
-    unsafe { kernels::copy(own, blocks[me], block) };
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
+    // SAFETY: two ranges of `block` elements (inside `send` and `recv`, checked above), the second ours; `_fence` orders what it streams.
+    unsafe { kernels::copy_to(own, blocks[me], block, stream) };
     let refused = peers(me, n).try_for_each(|q| {
         // SAFETY: block `q` of `recv` (inside it, checked above), ours; block `me` of `q`'s send buffer, of the agreed length.
-        unsafe { bufs.read(seg, q, mine, blocks[q], block) }
+        unsafe { bufs.read(seg, q, mine, blocks[q], block, stream) }
     });
     conclude(seg, b, refused.err(), deadline)
 }
