@@ -18,7 +18,10 @@
 //! died, or is stuck elsewhere) fails the barrier on every rank, which
 //! return a [`Stop`] naming it. The caller's buffers are only ever written
 //! by their own rank (peers at most read them, on the direct path), so
-//! nothing writes them after the call returns.
+//! nothing writes them after the call returns, except in an all-reduce of
+//! shared buffers ([`super::arena`]): peers write those in place, and a
+//! rank whose last barrier fails there ends the job rather than return
+//! ([`all_reduce_in_arenas`]).
 
 use std::time::Instant;
 

@@ -179,7 +179,10 @@ impl MpiWorldBuilder {
     ///   mid-call: no peer ever writes the caller's buffers (peers at most
     ///   read them, [`Self::shared_memory_single_copy`]). As after any
     ///   timeout, the communicator stays failed and dropping the
-    ///   [`MpiWorld`] then aborts the job.
+    ///   [`MpiWorld`] then aborts the job. The one exception is an
+    ///   all-reduce of shared buffers ([`Self::shared_buffers`]), which
+    ///   peers write in place: a rank that loses a peer midway ends the
+    ///   job (exit code 75) instead.
     ///
     /// Across hosts, see [`Self::hierarchical`].
     ///
