@@ -25,8 +25,8 @@
 //! `--shared-buffers` gives ruda's calls shared buffers
 //! (`MpiWorldBuilder::shared_buffers`, `MpiCommunicator::shared_buffer`)
 //! where it measured line-aligned vectors: an all-reduce then runs in place
-//! on the peers' memory, as threads do (the other collectives treat them
-//! as ordinary memory). Raw MPI keeps its own vectors.
+//! on the peers' memory, as threads do, and the other collectives read
+//! peers' buffers through the mapping. Raw MPI keeps its own vectors.
 //!
 //! `--unchecked` measures ruda without its per-call checks, through the
 //! `unsafe` `MpiWorldBuilder::unchecked`: the benchmark makes the same

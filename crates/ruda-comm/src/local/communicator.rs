@@ -192,8 +192,7 @@ impl LocalCommunicator {
             returned: false,
         };
         let slots = self.group.snapshot();
-        // SAFETY: between the call's two barrier episodes (the completion
-        // episode runs when `completion` drops, after `args` is gone).
+        // SAFETY: between the call's two barrier episodes (the completion episode runs when `completion` drops, after `args` is gone).
         let args: Vec<CallArgs<'_>> = slots.iter().map(|s| unsafe { s.args() }).collect();
         let verdict = validate::verdict(&args, self.rank);
         drop(args);

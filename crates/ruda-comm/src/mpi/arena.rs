@@ -23,6 +23,9 @@ use crate::{DType, Element};
 /// share one and every element type is aligned.
 const GRAIN: usize = 64;
 
+/// The offset of a buffer of no bytes, which takes no range.
+const EMPTY: usize = usize::MAX;
+
 /// The bytes of each rank's arena for `requested` bytes: rounded up to
 /// whole pages; `None` on overflow.
 pub(crate) fn arena_bytes(requested: usize) -> Option<usize> {
@@ -81,7 +84,13 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// The arena of `len` bytes at `base`.
-    pub(crate) fn new(base: NonNull<u8>, len: usize) -> Self {
+    ///
+    /// # Safety
+    /// `base` is valid for reads and writes of `len` bytes for as long as
+    /// this arena and any buffer it hands out live, 4 KiB aligned, and
+    /// written by nobody else outside collectives that the buffers are
+    /// passed to.
+    pub(crate) unsafe fn new(base: NonNull<u8>, len: usize) -> Self {
         Arena {
             base,
             len,
@@ -154,6 +163,17 @@ impl Arena {
         };
         // An overflowing length asks for more than any arena has.
         let bytes = len.saturating_mul(size_of::<T>());
+        if bytes == 0 {
+            // No memory: no range to take or give back (and never a shared buffer to a call).
+            return Ok(SharedBuffer {
+                ptr: NonNull::dangling(),
+                len,
+                off: EMPTY,
+                bytes: 0,
+                arena: self,
+                _own: PhantomData,
+            });
+        }
         let off = self.take(bytes).map_err(full)?;
         // SAFETY: `take` returned a range of at least `bytes` bytes at `off` inside the arena's `len` bytes from `base`.
         let at = unsafe { self.base.as_ptr().add(off) };
@@ -177,11 +197,15 @@ impl Arena {
 /// used wherever a collective takes a slice.
 ///
 /// When every rank of a communicator on one host passes a shared buffer to
-/// an all-reduce, no byte is copied through the segment's slots: each rank
-/// reduces its share of every rank's buffer in place and writes the result
-/// into all of them, as ranks of a [`crate::LocalWorld`] do, with the same
-/// bits. Any other call, or an all-reduce where some rank's buffer is
-/// ordinary memory, runs as it would on ordinary memory.
+/// an all-reduce of 64 KiB or more, no byte is copied through the
+/// segment's slots: each rank reduces its share of every rank's buffer in
+/// place and writes the result into all of them, as ranks of a
+/// [`crate::LocalWorld`] do, with the same bits. All-gathers, all-to-alls,
+/// broadcasts and reduce-scatters of 64 KiB or more read peers' shared
+/// buffers through the mapping (`memcpy`), where ordinary memory is read
+/// with cross-memory attach or through the slots. A call where some
+/// rank's buffer is ordinary memory, or a sub-slice that does not start on
+/// a cache line, runs as on ordinary memory.
 ///
 /// Peers write into it only inside a collective this rank passes it to,
 /// between two barriers. A rank whose second barrier does not pass (a
@@ -230,7 +254,7 @@ impl<T: Element> Deref for SharedBuffer<'_, T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        // SAFETY: `len` initialised elements (zeroed when made, `T: Pod`), aligned, inside the mapping the borrowed communicator keeps; written by peers only inside a collective that holds `&mut self`.
+        // SAFETY: `len` initialised elements (zeroed when made, `T: Pod`), aligned, inside the mapping the borrowed communicator keeps (or none at a dangling, aligned pointer); written by peers only inside a collective that holds `&mut self`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -244,7 +268,9 @@ impl<T: Element> DerefMut for SharedBuffer<'_, T> {
 
 impl<T: Element> Drop for SharedBuffer<'_, T> {
     fn drop(&mut self) {
-        self.arena.give(self.off, self.bytes);
+        if self.off != EMPTY {
+            self.arena.give(self.off, self.bytes);
+        }
     }
 }
 
@@ -261,10 +287,23 @@ impl<T: Element + std::fmt::Debug> std::fmt::Debug for SharedBuffer<'_, T> {
 mod tests {
     use super::*;
 
-    fn arena(len: usize) -> (Vec<u64>, Arena) {
-        let mut room = vec![0u64; len / 8];
-        let base = NonNull::new(room.as_mut_ptr().cast::<u8>()).unwrap();
-        (room, Arena::new(base, len))
+    /// Page-aligned memory for a test arena, freed when dropped.
+    struct Room(NonNull<u8>, std::alloc::Layout);
+
+    impl Drop for Room {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `arena` with this layout, freed once.
+            unsafe { std::alloc::dealloc(self.0.as_ptr(), self.1) };
+        }
+    }
+
+    fn arena(len: usize) -> (Room, Arena) {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).unwrap();
+        // SAFETY: a layout of nonzero size.
+        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).expect("memory");
+        // SAFETY: `len` bytes (at least) at `base`, 4 KiB aligned; each test keeps the `Room` bound beside the arena and drops the arena's buffers before either.
+        let a = unsafe { Arena::new(base, len) };
+        (Room(base, layout), a)
     }
 
     #[test]
@@ -319,22 +358,30 @@ mod tests {
                 ..
             }
         ));
-        let empty = arena(0).1;
+        let (_none, empty) = arena(0);
         assert!(matches!(
             empty.buffer::<f32>(1, 0),
             Err(SharedBufferError::Full { arena: 0, .. })
         ));
+        assert!(
+            empty.buffer::<f32>(0, 0).is_ok(),
+            "an empty buffer needs no room"
+        );
     }
 
     #[test]
-    fn empty_buffers_take_a_line_and_ranges_merge_both_ways() {
+    fn empty_buffers_take_no_room_and_ranges_merge_both_ways() {
         let (_room, a) = arena(4096);
-        let bufs: Vec<_> = (0..4).map(|_| a.buffer::<f32>(0, 0).unwrap()).collect();
+        let empty = a.buffer::<f64>(0, 0).unwrap();
+        assert!(empty.is_empty() && empty.offset() == EMPTY);
+        assert_eq!(a.free_bytes(), 4096);
+        drop(empty);
+        assert_eq!(a.free_bytes(), 4096);
+        let bufs: Vec<_> = (0..4).map(|_| a.buffer::<f32>(1, 0).unwrap()).collect();
         assert_eq!(
             bufs.iter().map(SharedBuffer::offset).collect::<Vec<_>>(),
             vec![0, 64, 128, 192]
         );
-        assert!(bufs[0].is_empty());
         let mut bufs = bufs.into_iter();
         let (b0, b1, b2, b3) = (
             bufs.next().unwrap(),

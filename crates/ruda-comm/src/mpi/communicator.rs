@@ -289,7 +289,8 @@ impl MpiCommunicator {
         };
         let arena = seg.filter(|s| s.arena_len() > 0).map(|s| {
             let base = std::ptr::NonNull::new(s.arena(s.rank())).expect("inside a mapping");
-            Arena::new(base, s.arena_len())
+            // SAFETY: this rank's arena in the segment `shm` keeps mapped until this communicator drops (`Shm::free`), which no `SharedBuffer` (borrowing the communicator) outlives; 4 KiB aligned (`Segment::arena`).
+            unsafe { Arena::new(base, s.arena_len()) }
         });
         Ok(MpiCommunicator {
             comm,

@@ -216,7 +216,7 @@ fn conclude(
 ) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
     let head = seg.slot(me, b).cast::<u64>();
-    // SAFETY: word 1 of this rank's slot of the round: peers read only word 0 before the barrier below, word 1 after it.
+    // SAFETY: word 1 of this rank's slot of the round: peers read only words 0 and 2 before the barrier below, word 1 after it.
     unsafe { head.add(1).write(u64::from(refused.is_some())) };
     seg.barrier(deadline)?;
     let any = (0..n).any(|q| {
@@ -496,6 +496,29 @@ mod tests {
         segs
     }
 
+    /// What rank `r` of 2 holds after `op` on the two-rank tests' inputs
+    /// (rank `q`'s element `i` is `q * 10_000 + i`; blocks of 3000 and 5000,
+    /// a broadcast of 4000 from rank 1, all-to-all blocks of 4000).
+    fn expected(op: &str, r: usize) -> Vec<f32> {
+        let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
+        match op {
+            "all-gather" => (0..3000)
+                .map(|i| v(0, i))
+                .chain((0..5000).map(|i| v(1, i)))
+                .collect(),
+            "reduce-scatter" => {
+                let o = if r == 0 { 0 } else { 3000 };
+                (0..[3000, 5000][r])
+                    .map(|i| v(0, o + i) + v(1, o + i))
+                    .collect()
+            }
+            "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
+            _ => (0..2)
+                .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
+                .collect(),
+        }
+    }
+
     /// The pid of a process that has ended (reading it is `ESRCH`).
     fn gone() -> libc::pid_t {
         let mut child = std::process::Command::new("true").spawn().expect("spawns");
@@ -559,25 +582,9 @@ mod tests {
                     })
                 })
                 .collect();
-            let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
             for (r, h) in handles.into_iter().enumerate() {
                 let (out, after, again) = h.join().unwrap();
-                let want: Vec<f32> = match op {
-                    "all-gather" => (0..3000)
-                        .map(|i| v(0, i))
-                        .chain((0..5000).map(|i| v(1, i)))
-                        .collect(),
-                    "reduce-scatter" => {
-                        let o = if r == 0 { 0 } else { 3000 };
-                        (0..[3000, 5000][r])
-                            .map(|i| v(0, o + i) + v(1, o + i))
-                            .collect()
-                    }
-                    "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
-                    _ => (0..2)
-                        .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
-                        .collect(),
-                };
+                let want = expected(op, r);
                 assert_eq!(out, want, "{op} rank {r}");
                 assert!(!after, "{op}: rank {r} reads directly no more");
                 assert!(again.iter().all(|&x| x == 1.0), "{op} rank {r}");
@@ -615,7 +622,8 @@ mod tests {
                 .map(|(r, mut seg)| {
                     std::thread::spawn(move || {
                         let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        let arena = Arena::new(base, seg.arena_len());
+                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                        let arena = unsafe { Arena::new(base, seg.arena_len()) };
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let counts = [3000usize, 5000];
                         let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
@@ -655,27 +663,11 @@ mod tests {
                     })
                 })
                 .collect();
-            let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
             for (r, h) in handles.into_iter().enumerate() {
                 let (done, out, still) = h.join().unwrap();
                 assert_eq!(done, Ok(Direct::Done), "{op} rank {r}");
                 assert!(still, "{op} rank {r}: single copies stay on");
-                let want: Vec<f32> = match op {
-                    "all-gather" => (0..3000)
-                        .map(|i| v(0, i))
-                        .chain((0..5000).map(|i| v(1, i)))
-                        .collect(),
-                    "reduce-scatter" => {
-                        let o = if r == 0 { 0 } else { 3000 };
-                        (0..[3000, 5000][r])
-                            .map(|i| v(0, o + i) + v(1, o + i))
-                            .collect()
-                    }
-                    "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
-                    _ => (0..2)
-                        .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
-                        .collect(),
-                };
+                let want = expected(op, r);
                 assert_eq!(out, want, "{op} rank {r}");
             }
         }
@@ -698,6 +690,8 @@ mod tests {
             ("reduce-scatter", Some(0), Direct::Slots),
             ("broadcast", Some(0), Direct::Done),
             ("broadcast", Some(1), Direct::Slots),
+            ("all-to-all", None, Direct::Done),
+            ("all-to-all", Some(0), Direct::Slots),
         ];
         for (op, plain, want) in cases {
             let name = segment::fresh_name();
@@ -714,7 +708,8 @@ mod tests {
                             seg.pids().is_none() && seg.direct(64 << 10) && !seg.direct(60 << 10)
                         );
                         let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        let arena = Arena::new(base, seg.arena_len());
+                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                        let arena = unsafe { Arena::new(base, seg.arena_len()) };
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
                         // 160 KiB of f32 in all, uneven blocks.
@@ -737,7 +732,7 @@ mod tests {
                                 _ => own(40_000, &|i| v(r, i)),
                             };
                             let recv_len = match op {
-                                "all-gather" => 40_000,
+                                "all-gather" | "all-to-all" => 40_000,
                                 "reduce-scatter" => counts[r],
                                 _ => 0,
                             };
@@ -755,6 +750,9 @@ mod tests {
                                     "reduce-scatter" => shared::reduce_scatter(
                                         &mut seg, buf, &mut recv, &counts, sum, deadline,
                                     ),
+                                    "all-to-all" => shared::all_to_all(
+                                        &mut seg, buf, &mut recv, 20_000, deadline,
+                                    ),
                                     _ => shared::broadcast(&mut seg, buf, 1, deadline),
                                 }
                                 .unwrap();
@@ -771,6 +769,9 @@ mod tests {
                                     "reduce-scatter" => reduce_scatter(
                                         &mut seg, buf, &mut recv, &counts, sum, deadline,
                                     ),
+                                    "all-to-all" => {
+                                        all_to_all(&mut seg, buf, &mut recv, 20_000, deadline)
+                                    }
                                     _ => broadcast(&mut seg, buf, 1, deadline),
                                 };
                                 assert_eq!(d, Ok(want), "{op}, plain {plain:?}, rank {r}");
@@ -794,6 +795,9 @@ mod tests {
                             .map(|i| v(0, o + i) + v(1, o + i))
                             .collect()
                     }
+                    "all-to-all" => (0..2)
+                        .flat_map(|q| (0..20_000).map(move |i| v(q, r * 20_000 + i)))
+                        .collect(),
                     _ => (0..40_000).map(|i| v(1, i)).collect(),
                 };
                 assert_eq!(out, expect, "{op}, plain {plain:?}, rank {r}");

@@ -48,7 +48,10 @@ pub(crate) struct Hosts {
 
 impl Shm {
     /// Free the MPI handles this holds (the segment unmaps when dropped).
-    /// Call with MPI not finalised, under the session's lock.
+    /// Call with MPI not finalised, under the session's lock. Only the
+    /// communicator's drop may call it: its arena and every `SharedBuffer`
+    /// borrowed from it point into the segment until then, so a segment
+    /// replaced on a live communicator would leave them dangling.
     pub(crate) fn free(&mut self) {
         if let Shm::Hosts(h) = self {
             // SAFETY: handles this value owns, freed once (then null).
@@ -239,15 +242,30 @@ fn open_segment(
             .unwrap_or_else(|| segment::default_slot(size, segment::online_cpus()));
         let slot = segment::slot_bytes(asked, size);
         msg[56..].copy_from_slice(&(slot as u64).to_le_bytes());
-        let made = match arena::arena_bytes(session.shm.arena) {
+        // Arenas that cannot be had (too large, a `/dev/shm` too small for
+        // them) cost only themselves: the segment is made without them,
+        // keeps its slots, and `shared_buffer` says `NoArena`.
+        let asked_arena = session.shm.arena;
+        let with_arena = match arena::arena_bytes(asked_arena) {
+            Some(0) => None,
             Some(arena) => {
-                msg[48..56].copy_from_slice(&(arena as u64).to_le_bytes());
-                Segment::map_with_arena(&name, true, size, slot, arena, 0)
+                Some(Segment::map_with_arena(&name, true, size, slot, arena, 0).map(|s| (s, arena)))
             }
-            None => Err(SegmentError(format!(
-                "an arena of {} bytes overflows",
-                session.shm.arena
-            ))),
+            None => Some(Err(SegmentError(format!("{asked_arena} bytes overflow")))),
+        };
+        let made = match with_arena {
+            Some(Ok((s, arena))) => {
+                msg[48..56].copy_from_slice(&(arena as u64).to_le_bytes());
+                Ok(s)
+            }
+            Some(Err(e)) => {
+                eprintln!(
+                    "ruda: no shared-buffer arenas of {asked_arena} bytes for a communicator of {size} ranks ({}); its segment keeps its slots",
+                    e.0
+                );
+                Segment::map(&name, true, size, slot, 0)
+            }
+            None => Segment::map(&name, true, size, slot, 0),
         };
         match made {
             Ok(s) if name.len() <= MAX_NAME => {

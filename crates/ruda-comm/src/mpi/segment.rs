@@ -192,7 +192,10 @@ pub(crate) struct Segment {
 // SAFETY: the mapping is plain shared memory, valid wherever this value
 // goes; its words are atomics and its slots are read and written only
 // inside a collective, under the barrier protocol, by the one thread that
-// holds the communicator (calls on one communicator never overlap).
+// holds the communicator (calls on one communicator never overlap). Its
+// arenas are written outside collectives only by their owners, through
+// `SharedBuffer`s, which peers touch only inside a collective they are
+// passed to.
 unsafe impl Send for Segment {}
 
 /// Why a segment could not be made or mapped.
@@ -207,9 +210,9 @@ fn layout(size: usize, slot: usize, arena: usize) -> Option<(usize, usize, usize
     let records = size
         .checked_add(1)?
         .checked_mul(line_len(size)?)?
-        .next_multiple_of(4096);
+        .checked_next_multiple_of(4096)?;
     let areas = size.checked_mul(2)?.checked_mul(record_len(size)?)?;
-    let slots = records.checked_add(areas)?.next_multiple_of(4096);
+    let slots = records.checked_add(areas)?.checked_next_multiple_of(4096)?;
     let arenas = slots.checked_add(size.checked_mul(2)?.checked_mul(slot)?)?;
     let len = arenas.checked_add(size.checked_mul(arena)?)?;
     Some((records, slots, arenas, len))
@@ -274,9 +277,8 @@ pub(crate) fn unlink(name: &str) {
 impl Segment {
     /// Create (`create`, rank 0: the name must not exist) or open the
     /// segment `name` for `size` ranks with slots of `slot` bytes (from
-    /// [`slot_bytes`]) and map it for `rank`; the tests' segments, without
+    /// [`slot_bytes`]) and map it for `rank`, without
     /// arenas.
-    #[cfg(test)]
     pub(crate) fn map(
         name: &str,
         create: bool,
@@ -487,10 +489,13 @@ impl Segment {
     }
 
     /// Where `bytes` bytes at `ptr` lie in this rank's arena: their offset,
-    /// or `None` when any of them lies outside it.
+    /// or `None` when any of them lies outside it or they do not start on a
+    /// cache line (a sub-slice of a shared buffer: its shares would
+    /// straddle lines, so it is used as ordinary memory).
     pub(crate) fn arena_offset(&self, ptr: *const u8, bytes: usize) -> Option<usize> {
         let off = (ptr as usize).checked_sub(self.arena(self.rank) as usize)?;
-        (off.checked_add(bytes)? <= self.arena && self.arena > 0).then_some(off)
+        (off.checked_add(bytes)? <= self.arena && self.arena > 0 && off.is_multiple_of(64))
+            .then_some(off)
     }
 
     /// The record area `b` of rank `q`: [`Segment::record_len`] bytes,
@@ -567,8 +572,12 @@ impl Segment {
         self.direct_arena(bytes) || self.single_copy(bytes)
     }
 
-    fn direct_arena(&self, bytes: usize) -> bool {
-        self.arena > 0 && bytes >= super::direct::SINGLE_COPY_FROM_BYTES
+    /// Whether a call of `bytes` (the same on every rank) first sees
+    /// whether its buffers are shared buffers: in a segment with arenas,
+    /// from [`super::direct::SINGLE_COPY_FROM_BYTES`] on (below it, the
+    /// exchange's barrier would cost more than the slots' copies save).
+    pub(crate) fn direct_arena(&self, bytes: usize) -> bool {
+        self.arena > 0 && self.size > 1 && bytes >= super::direct::SINGLE_COPY_FROM_BYTES
     }
 
     /// Whether a call of `bytes` may read its peers' buffers with
@@ -728,8 +737,8 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: the mapping this value made, unmapped once; no pointer
-        // into it outlives a collective, which holds `&mut self`.
+        // The communicator's arena and its `SharedBuffer`s point into the mapping between calls; the segment is dropped only by `Shm::free` in `MpiCommunicator`'s drop, which no `SharedBuffer` (borrowing the communicator) outlives.
+        // SAFETY: the mapping this value made, unmapped once; no collective (which holds `&mut self`) and no shared buffer is live (above).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }

@@ -52,10 +52,11 @@ unsafe fn copy<T: Element>(src: *const T, dst: *mut T, len: usize) {
 
 /// All-reduce `buf` in place over every rank of the segment.
 ///
-/// In a segment with arenas, the ranks first see whether every one's
-/// `buf` is a shared buffer ([`super::arena`]) and `writable` (its rank
-/// lets peers write it): then [`all_reduce_in_arenas`] runs instead of the
-/// rounds below, and `stranded` is called if its last barrier fails.
+/// In a segment with arenas, from 64 KiB ([`Segment::direct_arena`]), the
+/// ranks first see whether every one's `buf` is a shared buffer
+/// ([`super::arena`]) and `writable` (its rank lets peers write it): then
+/// [`all_reduce_in_arenas`] runs instead of the rounds below, and
+/// `stranded` is called if its last barrier fails.
 ///
 /// Each round of `m` elements is cut into `n` shares ([`kernels::partition`]);
 /// rank `q` reduces share `q`. A rank copies only its peers' shares into
@@ -73,8 +74,7 @@ pub(crate) fn all_reduce<T: Element>(
     writable: bool,
     stranded: impl FnOnce(&Stop),
 ) -> Result<(), Stop> {
-    if seg.arena_len() > 0
-        && seg.size() > 1
+    if seg.direct_arena(size_of_val(buf))
         && all_reduce_in_arenas(seg, buf, op, deadline, writable, stranded)?
     {
         return Ok(());
@@ -760,7 +760,8 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                    let a = Arena::new(base, seg.arena_len());
+                    // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                    let a = unsafe { Arena::new(base, seg.arena_len()) };
                     f(r, &mut seg, &a)
                 })
             })
@@ -782,9 +783,10 @@ mod tests {
     #[test]
     fn shared_buffers_reduce_in_place_with_the_bits_of_the_slots() {
         for n in 1..=5 {
-            let out = arena_ranks(n, 1 << 16, move |r, seg, arena| {
+            let out = arena_ranks(n, 1 << 20, move |r, seg, arena| {
                 let mut checked = 0;
-                for len in [0usize, 1, 17, 1000, 5003] {
+                // The last is past 64 KiB, where the public entry goes in place too.
+                for len in [0usize, 1, 17, 1000, 5003, 20_000] {
                     let mut shared = arena.buffer::<f32>(len, r).unwrap();
                     let mut plain: Vec<f32> = (0..len).map(|i| inexact(r, i)).collect();
                     shared.copy_from_slice(&plain);
@@ -798,27 +800,84 @@ mod tests {
                             true,
                             |_| panic!("stranded"),
                         );
-                        assert_eq!(took, Ok(true), "n {n} len {len}");
+                        // An empty buffer takes no room in the arena: ordinary memory.
+                        assert_eq!(took, Ok(len > 0), "n {n} len {len}");
                     } else {
                         all_reduce(seg, &mut shared, ReduceOp::Sum, deadline(), true, |_| {})
                             .unwrap();
                     }
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&shared), bits(&plain), "n {n} len {len} rank {r}");
-                    // Again, through the public entry, with another operator.
-                    let mut again: Vec<f32> = shared.to_vec();
-                    all_reduce(seg, &mut shared, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
-                    all_reduce(seg, &mut again, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
-                    assert_eq!(bits(&shared), bits(&again), "n {n} len {len} rank {r}");
                     let exact: f64 = (0..n).map(|q| f64::from(inexact(q, 0))).sum();
                     if len > 0 {
                         assert!((f64::from(shared[0]) - exact).abs() < 1e-3 * exact.abs().max(1.0));
+                    }
+                    // Again on fresh inputs, through the public entry, with another operator.
+                    let mut again: Vec<f32> = (0..len).map(|i| inexact(r, i + 1)).collect();
+                    shared.copy_from_slice(&again);
+                    all_reduce(seg, &mut shared, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
+                    all_reduce(seg, &mut again, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
+                    assert_eq!(bits(&shared), bits(&again), "n {n} len {len} rank {r}");
+                    let most = (0..n).map(|q| inexact(q, 1)).fold(f32::MIN, f32::max);
+                    if len > 0 {
+                        assert_eq!(shared[0], most, "n {n} len {len} rank {r}");
                     }
                     checked += len;
                 }
                 checked
             });
-            assert!(out.iter().all(|&c| c == 6021), "n {n}");
+            assert!(out.iter().all(|&c| c == 26_021), "n {n}");
+        }
+    }
+
+    /// Half precision accumulates in f32 and rounds once, and a mean
+    /// divides once, in place as on the slots; a sub-slice of a shared
+    /// buffer that does not start on a cache line is ordinary memory (its
+    /// shares would straddle lines), with the right result.
+    #[test]
+    fn half_precision_means_and_sub_slices_in_place() {
+        use half::f16;
+        let out = arena_ranks(3, 1 << 20, |r, seg, arena| {
+            // 2048 + 1 + 1 in f16: only one rounding of the f32 sum keeps the ones.
+            let mut h = arena.buffer::<f16>(40_000, r).unwrap();
+            h.fill(f16::from_f32([2048.0, 1.0, 1.0][r]));
+            let took = all_reduce_in_arenas(seg, &mut h, ReduceOp::Sum, deadline(), true, |_| {
+                panic!("stranded")
+            });
+            assert_eq!(took, Ok(true));
+            let mut m = arena.buffer::<f64>(20_000, r).unwrap();
+            m.iter_mut().enumerate().for_each(|(i, x)| *x = value(r, i));
+            all_reduce(seg, &mut m, ReduceOp::Mean, deadline(), true, |_| {}).unwrap();
+            let mut sub = arena.buffer::<f32>(20_001, r).unwrap();
+            sub.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = value(r, i) as f32);
+            let took =
+                all_reduce_in_arenas(seg, &mut sub[1..], ReduceOp::Sum, deadline(), true, |_| {
+                    panic!("stranded")
+                });
+            assert_eq!(took, Ok(false), "a sub-slice off a line");
+            all_reduce(seg, &mut sub[1..], ReduceOp::Sum, deadline(), true, |_| {}).unwrap();
+            (h.to_vec(), m.to_vec(), sub.to_vec())
+        });
+        for (r, (h, m, sub)) in out.into_iter().enumerate() {
+            assert!(
+                h.iter().all(|&x| x == f16::from_f32(2050.0)),
+                "rank {r}: {:?}",
+                h[0]
+            );
+            for (i, &x) in m.iter().enumerate() {
+                let want = (0..3).map(|q| value(q, i)).sum::<f64>() / 3.0;
+                assert!(
+                    (x - want).abs() <= 1e-12 * want.abs().max(1.0),
+                    "rank {r} at {i}"
+                );
+            }
+            assert_eq!(sub[0], value(r, 0) as f32, "rank {r}: outside the call");
+            for (i, &x) in sub.iter().enumerate().skip(1) {
+                let want: f64 = (0..3).map(|q| value(q, i)).sum();
+                assert_eq!(f64::from(x), want, "rank {r} at {i}");
+            }
         }
     }
 

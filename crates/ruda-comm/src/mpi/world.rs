@@ -293,7 +293,9 @@ impl MpiWorldBuilder {
     /// succeeds does the segment read directly, else it keeps its slots,
     /// without a message. Nothing in the process is changed for it (no
     /// `prctl`). With `false` on any rank, the slots move every call's
-    /// data.
+    /// data, except that shared buffers ([`Self::shared_buffers`]) are
+    /// still read through the mapping every rank has of them, from 64 KiB
+    /// at any size: this setting governs cross-memory attach.
     ///
     /// Peers' buffers are only ever read, never written, and only between
     /// two barriers of the call. A peer gone mid-call fails the call on

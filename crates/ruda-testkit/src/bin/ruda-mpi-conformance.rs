@@ -52,7 +52,7 @@
 //!   (`MpiWorldBuilder::shared_memory_single_copy_sizes(0..usize::MAX)`);
 //!   `--slots-only`: none does (`shared_memory_single_copy(false)`). Rank
 //!   0 prints whether the world reads directly.
-//! - `shared-buffers` (its world has 16 MiB arenas,
+//! - `shared-buffers` (its world has 64 MiB arenas,
 //!   `MpiWorldBuilder::shared_buffers`): all-reduces of shared buffers
 //!   (f32, f64, f16; sum, max, mean; empty to many slots long) have the
 //!   bits of the same call on ordinary memory; so do all-gathers,
@@ -61,7 +61,7 @@
 //!   one rank with ordinary memory among shared buffers, a split's arenas,
 //!   a full arena's error, and ranges given back. `die --shared-buffers` kills a rank among
 //!   all-reduces of shared buffers (in place on the peers' memory).
-//! - `stall` (its world has arenas and a 1 s deadline): rank 1 is stopped
+//! - `stall` (its world has 64 MiB arenas and a 1 s deadline): rank 1 is stopped
 //!   (`SIGSTOP`) for 4 s among all-reduces of shared buffers; wherever the
 //!   stop lands, its peers end within their deadline, naming it (a
 //!   `Timeout` at the first barrier, or the end of the job with exit code
@@ -557,7 +557,23 @@ fn shared_buffers(world: &MpiCommunicator) -> Result<usize, String> {
     ) {
         return Err("a split of one rank has no arena".into());
     }
-    passed += 1;
+    // A shared buffer of the world passed to the split (whose segment it
+    // is not in) is ordinary memory there: the right sum.
+    let mut foreign = world
+        .shared_buffer::<f64>(20_000)
+        .map_err(|e| e.to_string())?;
+    foreign.fill(me as f64);
+    sub.all_reduce(&mut foreign, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    let want: f64 = (0..n).filter(|q| q % 2 == me % 2).map(|q| q as f64).sum();
+    if foreign.iter().any(|&x| x != want) {
+        return Err(format!(
+            "a world buffer on the split: {} where {want}",
+            foreign[0]
+        ));
+    }
+    drop(foreign);
+    passed += 2;
     // A full arena says so, naming the rank; every range comes back.
     let kept = world
         .shared_buffer::<u8>(ARENA / 2)
