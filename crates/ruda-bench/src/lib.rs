@@ -22,6 +22,8 @@
 
 #[cfg(feature = "mpi")]
 mod mpi_raw;
+#[cfg(feature = "mpi")]
+mod mpi_shared;
 mod pattern;
 mod roofline;
 mod sample;
@@ -29,6 +31,8 @@ mod timing;
 
 #[cfg(feature = "mpi")]
 pub use mpi_raw::{measure_mpi_raw, mpi_in_place};
+#[cfg(feature = "mpi")]
+pub use mpi_shared::{measure_shared, shared_arena_bytes};
 pub use pattern::{PERIOD, count_wrong, expected, fill};
 pub use roofline::{StreamKernel, Traffic, stream};
 #[doc(hidden)]

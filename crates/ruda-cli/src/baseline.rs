@@ -49,7 +49,7 @@ pub enum BaselineError {
 /// use ruda_comm::DType;
 /// let cfg = BenchConfig { ops: vec![BenchOp::AllGather], dtype: DType::F32,
 ///     sizes: vec![4096, 8192], ranks: 2, iters: None, warmup: None,
-///     tensor: false, pin: true, raw_mpi: false };
+///     tensor: false, pin: true, raw_mpi: false, shared_buffers: false };
 /// let cmd = baseline::command(&cfg, "ruda".as_ref(), 2);
 /// let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
 /// assert!(args.windows(2).any(|w| w == ["--sizes", "4096:8192"]));

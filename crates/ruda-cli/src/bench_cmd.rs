@@ -93,6 +93,9 @@ pub fn run_mpi(
                         bytes,
                         settings,
                     )
+                } else if cfg.shared_buffers {
+                    bench::measure_shared::<$t>(world, op, bytes, settings)
+                        .map_err(|e| e.to_string())
                 } else {
                     bench::measure::<_, $t>(world, op, bytes, settings).map_err(|e| e.to_string())
                 }
@@ -275,10 +278,15 @@ pub fn print_table(
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "# ruda bench: {} ranks, {transport} transport{}{}, iterations per size: {}",
+        "# ruda bench: {} ranks, {transport} transport{}{}{}, iterations per size: {}",
         cfg.ranks,
         if cfg.tensor {
             ", tensor layer on Flex"
+        } else {
+            ""
+        },
+        if cfg.shared_buffers {
+            ", shared buffers"
         } else {
             ""
         },

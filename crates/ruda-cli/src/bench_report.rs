@@ -31,6 +31,10 @@ pub struct BenchConfig {
     /// Time the raw MPI collective instead of ruda's (MPI transport only:
     /// the baseline run of `--baseline mpi`).
     pub raw_mpi: bool,
+    /// Give ruda's calls shared buffers of the MPI world
+    /// (`--shared-buffers`, MPI transport only; the world must have been
+    /// built with arenas of [`ruda_bench::shared_arena_bytes`]).
+    pub shared_buffers: bool,
 }
 
 impl BenchConfig {
@@ -171,6 +175,9 @@ pub struct Report {
     pub device: Option<String>,
     /// Whether the tensor layer was timed.
     pub tensor: bool,
+    /// Whether ruda's calls had shared buffers (`--shared-buffers`).
+    #[serde(default)]
+    pub shared_buffers: bool,
     /// The core of each rank when the ranks were pinned.
     pub pinned_cores: Option<Vec<usize>>,
     /// Every row.

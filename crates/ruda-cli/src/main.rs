@@ -136,6 +136,12 @@ enum Command {
         /// Time the ruda-tensor layer on Burn's Flex backend instead of the raw communicator.
         #[arg(long)]
         tensor: bool,
+        /// With --transport mpi: give ruda's calls shared buffers of the
+        /// world (`MpiWorldBuilder::shared_buffers`), so that ranks on one
+        /// host all-reduce in place on each other's memory and read each
+        /// other's buffers through the mapping, as threads do.
+        #[arg(long)]
+        shared_buffers: bool,
         /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,
@@ -642,10 +648,12 @@ fn run_bench(
             bytes: 0,
             message: e.to_string(),
         };
-        let mpi = ruda_comm::MpiWorld::builder()
-            .abort_on_panic(true)
-            .init()
-            .map_err(fail)?;
+        let mut builder = ruda_comm::MpiWorld::builder().abort_on_panic(true);
+        if cfg.shared_buffers {
+            let largest = cfg.sizes.iter().copied().max().unwrap_or(0);
+            builder = builder.shared_buffers(ruda_bench::shared_arena_bytes(largest));
+        }
+        let mpi = builder.init().map_err(fail)?;
         let world = mpi.world().map_err(fail)?;
         let (lead, ranks) = (world.rank() == 0, world.size());
         if !lead {
@@ -808,10 +816,17 @@ fn main() -> ExitCode {
             baseline,
             raw_mpi,
             tensor,
+            shared_buffers,
             json,
             plot: plot_file,
         } => {
             let mpi = matches!(transport, TransportArg::Mpi);
+            if shared_buffers && (!mpi || tensor) {
+                eprintln!(
+                    "ruda bench: --shared-buffers is for the communicator over --transport mpi (not --tensor)"
+                );
+                return ExitCode::from(USAGE);
+            }
             if device.is_some() && !matches!(transport, TransportArg::Device) {
                 eprintln!("ruda bench: --device is for --transport device");
                 return ExitCode::from(USAGE);
@@ -855,6 +870,7 @@ fn main() -> ExitCode {
                 tensor,
                 pin: !no_pin,
                 raw_mpi: raw_mpi && mpi,
+                shared_buffers,
             };
             let baseline = baseline.is_some();
             if baseline && !cfg!(feature = "mpi") {
@@ -918,6 +934,7 @@ fn main() -> ExitCode {
                     transport: transport.to_string(),
                     device: on_device.map(|d| d.name().to_string()),
                     tensor,
+                    shared_buffers,
                     pinned_cores: pinned.clone(),
                     rows: rows.clone(),
                 };

@@ -359,6 +359,46 @@ fn bench_over_mpi_writes_one_json_report() {
     );
 }
 
+/// `ruda bench --transport mpi --shared-buffers`: ruda's calls on the
+/// world's shared buffers, every result right, and the report says so;
+/// the flag without the MPI transport is a usage error.
+#[test]
+fn bench_over_mpi_on_shared_buffers() {
+    let Some(out) = mpirun(
+        2,
+        &[
+            "bench",
+            "--transport",
+            "mpi",
+            "--shared-buffers",
+            "--sizes",
+            "64K:256K",
+            "--iters",
+            "3",
+            "--json",
+        ],
+    ) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("one JSON document from rank 0");
+    assert_eq!(doc["shared_buffers"], true);
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 15, "5 operations at 3 sizes");
+    assert!(rows.iter().all(|r| r["wrong"] == 0));
+    let local = Command::new(env!("CARGO_BIN_EXE_ruda"))
+        .args(["bench", "--shared-buffers", "--sizes", "4K"])
+        .output()
+        .expect("runs");
+    assert_eq!(local.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&local.stderr).contains("--shared-buffers is for"));
+}
+
 /// `ruda bench sht` under mpirun: one rank a process, one report.
 #[test]
 fn bench_sht_times_grids_of_processes_beside_the_serial_transform() {

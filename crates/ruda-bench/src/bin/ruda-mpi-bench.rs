@@ -35,7 +35,7 @@
 //! same flag and sizes.
 
 use ruda_bench::{self as bench, BenchOp, Settings};
-use ruda_comm::{CommError, Communicator, MpiCommunicator, MpiWorld};
+use ruda_comm::{Communicator, MpiWorld};
 
 fn parse(s: &str) -> usize {
     let (num, mult) = match s.chars().last() {
@@ -87,10 +87,8 @@ fn main() {
         .collect();
     let shared = args.iter().any(|a| a == "--shared-buffers");
     if shared {
-        // A call's send and receive buffers together hold at most twice
-        // its bytes (an all-gather's), plus a line each and a minimum.
         let largest = sizes.iter().copied().max().unwrap_or(0);
-        builder = builder.shared_buffers(largest.saturating_mul(2).saturating_add(1 << 20));
+        builder = builder.shared_buffers(bench::shared_arena_bytes(largest));
     }
     let mpi = builder.init().expect("MPI starts");
     let world = mpi.world().expect("the world communicator");
@@ -117,7 +115,7 @@ fn main() {
         let settings = Settings::auto(bytes);
         for op in BenchOp::ALL {
             let ruda = if shared {
-                measure_shared(&world, op, bytes, settings)
+                bench::measure_shared::<f32>(&world, op, bytes, settings)
             } else {
                 bench::measure::<_, f32>(&world, op, bytes, settings)
             }
@@ -145,30 +143,4 @@ fn main() {
         }
     }
     assert_eq!(wrong, 0, "wrong results");
-}
-
-/// [`bench::measure`] on shared buffers of `world`.
-fn measure_shared(
-    world: &MpiCommunicator,
-    op: BenchOp,
-    bytes: usize,
-    settings: Settings,
-) -> Result<bench::Measurement, CommError> {
-    let count = bench::elements_for::<f32>(bytes, world.size());
-    let (s, r) = bench::buffer_lens(op, world.size(), count);
-    let room = |len| {
-        world
-            .shared_buffer::<f32>(len)
-            .unwrap_or_else(|e| panic!("{op:?} of {bytes} bytes: {e}"))
-    };
-    let (mut send, mut recv) = (room(s), room(r));
-    bench::measure_in::<_, f32, CommError>(
-        world,
-        op,
-        bytes,
-        settings,
-        &mut send,
-        &mut recv,
-        |send, recv| bench::call(world, op, send, recv),
-    )
 }
