@@ -70,15 +70,30 @@ pub fn run_mpi(
     world: &ruda_comm::MpiCommunicator,
     progress: &ProgressBar,
 ) -> Result<Vec<Row>, BenchError> {
-    let tensor_comm = world
-        .split(Some(0), 0)
-        .map_err(|e| BenchError::Run {
-            op: "split",
+    // The tensor layer's own communicator, only when it is timed (a
+    // communicator's segment, arenas included, is reserved up front).
+    let tensor_comm = if cfg.tensor {
+        let c = world
+            .split(Some(0), 0)
+            .map_err(|e| BenchError::Run {
+                op: "split",
+                bytes: 0,
+                message: e.to_string(),
+            })?
+            .expect("a colour");
+        Some(std::sync::Arc::new(c))
+    } else {
+        None
+    };
+    if cfg.shared_buffers && !cfg.raw_mpi {
+        // Every rank's answer is the same (arenas are agreed); say why
+        // there are none rather than fail inside the first measurement.
+        world.shared_buffer::<u8>(1).map_err(|e| BenchError::Run {
+            op: "shared_buffer",
             bytes: 0,
             message: e.to_string(),
-        })?
-        .expect("a colour");
-    let tensor_comm = std::sync::Arc::new(tensor_comm);
+        })?;
+    }
     sweep(cfg, progress, |op, bytes| {
         let settings = cfg.settings(bytes);
         macro_rules! go {
@@ -88,7 +103,9 @@ pub fn run_mpi(
                         .map_err(|e| e.to_string())
                 } else if cfg.tensor {
                     measure_tensor::<_, $t>(
-                        HostCollective::from_arc(tensor_comm.clone()),
+                        HostCollective::from_arc(
+                            tensor_comm.clone().expect("split for the tensor layer"),
+                        ),
                         op,
                         bytes,
                         settings,

@@ -821,9 +821,9 @@ fn main() -> ExitCode {
             plot: plot_file,
         } => {
             let mpi = matches!(transport, TransportArg::Mpi);
-            if shared_buffers && (!mpi || tensor) {
+            if shared_buffers && (!mpi || tensor || raw_mpi) {
                 eprintln!(
-                    "ruda bench: --shared-buffers is for the communicator over --transport mpi (not --tensor)"
+                    "ruda bench: --shared-buffers is for ruda's communicator over --transport mpi (not --tensor or --raw-mpi)"
                 );
                 return ExitCode::from(USAGE);
             }

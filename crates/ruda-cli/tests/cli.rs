@@ -837,6 +837,20 @@ fn argument_errors_exit_2_with_a_clear_message() {
         ),
         (vec!["demo", "--steps", "0"], "steps"),
         (vec!["frobnicate"], "unrecognized subcommand"),
+        (
+            vec!["bench", "--shared-buffers", "--sizes", "4K"],
+            "--shared-buffers is for",
+        ),
+        (
+            vec![
+                "bench",
+                "--transport",
+                "mpi",
+                "--shared-buffers",
+                "--tensor",
+            ],
+            "--shared-buffers is for",
+        ),
     ]
     .into_iter()
     // Built with MPI, `--transport mpi` outside mpirun is a valid one-rank run.

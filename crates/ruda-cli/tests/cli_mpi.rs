@@ -360,8 +360,7 @@ fn bench_over_mpi_writes_one_json_report() {
 }
 
 /// `ruda bench --transport mpi --shared-buffers`: ruda's calls on the
-/// world's shared buffers, every result right, and the report says so;
-/// the flag without the MPI transport is a usage error.
+/// world's shared buffers, every result right, and the report says so.
 #[test]
 fn bench_over_mpi_on_shared_buffers() {
     let Some(out) = mpirun(
@@ -391,12 +390,6 @@ fn bench_over_mpi_on_shared_buffers() {
     let rows = doc["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 15, "5 operations at 3 sizes");
     assert!(rows.iter().all(|r| r["wrong"] == 0));
-    let local = Command::new(env!("CARGO_BIN_EXE_ruda"))
-        .args(["bench", "--shared-buffers", "--sizes", "4K"])
-        .output()
-        .expect("runs");
-    assert_eq!(local.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&local.stderr).contains("--shared-buffers is for"));
 }
 
 /// `ruda bench sht` under mpirun: one rank a process, one report.

@@ -2,11 +2,12 @@
 //! shared-memory segment that every rank of the host has mapped
 //! ([`super::MpiWorldBuilder::shared_buffers`]).
 //!
-//! A collective whose buffers are all shared buffers needs no copy through
-//! the segment's slots: an all-reduce works on its peers' buffers in place,
-//! as the thread transport does ([`super::shared`]), each rank reducing its
-//! share of every buffer and writing the result into all of them between
-//! two barriers. Allocation is local (no collective): each rank owns its
+//! A collective of 64 KiB or more whose buffers are all shared buffers
+//! needs no copy through the segment's slots: an all-reduce works on its
+//! peers' buffers in place, as the thread transport does
+//! ([`super::shared`]), each rank reducing its share of every buffer and
+//! writing the result into all of them between two barriers; other
+//! collectives read peers' buffers through the mapping ([`super::direct`]). Allocation is local (no collective): each rank owns its
 //! arena and hands out first-fit ranges of whole cache lines; peers learn
 //! a buffer's offset in the call that uses it.
 
@@ -36,9 +37,11 @@ pub(crate) fn arena_bytes(requested: usize) -> Option<usize> {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum SharedBufferError {
     /// The communicator has no arena: its world was built without
-    /// [`super::MpiWorldBuilder::shared_buffers`], or it moves its data
-    /// through MPI (no segment: ranks on several hosts without
-    /// `hierarchical`, checks off, shared memory off or unavailable).
+    /// [`super::MpiWorldBuilder::shared_buffers`], its arenas could not be
+    /// reserved (on its host, or across hosts on another: the segment was
+    /// made without them), or it moves its data through MPI (no segment:
+    /// one rank, ranks on several hosts without `hierarchical`, checks off,
+    /// shared memory off or unavailable).
     #[error(
         "rank {rank} has no shared-buffer arena on this communicator (see MpiWorldBuilder::shared_buffers)"
     )]
@@ -87,9 +90,9 @@ impl Arena {
     ///
     /// # Safety
     /// `base` is valid for reads and writes of `len` bytes for as long as
-    /// this arena and any buffer it hands out live, 4 KiB aligned, and
-    /// written by nobody else outside collectives that the buffers are
-    /// passed to.
+    /// any buffer this arena hands out lives (the arena itself only does
+    /// arithmetic on it), 4 KiB aligned, and written by nobody else
+    /// outside collectives that the buffers are passed to.
     pub(crate) unsafe fn new(base: NonNull<u8>, len: usize) -> Self {
         Arena {
             base,
@@ -205,7 +208,8 @@ impl Arena {
 /// buffers through the mapping (`memcpy`), where ordinary memory is read
 /// with cross-memory attach or through the slots. A call where some
 /// rank's buffer is ordinary memory, or a sub-slice that does not start on
-/// a cache line, runs as on ordinary memory.
+/// a cache line, or an empty buffer (which takes no room in the arena),
+/// runs as on ordinary memory.
 ///
 /// Peers write into it only inside a collective this rank passes it to,
 /// between two barriers. A rank whose second barrier does not pass (a

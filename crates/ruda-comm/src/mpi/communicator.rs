@@ -111,7 +111,8 @@ pub struct MpiCommunicator {
     /// The shared-memory segment of a communicator on one host.
     shm: Mutex<Shm>,
     /// This rank's arena in the segment, for shared buffers (`None`: no
-    /// segment, or no arena asked for).
+    /// segment, no arena asked for, or arenas that could not be had on
+    /// some host).
     arena: Option<Arena>,
     session: Arc<Session>,
 }
@@ -284,12 +285,12 @@ impl MpiCommunicator {
         };
         let seg = match &shm {
             Shm::Ready(seg) => Some(seg),
-            Shm::Hosts(h) => Some(&h.seg),
-            Shm::Off => None,
+            Shm::Hosts(h) if h.arenas => Some(&h.seg),
+            Shm::Hosts(_) | Shm::Off => None,
         };
         let arena = seg.filter(|s| s.arena_len() > 0).map(|s| {
             let base = std::ptr::NonNull::new(s.arena(s.rank())).expect("inside a mapping");
-            // SAFETY: this rank's arena in the segment `shm` keeps mapped until this communicator drops (`Shm::free`), which no `SharedBuffer` (borrowing the communicator) outlives; 4 KiB aligned (`Segment::arena`).
+            // SAFETY: this rank's arena in the segment `shm` keeps mapped as long as this communicator, which every `SharedBuffer` borrows; 4 KiB aligned (`Segment::arena`); peers write it only inside collectives a buffer is passed to.
             unsafe { Arena::new(base, s.arena_len()) }
         });
         Ok(MpiCommunicator {
@@ -313,14 +314,16 @@ impl MpiCommunicator {
     /// A zeroed buffer of `len` elements in this rank's part of the
     /// communicator's shared memory (see [`SharedBuffer`]), from the arena
     /// that [`super::MpiWorldBuilder::shared_buffers`] asks for. Local: no
-    /// rank waits for another. An all-reduce whose buffer is a shared
-    /// buffer on every rank of a one-host communicator runs in place on the
-    /// peers' memory, as threads do, with no copy through the segment's
-    /// slots.
+    /// rank waits for another. An all-reduce of 64 KiB or more whose buffer
+    /// is a shared buffer on every rank of a one-host communicator runs in
+    /// place on the peers' memory, as threads do, with no copy through the
+    /// segment's slots; other collectives read peers' shared buffers
+    /// through the mapping.
     ///
     /// # Errors
     /// [`SharedBufferError::NoArena`] when the communicator has no arena
-    /// (no segment, or no arena asked for); [`SharedBufferError::Full`]
+    /// (no segment, no arena asked for, or arenas that could not be had,
+    /// on this host or across hosts on another); [`SharedBufferError::Full`]
     /// when no free range of the arena is large enough.
     ///
     /// # Example

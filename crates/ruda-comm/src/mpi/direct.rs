@@ -5,7 +5,11 @@
 //! functions of [`super::shared`] for calls of
 //! [`super::segment::SingleCopy::from_bytes`] to below
 //! [`super::segment::SingleCopy::below_bytes`] when every rank of the
-//! segment could read its peers at creation.
+//! segment could read its peers at creation, and, in a segment with
+//! arenas, for every call from 64 KiB: peers' shared buffers are read
+//! through the mapping at any size, and a call that would need
+//! cross-memory attach outside its window goes back to the slots
+//! ([`Direct::Slots`]).
 //!
 //! A call is one round of the segment:
 //! 1. each rank writes its buffer's address to the head of its slot of the
@@ -189,6 +193,9 @@ impl Buffers {
         len: usize,
         stream: bool,
     ) -> Result<(), Refusal> {
+        if len == 0 {
+            return Ok(());
+        }
         if let Some(from) = self.mapped::<T>(seg, q, offset, len) {
             // SAFETY: `from` is `len` elements inside `q`'s arena (`mapped` checked), aligned (a shared buffer starts on a line; `offset` is whole elements), not written by `q` during the call; `local` as the caller says, who fences what `stream` streams.
             unsafe { kernels::copy_to(from, local, len, stream) };
@@ -389,7 +396,9 @@ pub(crate) fn all_gather<T: Element>(
     let blocks: Vec<*mut T> = offsets.iter().map(|&o| base.wrapping_add(o)).collect();
     let b = seg.next_round();
     let bufs = exchange(seg, b, send.as_ptr().cast(), size_of_val(send), deadline)?;
-    if !bufs.readable(seg, 0..n, size_of_val(recv)) {
+    // An empty block is read from nobody (its buffer takes no arena room).
+    let needed = (0..n).filter(|&q| counts[q] > 0);
+    if !bufs.readable(seg, needed, size_of_val(recv)) {
         return Ok(Direct::Slots);
     }
     // Streamed or not by the whole output, as the thread transport decides.
@@ -622,7 +631,7 @@ mod tests {
                 .map(|(r, mut seg)| {
                     std::thread::spawn(move || {
                         let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first); written only by this thread outside collectives.
                         let arena = unsafe { Arena::new(base, seg.arena_len()) };
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let counts = [3000usize, 5000];
@@ -708,7 +717,7 @@ mod tests {
                             seg.pids().is_none() && seg.direct(64 << 10) && !seg.direct(60 << 10)
                         );
                         let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first); written only by this thread outside collectives.
                         let arena = unsafe { Arena::new(base, seg.arena_len()) };
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
@@ -802,6 +811,45 @@ mod tests {
                 };
                 assert_eq!(out, expect, "{op}, plain {plain:?}, rank {r}");
             }
+        }
+    }
+
+    /// An all-gather-v with an empty block (an empty shared buffer takes no
+    /// arena room, so it is not a shared buffer) still reads the other
+    /// blocks through the mapping, without cross-memory attach.
+    #[test]
+    fn an_empty_block_leaves_an_all_gather_on_the_mapping() {
+        use crate::mpi::arena::Arena;
+        let name = segment::fresh_name();
+        let segs: Vec<Segment> = (0..2)
+            .map(|r| Segment::map_with_arena(&name, r == 0, 2, SLOT, 1 << 20, r).expect("maps"))
+            .collect();
+        segment::unlink(&name);
+        let handles: Vec<_> = segs
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut seg)| {
+                std::thread::spawn(move || {
+                    let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
+                    // SAFETY: this rank's arena in `seg`, which outlives every buffer of it (all dropped inside this closure); written only by this thread.
+                    let arena = unsafe { Arena::new(base, seg.arena_len()) };
+                    let counts = [0usize, 20_000];
+                    let mut send = arena.buffer::<f32>(counts[r], r).unwrap();
+                    send.iter_mut().enumerate().for_each(|(i, x)| *x = i as f32);
+                    let mut recv = vec![0f32; 20_000];
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    let d = all_gather(&mut seg, &send, &mut recv, &counts, deadline);
+                    (d, recv)
+                })
+            })
+            .collect();
+        for (r, h) in handles.into_iter().enumerate() {
+            let (d, recv) = h.join().unwrap();
+            assert_eq!(d, Ok(Direct::Done), "rank {r}");
+            assert!(
+                recv.iter().enumerate().all(|(i, &x)| x == i as f32),
+                "rank {r}"
+            );
         }
     }
 

@@ -44,6 +44,10 @@ pub(crate) struct Hosts {
     pub cross: ffi::MPI_Comm,
     /// The communicator rank of each of this host's ranks.
     pub members: Vec<usize>,
+    /// Whether every host's segment has arenas (hosts decide alone whether
+    /// theirs can be had; shared buffers are offered only where all have
+    /// them, so that every rank gets the same answer).
+    pub arenas: bool,
 }
 
 impl Shm {
@@ -194,7 +198,10 @@ fn hosts(
     // Every host must have its segment, or none uses one; a rank whose
     // setup failed still takes part, so that no rank waits for it.
     let ok = seg.as_ref().map_or(0, |s| c_int::from(s.is_some()));
-    let all = min_all(comm, &[ok, 0, 0, 0], session);
+    let arenas = seg.as_ref().map_or(0, |s| {
+        c_int::from(s.as_ref().is_some_and(|s| s.arena_len() > 0))
+    });
+    let all = min_all(comm, &[ok, arenas, 0, 0], session);
     // The host's communicator served the setup only.
     // SAFETY: a handle this function owns, freed once.
     session.mpi(|| unsafe { ffi::MPI_Comm_free(&mut node) });
@@ -203,6 +210,7 @@ fn hosts(
             seg,
             cross,
             members: members.iter().map(|&r| r as usize).collect(),
+            arenas: a[1] == 1,
         })),
         (seg, all) => {
             // SAFETY: reading MPI's null handle; freeing one this function
@@ -259,11 +267,14 @@ fn open_segment(
                 Ok(s)
             }
             Some(Err(e)) => {
-                eprintln!(
-                    "ruda: no shared-buffer arenas of {asked_arena} bytes for a communicator of {size} ranks ({}); its segment keeps its slots",
-                    e.0
-                );
-                Segment::map(&name, true, size, slot, 0)
+                let plain = Segment::map(&name, true, size, slot, 0);
+                if plain.is_ok() {
+                    eprintln!(
+                        "ruda: no shared-buffer arenas of {asked_arena} bytes for a communicator of {size} ranks ({}); its segment keeps its slots",
+                        e.0
+                    );
+                }
+                plain
             }
             None => Segment::map(&name, true, size, slot, 0),
         };

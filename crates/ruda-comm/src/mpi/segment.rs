@@ -529,6 +529,12 @@ impl Segment {
     /// slot of round `r` only after passing the barriers of round `r − 1`,
     /// which every rank enters only after its last access to the buffers of
     /// round `r − 2`, the same parity.
+    /// Rounds run so far (a test tells a path by them).
+    #[cfg(test)]
+    pub(crate) fn rounds(&self) -> u64 {
+        self.round
+    }
+
     pub(crate) fn next_round(&mut self) -> usize {
         let b = (self.round % 2) as usize;
         self.round += 1;
@@ -737,7 +743,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // The communicator's arena and its `SharedBuffer`s point into the mapping between calls; the segment is dropped only by `Shm::free` in `MpiCommunicator`'s drop, which no `SharedBuffer` (borrowing the communicator) outlives.
+        // The communicator's arena and its `SharedBuffer`s point into the mapping between calls; a segment with an arena in use is dropped only with its communicator (by `Shm::free` or the field's drop), which no `SharedBuffer` (borrowing it) outlives, and the arena itself only does arithmetic.
         // SAFETY: the mapping this value made, unmapped once; no collective (which holds `&mut self`) and no shared buffer is live (above).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }

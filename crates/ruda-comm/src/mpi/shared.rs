@@ -11,8 +11,10 @@
 //! buffer, writes that share's result to its buffer and its slot, and
 //! passes a second barrier before copying its peers' results out.
 //!
-//! Calls of the segment's single-copy window ([`Segment::single_copy`])
-//! skip the slots: [`super::direct`].
+//! Calls of the segment's single-copy window ([`Segment::single_copy`]),
+//! and in a segment with arenas every call from 64 KiB
+//! ([`Segment::direct_arena`]: peers' shared buffers are read through
+//! the mapping), try to skip the slots: [`super::direct`].
 //!
 //! Every barrier has the call's deadline: a rank that never comes (it
 //! died, or is stuck elsewhere) fails the barrier on every rank, which
@@ -760,7 +762,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                    // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first).
+                    // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first); written only by this thread outside collectives.
                     let a = unsafe { Arena::new(base, seg.arena_len()) };
                     f(r, &mut seg, &a)
                 })
@@ -815,7 +817,12 @@ mod tests {
                     // Again on fresh inputs, through the public entry, with another operator.
                     let mut again: Vec<f32> = (0..len).map(|i| inexact(r, i + 1)).collect();
                     shared.copy_from_slice(&again);
+                    let before = seg.rounds();
                     all_reduce(seg, &mut shared, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
+                    if len * 4 >= 64 << 10 && n > 1 {
+                        // In place: one round (the slots take one per page here).
+                        assert_eq!(seg.rounds(), before + 1, "n {n} len {len}");
+                    }
                     all_reduce(seg, &mut again, ReduceOp::Max, deadline(), true, |_| {}).unwrap();
                     assert_eq!(bits(&shared), bits(&again), "n {n} len {len} rank {r}");
                     let most = (0..n).map(|q| inexact(q, 1)).fold(f32::MIN, f32::max);
@@ -846,8 +853,20 @@ mod tests {
             });
             assert_eq!(took, Ok(true));
             let mut m = arena.buffer::<f64>(20_000, r).unwrap();
-            m.iter_mut().enumerate().for_each(|(i, x)| *x = value(r, i));
+            m.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = value(r, i) / 7.0);
+            let mut slots: Vec<f64> = m.to_vec();
+            let before = seg.rounds();
             all_reduce(seg, &mut m, ReduceOp::Mean, deadline(), true, |_| {}).unwrap();
+            assert_eq!(seg.rounds(), before + 1, "the public entry went in place");
+            all_reduce(seg, &mut slots, ReduceOp::Mean, deadline(), true, |_| {}).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&m),
+                bits(&slots),
+                "a mean in place has the slots' bits"
+            );
             let mut sub = arena.buffer::<f32>(20_001, r).unwrap();
             sub.iter_mut()
                 .enumerate()
@@ -867,7 +886,7 @@ mod tests {
                 h[0]
             );
             for (i, &x) in m.iter().enumerate() {
-                let want = (0..3).map(|q| value(q, i)).sum::<f64>() / 3.0;
+                let want = (0..3).map(|q| value(q, i) / 7.0).sum::<f64>() / 3.0;
                 assert!(
                     (x - want).abs() <= 1e-12 * want.abs().max(1.0),
                     "rank {r} at {i}"

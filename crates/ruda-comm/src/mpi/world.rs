@@ -232,13 +232,17 @@ impl MpiWorldBuilder {
     /// Give each rank an arena of `bytes` (rounded up to whole pages;
     /// default 0: none) in every shared-memory segment, for
     /// [`MpiCommunicator::shared_buffer`]: buffers that every rank of the
-    /// host has mapped, so that an all-reduce of shared buffers on every
-    /// rank runs in place on its peers' memory with no copy through the
-    /// slots, as threads do (see [`crate::SharedBuffer`], which also says
-    /// how a failure midway ends). Each communicator with a segment
-    /// reserves its host's ranks' arenas in `/dev/shm` up front, beside
-    /// its slots (`ranks × bytes`; a `/dev/shm` too small for it leaves
-    /// the communicator on MPI, as for any segment). Rank 0's setting
+    /// host has mapped, so that an all-reduce of 64 KiB or more of shared
+    /// buffers on every rank runs in place on its peers' memory with no
+    /// copy through the slots, as threads do, and other collectives read
+    /// peers' shared buffers through the mapping (see
+    /// [`crate::SharedBuffer`], which also says how a failure midway
+    /// ends). Each communicator with a segment reserves its host's ranks'
+    /// arenas in `/dev/shm` up front, beside its slots (`ranks × bytes`;
+    /// where that cannot be had, the segment is made without arenas, says
+    /// so on stderr, and `shared_buffer` returns
+    /// [`crate::SharedBufferError::NoArena`]; across hosts, arenas are
+    /// offered only where every host has them). Rank 0's setting
     /// holds for every rank of a communicator. Worlds built with
     /// [`Self::staged`] get arenas too, but their all-reduces keep the
     /// slots (no peer may write a buffer a `Timeout` hands back).
