@@ -528,6 +528,37 @@ mod tests {
         }
     }
 
+    /// Two ranks' mappings of one segment with arenas of `arena` bytes;
+    /// with `cma`, single copies on at every size, every peer looked for in
+    /// process `cma`.
+    fn arena_pair(arena: usize, cma: Option<libc::pid_t>) -> Vec<Segment> {
+        let name = segment::fresh_name();
+        let segs = (0..2)
+            .map(|r| {
+                let mut s =
+                    Segment::map_with_arena(&name, r == 0, 2, SLOT, arena, r).expect("maps");
+                if let Some(pid) = cma {
+                    s.set_single_copy(SingleCopy {
+                        pids: vec![pid; 2].into(),
+                        from_bytes: 0,
+                        below_bytes: usize::MAX,
+                    });
+                }
+                s
+            })
+            .collect();
+        segment::unlink(&name);
+        segs
+    }
+
+    /// This rank's arena of `seg`, for a test thread that keeps `seg` (and
+    /// so the mapping) until every buffer of the arena is dropped.
+    fn arena_of(seg: &Segment) -> crate::mpi::arena::Arena {
+        let base = std::ptr::NonNull::new(seg.arena(seg.rank())).unwrap();
+        // SAFETY: this rank's arena in `seg`, 4 KiB aligned; the caller keeps `seg` past every buffer of it and writes it only from its thread outside collectives.
+        unsafe { crate::mpi::arena::Arena::new(base, seg.arena_len()) }
+    }
+
     /// The pid of a process that has ended (reading it is `ESRCH`).
     fn gone() -> libc::pid_t {
         let mut child = std::process::Command::new("true").spawn().expect("spawns");
@@ -608,31 +639,13 @@ mod tests {
     /// with the right result, uneven blocks included.
     #[test]
     fn shared_buffers_are_read_through_the_arenas_mapping() {
-        use crate::mpi::arena::Arena;
         for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
-            let name = segment::fresh_name();
-            let dead = gone();
-            let segs: Vec<Segment> = (0..2)
-                .map(|r| {
-                    let mut s =
-                        Segment::map_with_arena(&name, r == 0, 2, SLOT, 1 << 20, r).expect("maps");
-                    s.set_single_copy(SingleCopy {
-                        pids: vec![dead; 2].into(),
-                        from_bytes: 0,
-                        below_bytes: usize::MAX,
-                    });
-                    s
-                })
-                .collect();
-            segment::unlink(&name);
-            let handles: Vec<_> = segs
+            let handles: Vec<_> = arena_pair(1 << 20, Some(gone()))
                 .into_iter()
                 .enumerate()
                 .map(|(r, mut seg)| {
                     std::thread::spawn(move || {
-                        let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first); written only by this thread outside collectives.
-                        let arena = unsafe { Arena::new(base, seg.arena_len()) };
+                        let arena = arena_of(&seg);
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let counts = [3000usize, 5000];
                         let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
@@ -690,7 +703,6 @@ mod tests {
     /// either way.
     #[test]
     fn without_cross_memory_attach_only_shared_buffers_are_read_directly() {
-        use crate::mpi::arena::Arena;
         // (the rank whose buffer is ordinary memory, if any; what every rank's direct call returns)
         let cases = [
             ("all-gather", None, Direct::Done),
@@ -703,12 +715,7 @@ mod tests {
             ("all-to-all", Some(0), Direct::Slots),
         ];
         for (op, plain, want) in cases {
-            let name = segment::fresh_name();
-            let segs: Vec<Segment> = (0..2)
-                .map(|r| Segment::map_with_arena(&name, r == 0, 2, SLOT, 4 << 20, r).expect("maps"))
-                .collect();
-            segment::unlink(&name);
-            let handles: Vec<_> = segs
+            let handles: Vec<_> = arena_pair(4 << 20, None)
                 .into_iter()
                 .enumerate()
                 .map(|(r, mut seg)| {
@@ -716,9 +723,7 @@ mod tests {
                         assert!(
                             seg.pids().is_none() && seg.direct(64 << 10) && !seg.direct(60 << 10)
                         );
-                        let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                        // SAFETY: this rank's arena in `seg`, which outlives the arena (both live to the end of this thread's closure, the arena dropped first); written only by this thread outside collectives.
-                        let arena = unsafe { Arena::new(base, seg.arena_len()) };
+                        let arena = arena_of(&seg);
                         let deadline = Instant::now() + Duration::from_secs(30);
                         let v = |q: usize, i: usize| (q * 100_000 + i) as f32;
                         // 160 KiB of f32 in all, uneven blocks.
@@ -819,20 +824,12 @@ mod tests {
     /// blocks through the mapping, without cross-memory attach.
     #[test]
     fn an_empty_block_leaves_an_all_gather_on_the_mapping() {
-        use crate::mpi::arena::Arena;
-        let name = segment::fresh_name();
-        let segs: Vec<Segment> = (0..2)
-            .map(|r| Segment::map_with_arena(&name, r == 0, 2, SLOT, 1 << 20, r).expect("maps"))
-            .collect();
-        segment::unlink(&name);
-        let handles: Vec<_> = segs
+        let handles: Vec<_> = arena_pair(1 << 20, None)
             .into_iter()
             .enumerate()
             .map(|(r, mut seg)| {
                 std::thread::spawn(move || {
-                    let base = std::ptr::NonNull::new(seg.arena(r)).unwrap();
-                    // SAFETY: this rank's arena in `seg`, which outlives every buffer of it (all dropped inside this closure); written only by this thread.
-                    let arena = unsafe { Arena::new(base, seg.arena_len()) };
+                    let arena = arena_of(&seg);
                     let counts = [0usize, 20_000];
                     let mut send = arena.buffer::<f32>(counts[r], r).unwrap();
                     send.iter_mut().enumerate().for_each(|(i, x)| *x = i as f32);
