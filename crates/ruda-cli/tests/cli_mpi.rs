@@ -324,32 +324,29 @@ fn sfno_demo_under_mpirun_stops_on_a_bad_sample() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn bench_over_mpi_writes_one_json_report() {
-    let Some(out) = mpirun(
-        3,
-        &[
-            "bench",
-            "--transport",
-            "mpi",
-            "--sizes",
-            "4K",
-            "--iters",
-            "3",
-            "--json",
-        ],
-    ) else {
-        return;
-    };
+/// `ruda bench --transport mpi --iters 3 --json` with `extra` arguments
+/// on `n` ranks: its one JSON report (from rank 0), after a successful
+/// run; `None` without `mpirun`.
+fn bench_json(n: usize, extra: &[&str]) -> Option<serde_json::Value> {
+    let mut args = vec!["bench", "--transport", "mpi", "--iters", "3", "--json"];
+    args.extend_from_slice(extra);
+    let out = mpirun(n, &args)?;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let doc: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("one JSON document from rank 0");
+    Some(serde_json::from_slice(&out.stdout).expect("one JSON document from rank 0"))
+}
+
+#[test]
+fn bench_over_mpi_writes_one_json_report() {
+    let Some(doc) = bench_json(3, &["--sizes", "4K"]) else {
+        return;
+    };
     assert_eq!(doc["transport"], "mpi");
     assert_eq!(doc["ranks"], 3);
+    assert_eq!(doc["shared_buffers"], false);
     assert!(
         doc["rows"]
             .as_array()
@@ -363,29 +360,9 @@ fn bench_over_mpi_writes_one_json_report() {
 /// world's shared buffers, every result right, and the report says so.
 #[test]
 fn bench_over_mpi_on_shared_buffers() {
-    let Some(out) = mpirun(
-        2,
-        &[
-            "bench",
-            "--transport",
-            "mpi",
-            "--shared-buffers",
-            "--sizes",
-            "64K:256K",
-            "--iters",
-            "3",
-            "--json",
-        ],
-    ) else {
+    let Some(doc) = bench_json(2, &["--shared-buffers", "--sizes", "64K:256K"]) else {
         return;
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("one JSON document from rank 0");
     assert_eq!(doc["shared_buffers"], true);
     let rows = doc["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 15, "5 operations at 3 sizes");
