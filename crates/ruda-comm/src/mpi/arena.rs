@@ -101,13 +101,16 @@ impl Arena {
         }
     }
 
-    /// The first free range of `bytes` (rounded up to whole lines, at
-    /// least one): its offset. `Err` holds the bytes needed and the bytes free.
+    /// The bytes a range for `bytes` takes: whole lines (more than any
+    /// arena has when that overflows). [`Arena::buffer`] never asks for 0.
+    fn span(bytes: usize) -> usize {
+        bytes.checked_next_multiple_of(GRAIN).unwrap_or(usize::MAX)
+    }
+
+    /// The first free range of [`Arena::span`]`(bytes)`: its offset. `Err`
+    /// holds the bytes needed and the bytes free.
     fn take(&self, bytes: usize) -> Result<usize, (usize, usize)> {
-        let need = bytes
-            .max(1)
-            .checked_next_multiple_of(GRAIN)
-            .unwrap_or(usize::MAX);
+        let need = Self::span(bytes);
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let Some(i) = free.iter().position(|&(_, n)| n >= need) else {
             return Err((need, free.iter().map(|&(_, n)| n).sum()));
@@ -123,10 +126,7 @@ impl Arena {
 
     /// Give back the range of `bytes` (as asked of [`Arena::take`]) at `off`.
     fn give(&self, off: usize, bytes: usize) {
-        let need = bytes
-            .max(1)
-            .checked_next_multiple_of(GRAIN)
-            .unwrap_or(usize::MAX);
+        let need = Self::span(bytes);
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let i = free.partition_point(|&(o, _)| o < off);
         debug_assert!(i == 0 || free[i - 1].0 + free[i - 1].1 <= off, "overlap");

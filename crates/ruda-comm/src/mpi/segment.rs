@@ -277,8 +277,7 @@ pub(crate) fn unlink(name: &str) {
 impl Segment {
     /// Create (`create`, rank 0: the name must not exist) or open the
     /// segment `name` for `size` ranks with slots of `slot` bytes (from
-    /// [`slot_bytes`]) and map it for `rank`, without
-    /// arenas.
+    /// [`slot_bytes`]) and map it for `rank`, without arenas.
     pub(crate) fn map(
         name: &str,
         create: bool,
