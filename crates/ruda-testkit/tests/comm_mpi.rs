@@ -506,7 +506,7 @@ fn a_rank_stalled_among_shared_buffer_all_reduces_is_named_and_the_job_ends() {
         assert_ne!(out.status.code(), Some(0), "the job must fail:\n{t}");
         assert!(took < Duration::from_secs(15), "{took:?}\n{t}");
         let stranded = t.contains(
-            "rank(s) 1 (world rank 1) did not finish the in-place reduction of shared buffers within 1s",
+            "rank(s) 1 (world rank 1) did not finish writing shared buffers in place within 1s",
         );
         let timed_out = t.contains(
             "rank 0: stall: all_reduce on rank 0 timed out after 1s: ranks [1] never arrived",

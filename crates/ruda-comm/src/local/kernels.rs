@@ -347,6 +347,12 @@ pub(crate) fn gathers_shared(block_bytes: usize) -> bool {
 /// Below it each rank copies into its own buffer, which it is about to read.
 const SHARE_FROM_BYTES: usize = 256 << 10;
 
+/// Whether a broadcast of `count` elements shares its copies among all
+/// ranks ([`broadcast_pieces`]): from [`SHARE_FROM_BYTES`] on.
+pub(crate) fn shares_broadcast<T>(count: usize) -> bool {
+    count.saturating_mul(size_of::<T>()) >= SHARE_FROM_BYTES
+}
+
 /// The pieces of a broadcast of `count` elements from `root` that rank `me`
 /// of `n` copies, as `(destination rank, lo, hi)`. Small broadcasts: each
 /// non-root rank copies the root's buffer into its own. From
@@ -359,8 +365,7 @@ pub(crate) fn broadcast_pieces<T>(
     root: usize,
     me: usize,
 ) -> Vec<(usize, usize, usize)> {
-    let bytes = count.saturating_mul(size_of::<T>());
-    if bytes < SHARE_FROM_BYTES {
+    if !shares_broadcast::<T>(count) {
         return if me == root {
             Vec::new()
         } else {

@@ -6,8 +6,10 @@
 //! needs no copy through the segment's slots: an all-reduce works on its
 //! peers' buffers in place, as the thread transport does
 //! ([`super::shared`]), each rank reducing its share of every buffer and
-//! writing the result into all of them between two barriers; other
-//! collectives read peers' buffers through the mapping ([`super::direct`]). Allocation is local (no collective): each rank owns its
+//! writing the result into all of them between two barriers; a broadcast
+//! of 256 KiB or more writes the root's pieces into every peer, as threads
+//! do; other collectives read peers' buffers through the mapping
+//! ([`super::direct`]). Allocation is local (no collective): each rank owns its
 //! arena and hands out first-fit ranges of whole cache lines; peers learn
 //! a buffer's offset in the call that uses it.
 
@@ -203,7 +205,9 @@ impl Arena {
 /// an all-reduce of 64 KiB or more, no byte is copied through the
 /// segment's slots: each rank reduces its share of every rank's buffer in
 /// place and writes the result into all of them, as ranks of a
-/// [`crate::LocalWorld`] do, with the same bits. All-gathers, all-to-alls,
+/// [`crate::LocalWorld`] do, with the same bits. A broadcast of 256 KiB or
+/// more is shared out likewise: rank `q` copies piece `q` of the root's
+/// buffer into every other rank's. All-gathers, all-to-alls, smaller
 /// broadcasts and reduce-scatters of 64 KiB or more read peers' shared
 /// buffers through the mapping (`memcpy`), where ordinary memory is read
 /// with cross-memory attach or through the slots. A call where some

@@ -346,8 +346,8 @@ impl MpiCommunicator {
             .buffer(len, self.rank)
     }
 
-    /// An in-place all-reduce of shared buffers ([`SharedBuffer`]) whose
-    /// last barrier failed: a stalled peer may still write this rank's
+    /// An in-place all-reduce or broadcast of shared buffers
+    /// ([`SharedBuffer`]) whose last barrier failed: a stalled peer may still write this rank's
     /// buffer, so no error can be handed back. Say which call and which
     /// ranks, and end the job as a data phase past its deadline does
     /// ([`super::watchdog::EXIT_DATA_TIMEOUT`]); returns only if MPI was
@@ -358,10 +358,14 @@ impl MpiCommunicator {
         let missing: Vec<String> = stop
             .missing
             .iter()
-            .map(|&q| format!("{q} (world rank {})", world(q)))
+            .map(|&q| match q == self.rank {
+                // The rank itself came back after its peers' deadline.
+                true => format!("{q} (world rank {}, this rank)", world(q)),
+                false => format!("{q} (world rank {})", world(q)),
+            })
             .collect();
         eprintln!(
-            "ruda: {} #{seq} on rank {} (world rank {}) of {}: rank(s) {} did not finish the in-place reduction of shared buffers within {:?}; a peer may still write this rank's buffer, so the job ends (exit code {})",
+            "ruda: {} #{seq} on rank {} (world rank {}) of {}: rank(s) {} did not finish writing shared buffers in place within {:?}; a peer may still write this rank's buffer, so the job ends (exit code {})",
             op.name(),
             self.rank,
             world(self.rank),
@@ -1550,8 +1554,12 @@ impl Communicator for MpiCommunicator {
                     return Ok(());
                 }
                 bad_root()?;
-                if let Some(r) = self.on_segment(&c, |seg, d| shared::broadcast(seg, buf, root, d))
-                {
+                let writable = !self.session.staged;
+                let seq = c.fp.seq;
+                let stranded = |stop: &Stop| self.stranded(kind, seq, stop);
+                if let Some(r) = self.on_segment(&c, |seg, d| {
+                    shared::broadcast(seg, buf, root, d, writable, stranded)
+                }) {
                     return r;
                 }
                 let watch = c.watch();

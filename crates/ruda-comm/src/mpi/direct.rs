@@ -41,7 +41,11 @@
 //! against 1.8–2.1 ms at 16 MiB). Broadcast reads only too: a root that
 //! wrote half of each peer's buffer (`process_vm_writev`) was twice as
 //! fast on 2 processes, but could write into a peer that had already left
-//! the call at its deadline.
+//! the call at its deadline. On shared buffers that every rank lets its peers
+//! write, a broadcast from 256 KiB writes into its peers after all, in
+//! pieces as on threads ([`broadcast`]): a peer that leaves the call early
+//! is then a stranded call that ends the job, as in the all-reduce in
+//! place of [`super::shared`].
 
 use std::time::Instant;
 
@@ -103,40 +107,44 @@ pub(crate) enum Direct {
 type Refusal = (usize, std::io::Error);
 
 /// Where every rank's buffer of a call is: its address in its process,
-/// and where it is a shared buffer, its offset in its rank's arena plus
-/// one (0: not one).
+/// where it is a shared buffer, its offset in its rank's arena plus one
+/// (0: not one), and whether its rank lets peers write it.
 struct Buffers {
     addrs: Vec<usize>,
     arena: Vec<usize>,
+    writable: Vec<bool>,
 }
 
 /// Publish this rank's buffer for the call (`bytes` at `ptr`) at the head
 /// of its slot `b` (word 0 its address, word 1 its refusal flag, cleared,
-/// word 2 its arena offset plus one, or 0), pass the barrier, and collect
-/// every rank's.
+/// word 2 its arena offset plus one, or 0, word 3 whether peers may write
+/// it), pass the barrier, and collect every rank's.
 fn exchange(
     seg: &Segment,
     b: usize,
-    ptr: *const u8,
-    bytes: usize,
+    (ptr, bytes): (*const u8, usize),
+    writable: bool,
     deadline: Instant,
 ) -> Result<Buffers, Stop> {
     let head = seg.slot(seg.rank(), b).cast::<u64>();
     let arena = seg.arena_offset(ptr, bytes).map_or(0, |o| o as u64 + 1);
-    // SAFETY: words 0 to 2 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
+    // SAFETY: words 0 to 3 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
     unsafe { head.write(ptr as u64) };
     // SAFETY: as above.
     unsafe { head.add(1).write(0) };
     // SAFETY: as above.
     unsafe { head.add(2).write(arena) };
+    // SAFETY: as above.
+    unsafe { head.add(3).write(u64::from(writable)) };
     seg.barrier(deadline)?;
     let word = |q: usize, i: usize| {
-        // SAFETY: rank `q` wrote words 0 and 2 before the barrier and writes them again only in a later round of this parity (`Segment::next_round`).
+        // SAFETY: rank `q` wrote words 0, 2 and 3 before the barrier and writes them again only in a later round of this parity (`Segment::next_round`).
         unsafe { seg.slot(q, b).cast::<u64>().add(i).read() as usize }
     };
     Ok(Buffers {
         addrs: (0..seg.size()).map(|q| word(q, 0)).collect(),
         arena: (0..seg.size()).map(|q| word(q, 2)).collect(),
+        writable: (0..seg.size()).map(|q| word(q, 3) != 0).collect(),
     })
 }
 
@@ -366,7 +374,7 @@ pub(crate) fn reduce_scatter<T: Element>(
     let _fence = kernels::FenceOnExit(stream);
     let b = seg.next_round();
     let bytes = size_of_val(send);
-    let bufs = exchange(seg, b, send.as_ptr().cast(), bytes, deadline)?;
+    let bufs = exchange(seg, b, (send.as_ptr().cast(), bytes), false, deadline)?;
     if !bufs.readable(seg, 0..seg.size(), bytes) {
         return Ok(Direct::Slots);
     }
@@ -395,7 +403,13 @@ pub(crate) fn all_gather<T: Element>(
     let base = recv.as_mut_ptr();
     let blocks: Vec<*mut T> = offsets.iter().map(|&o| base.wrapping_add(o)).collect();
     let b = seg.next_round();
-    let bufs = exchange(seg, b, send.as_ptr().cast(), size_of_val(send), deadline)?;
+    let bufs = exchange(
+        seg,
+        b,
+        (send.as_ptr().cast(), size_of_val(send)),
+        false,
+        deadline,
+    )?;
     // An empty block is read from nobody (its buffer takes no arena room).
     let needed = (0..n).filter(|&q| counts[q] > 0);
     if !bufs.readable(seg, needed, size_of_val(recv)) {
@@ -415,26 +429,69 @@ pub(crate) fn all_gather<T: Element>(
 
 /// [`super::shared::broadcast`] in single copies: every rank but the root
 /// reads the root's `buf` into its own. (The root does not write into its
-/// peers' buffers: a peer that leaves the call at its deadline must not
-/// have its memory written after it returned.)
+/// peers' ordinary buffers: a peer that leaves the call at its deadline
+/// must not have its memory written after it returned.)
+///
+/// Where every rank's `buf` is a shared buffer that its rank lets peers
+/// write (`writable`: not `staged`) and the broadcast is large enough for
+/// the thread transport to share its copies (from 256 KiB:
+/// [`kernels::broadcast_pieces`]), the ranks share them here too: rank
+/// `q` copies piece `q` of the root's buffer into every other rank's
+/// buffer through its mapping, so that every core copies (at n = 2 the
+/// read-only path copies on one core of two: 1 MiB took 38–41 µs read,
+/// 16–24 µs in pieces, 20–25 µs on threads). A peer may then write this rank's buffer until
+/// the last barrier: if that barrier fails, this rank calls `stranded`
+/// (which ends the job), as [`super::shared::all_reduce`] in place does.
 pub(crate) fn broadcast<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
     root: usize,
     deadline: Instant,
+    writable: bool,
+    stranded: impl FnOnce(&Stop),
 ) -> Result<Direct, Stop> {
-    let me = seg.rank();
+    let (me, n) = (seg.rank(), seg.size());
+    let count = buf.len();
     let b = seg.next_round();
-    let bufs = exchange(seg, b, buf.as_ptr().cast(), size_of_val(buf), deadline)?;
+    let bufs = exchange(
+        seg,
+        b,
+        (buf.as_ptr().cast(), size_of_val(buf)),
+        writable,
+        deadline,
+    )?;
+    // Every rank's buffer, if each is a shared buffer its rank lets peers
+    // write: the same choice on every rank (every rank's flag and offset,
+    // the agreed length, the arena size of the segment).
+    let own = buf.as_mut_ptr();
+    let shared: Option<Vec<*mut T>> = (0..n)
+        .map(|q| {
+            let p = bufs.mapped::<T>(seg, q, 0, count)?.cast_mut();
+            bufs.writable[q].then_some(if q == me { own } else { p })
+        })
+        .collect();
+    if let Some(ptrs) = shared.filter(|_| n > 1 && kernels::shares_broadcast::<T>(count)) {
+        let src = ptrs[root].cast_const();
+        for (d, lo, hi) in kernels::broadcast_pieces::<T>(count, n, root, me) {
+            // Between the barriers rank `q` alone writes piece `q` of every rank's buffer but the root's (pieces are whole lines), and nobody writes the root's; `kernels::copy` orders what it streams before it returns.
+            // SAFETY: `lo..hi` of `count` elements of the root's buffer and of rank `d`'s, mapped here (checked above) or ours; unaliased as above.
+            unsafe { kernels::copy(src.add(lo), ptrs[d].add(lo), hi - lo) };
+        }
+        if let Err(stop) = seg.barrier(deadline) {
+            stranded(&stop);
+            return Err(stop);
+        }
+        return Ok(Direct::Done);
+    }
     if !bufs.readable(seg, std::iter::once(root), size_of_val(buf)) {
         return Ok(Direct::Slots);
     }
     let mut refused = Ok(());
     if me != root {
-        let stream = kernels::streams::<T>(buf.len());
+        let stream = kernels::streams::<T>(count);
         let _fence = kernels::FenceOnExit(stream);
         // SAFETY: `buf` is ours; the root's, of the same agreed length, is only read; `_fence` orders what it streams.
-        refused = unsafe { bufs.read(seg, root, 0, buf.as_mut_ptr(), buf.len(), stream) };
+        refused = unsafe { bufs.read(seg, root, 0, buf.as_mut_ptr(), count, stream) };
     }
     conclude(seg, b, refused.err(), deadline)
 }
@@ -460,7 +517,13 @@ pub(crate) fn all_to_all<T: Element>(
     let blocks: Vec<*mut T> = (0..n).map(|q| base.wrapping_add(q * block)).collect();
     let own = send[mine..mine + block].as_ptr();
     let b = seg.next_round();
-    let bufs = exchange(seg, b, send.as_ptr().cast(), size_of_val(send), deadline)?;
+    let bufs = exchange(
+        seg,
+        b,
+        (send.as_ptr().cast(), size_of_val(send)),
+        false,
+        deadline,
+    )?;
     if !bufs.readable(seg, 0..n, size_of_val(recv)) {
         return Ok(Direct::Slots);
     }
@@ -604,7 +667,8 @@ mod tests {
                             "broadcast" => {
                                 // Rank 0 reads the root, rank 1, and fails.
                                 let mut b: Vec<f32> = (0..4000).map(|i| v(r, i)).collect();
-                                shared::broadcast(&mut seg, &mut b, 1, deadline).unwrap();
+                                shared::broadcast(&mut seg, &mut b, 1, deadline, true, |_| {})
+                                    .unwrap();
                                 b
                             }
                             _ => {
@@ -617,7 +681,7 @@ mod tests {
                         };
                         let after = seg.pids().is_some();
                         let mut again = vec![r as f64; 4000];
-                        shared::broadcast(&mut seg, &mut again, 1, deadline).unwrap();
+                        shared::broadcast(&mut seg, &mut again, 1, deadline, true, |_| {}).unwrap();
                         (out, after, again)
                     })
                 })
@@ -671,7 +735,10 @@ mod tests {
                             "broadcast" => {
                                 let mut b = room(4000);
                                 b.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
-                                (broadcast(&mut seg, &mut b, 1, deadline), b.to_vec())
+                                (
+                                    broadcast(&mut seg, &mut b, 1, deadline, true, |_| {}),
+                                    b.to_vec(),
+                                )
                             }
                             _ => {
                                 let mut send = room(8000);
@@ -767,7 +834,9 @@ mod tests {
                                     "all-to-all" => shared::all_to_all(
                                         &mut seg, buf, &mut recv, 20_000, deadline,
                                     ),
-                                    _ => shared::broadcast(&mut seg, buf, 1, deadline),
+                                    _ => {
+                                        shared::broadcast(&mut seg, buf, 1, deadline, true, |_| {})
+                                    }
                                 }
                                 .unwrap();
                                 results.push(if op == "broadcast" {
@@ -786,7 +855,7 @@ mod tests {
                                     "all-to-all" => {
                                         all_to_all(&mut seg, buf, &mut recv, 20_000, deadline)
                                     }
-                                    _ => broadcast(&mut seg, buf, 1, deadline),
+                                    _ => broadcast(&mut seg, buf, 1, deadline, true, |_| {}),
                                 };
                                 assert_eq!(d, Ok(want), "{op}, plain {plain:?}, rank {r}");
                             }

@@ -317,14 +317,20 @@ pub(crate) fn all_gather<T: Element>(
     Ok(())
 }
 
-/// Copy `root`'s `buf` to every rank's.
+/// Copy `root`'s `buf` to every rank's. On shared buffers from 256 KiB,
+/// peers may write this rank's `buf` ([`direct::broadcast`]; not where
+/// `!writable`), and `stranded` is called if the call's last barrier
+/// fails.
 pub(crate) fn broadcast<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
     root: usize,
     deadline: Instant,
+    writable: bool,
+    stranded: impl FnOnce(&Stop),
 ) -> Result<(), Stop> {
-    if seg.direct(size_of_val(buf)) && direct::broadcast(seg, buf, root, deadline)? == Direct::Done
+    if seg.direct(size_of_val(buf))
+        && direct::broadcast(seg, buf, root, deadline, writable, stranded)? == Direct::Done
     {
         return Ok(());
     }
@@ -502,7 +508,7 @@ mod tests {
                     let mut b: Vec<f32> = (0..len)
                         .map(|i| if r == call % n { i as f32 } else { -1.0 })
                         .collect();
-                    broadcast(seg, &mut b, call % n, deadline()).unwrap();
+                    broadcast(seg, &mut b, call % n, deadline(), true, |_| {}).unwrap();
                     assert!(b.iter().enumerate().all(|(i, &x)| x == i as f32));
                 }
                 sums
@@ -623,7 +629,7 @@ mod tests {
                         let mut b: Vec<i64> = (0..len)
                             .map(|i| if r == root { i as i64 * 3 } else { -1 })
                             .collect();
-                        broadcast(seg, &mut b, root, deadline()).unwrap();
+                        broadcast(seg, &mut b, root, deadline(), true, |_| {}).unwrap();
                         let send: Vec<u32> =
                             (0..n * len).map(|i| (r * 100_000 + i) as u32).collect();
                         let mut recv = vec![0u32; n * len];
@@ -669,7 +675,7 @@ mod tests {
                     let mut b: Vec<u32> = (0..big)
                         .map(|i| if r == 0 { i as u32 } else { 9 })
                         .collect();
-                    broadcast(seg, &mut b, 0, deadline()).unwrap();
+                    broadcast(seg, &mut b, 0, deadline(), true, |_| {}).unwrap();
                     let block = big / n + 3;
                     let send: Vec<u32> = (0..n * block)
                         .map(|i| (r * 10_000_000 + i) as u32)
@@ -963,6 +969,101 @@ mod tests {
             let stop = Stop { missing: vec![1] };
             assert_eq!(out[r].0, Err(stop.clone()), "rank {r}");
             assert_eq!(out[r].1, vec![stop], "rank {r}: stranded once");
+        }
+    }
+
+    /// Broadcasts of shared buffers on 1 to 5 ranks from every root, from
+    /// empty to past 256 KiB (where the ranks write their pieces into
+    /// their peers, as on threads) and to 1.2 MB, twice on the same
+    /// buffers: every rank ends with the root's bits; the root's buffer is
+    /// unchanged.
+    #[test]
+    fn shared_buffers_broadcast_in_place_from_every_root() {
+        for n in 1..=5 {
+            let out = arena_ranks(n, 2 << 20, move |r, seg, arena| {
+                let mut checked = 0;
+                for len in [0usize, 17, 20_000, 70_000, 300_000] {
+                    let mut buf = arena.buffer::<f32>(len, r).unwrap();
+                    for root in 0..n {
+                        for round in 0..2 {
+                            let mine = |i: usize| inexact(r, i + round);
+                            buf.iter_mut().enumerate().for_each(|(i, x)| *x = mine(i));
+                            broadcast(seg, &mut buf, root, deadline(), true, |_| {
+                                panic!("stranded")
+                            })
+                            .unwrap();
+                            for (i, &x) in buf.iter().enumerate() {
+                                let want = inexact(root, i + round);
+                                assert_eq!(
+                                    x.to_bits(),
+                                    want.to_bits(),
+                                    "n {n} len {len} root {root} rank {r} at {i}"
+                                );
+                            }
+                            checked += len;
+                        }
+                    }
+                }
+                checked
+            });
+            assert!(out.iter().all(|&c| c == 2 * n * 390_017), "n {n}");
+        }
+    }
+
+    /// A rank whose buffer is ordinary memory, or that refuses peers'
+    /// writes (a staged world), keeps a 1.2 MB broadcast on the read-only
+    /// path: with one writer's stall after the first barrier, its peers
+    /// get the `Stop` and are not stranded; with every rank's buffer
+    /// shared and writable they are (a peer may still write theirs).
+    #[test]
+    fn a_stalled_writer_strands_a_broadcast_in_place_and_only_that() {
+        // (rank that refuses writes or whose buffer is plain, plain?)
+        for (odd, plain) in [(None, false), (Some(2), true), (Some(0), false)] {
+            let out = arena_ranks(3, 2 << 20, move |r, seg, arena| {
+                let len = 300_000;
+                let mut shared = arena.buffer::<f32>(len, r).unwrap();
+                let mut own = vec![0f32; len];
+                let here = odd == Some(r);
+                let buf: &mut [f32] = if here && plain { &mut own } else { &mut shared };
+                let d = Instant::now() + Duration::from_millis(300);
+                if r == 1 {
+                    // The root: publish as `direct::exchange` does, pass
+                    // the first barrier, stall.
+                    let b = seg.next_round();
+                    let off = seg.arena_offset(buf.as_ptr().cast(), len * 4).unwrap();
+                    let head = seg.slot(1, b).cast::<u64>();
+                    for (w, v) in [buf.as_ptr() as u64, 0, off as u64 + 1, 1]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        // SAFETY: words 0 to 3 of this rank's slot of the round, as in `direct::exchange`.
+                        unsafe { head.add(w).write(v) };
+                    }
+                    seg.barrier(d).unwrap();
+                    std::thread::sleep(Duration::from_millis(700));
+                    return (
+                        Err(Stop {
+                            missing: Vec::new(),
+                        }),
+                        0,
+                    );
+                }
+                let mut stranded = 0;
+                let got = broadcast(seg, buf, 1, d, !here || plain, |_| stranded += 1);
+                (got, stranded)
+            });
+            for r in [0, 2] {
+                assert_eq!(
+                    out[r].0,
+                    Err(Stop { missing: vec![1] }),
+                    "odd {odd:?} rank {r}"
+                );
+                let want = usize::from(odd.is_none());
+                assert_eq!(
+                    out[r].1, want,
+                    "odd {odd:?} rank {r}: stranded only in place"
+                );
+            }
         }
     }
 }

@@ -180,9 +180,9 @@ impl MpiWorldBuilder {
     ///   read them, [`Self::shared_memory_single_copy`]). As after any
     ///   timeout, the communicator stays failed and dropping the
     ///   [`MpiWorld`] then aborts the job. The one exception is an
-    ///   all-reduce of shared buffers ([`Self::shared_buffers`]), which
-    ///   peers write in place: a rank that loses a peer midway ends the
-    ///   job (exit code 75) instead.
+    ///   all-reduce (or a broadcast of 256 KiB or more) of shared buffers
+    ///   ([`Self::shared_buffers`]), which peers write in place: a rank
+    ///   that loses a peer midway ends the job (exit code 75) instead.
     ///
     /// Across hosts, see [`Self::hierarchical`].
     ///
@@ -232,9 +232,10 @@ impl MpiWorldBuilder {
     /// Give each rank an arena of `bytes` (rounded up to whole pages;
     /// default 0: none) in every shared-memory segment, for
     /// [`MpiCommunicator::shared_buffer`]: buffers that every rank of the
-    /// host has mapped, so that an all-reduce of 64 KiB or more of shared
-    /// buffers on every rank runs in place on its peers' memory with no
-    /// copy through the slots, as threads do, and other collectives read
+    /// host has mapped, so that an all-reduce of 64 KiB or more (and a
+    /// broadcast of 256 KiB or more) of shared buffers on every rank runs
+    /// in place on its peers' memory with no copy through the slots, as
+    /// threads do, and other collectives read
     /// peers' shared buffers through the mapping (see
     /// [`crate::SharedBuffer`], which also says how a failure midway
     /// ends). Each communicator with a segment reserves its host's ranks'
@@ -301,8 +302,8 @@ impl MpiWorldBuilder {
     /// still read through the mapping every rank has of them, from 64 KiB
     /// at any size: this setting governs cross-memory attach.
     ///
-    /// Peers' buffers are only ever read, never written, and only between
-    /// two barriers of the call. A peer gone mid-call fails the call on
+    /// Peers' ordinary buffers are only ever read, never written, and only
+    /// between two barriers of the call. A peer gone mid-call fails the call on
     /// every rank with a [`CommError::Timeout`] naming it, as on the slot
     /// path. A read refused later (a buffer the kernel cannot pin, such as
     /// a device mapping; a process that turned off `PR_SET_DUMPABLE`) is
