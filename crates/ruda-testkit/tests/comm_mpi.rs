@@ -457,7 +457,7 @@ fn shared_buffers_reduce_with_the_bits_of_ordinary_memory() {
         };
         let t = text(&out);
         assert!(out.status.success(), "{n} ranks:\n{t}");
-        let passed = if n == 1 { 1 } else { 79 };
+        let passed = if n == 1 { 1 } else { 83 };
         assert!(
             t.contains(&format!(
                 "mpi shared-buffers on {n} ranks: {passed} passed, 0 failed"

@@ -382,7 +382,7 @@ impl MpiCommunicator {
     /// checks are on, no rank's world was built with
     /// `shared_memory(false)`, every rank could map its host's segment when
     /// the communicator was made, and either all its ranks run on one host
-    /// (then every collective but all-to-all-v uses the segment) or, with
+    /// (then every collective uses the segment) or, with
     /// [`super::MpiWorldBuilder::hierarchical`], they run on several hosts
     /// with the same number of ranks, more than one, on each (then
     /// all-reduces are hierarchical: a reduce-scatter through each host's
@@ -1696,6 +1696,11 @@ impl Communicator for MpiCommunicator {
                         recv[ro[q]..ro[q] + k].copy_from_slice(src);
                     }
                     return Ok(());
+                }
+                if let Some(r) = self.on_segment(&c, |seg, d| {
+                    shared::all_to_all_v(seg, (send, send_counts), (&mut *recv, recv_counts), d)
+                }) {
+                    return r;
                 }
                 let watch = c.watch();
                 let (sc, sd) = counts_and_displs(kind, me, send_counts)?;

@@ -122,11 +122,37 @@ struct Buffers {
 fn exchange(
     seg: &Segment,
     b: usize,
-    (ptr, bytes): (*const u8, usize),
+    buf: (*const u8, usize),
     writable: bool,
     deadline: Instant,
 ) -> Result<Buffers, Stop> {
+    exchange_with(seg, b, buf, writable, &[], deadline)
+}
+
+/// [`exchange`], publishing `extra` too, from word [`EXTRA`] of the head
+/// (peers read it with [`extra_word`] until the round after next).
+fn exchange_with(
+    seg: &Segment,
+    b: usize,
+    (ptr, bytes): (*const u8, usize),
+    writable: bool,
+    extra: &[u64],
+    deadline: Instant,
+) -> Result<Buffers, Stop> {
     let head = seg.slot(seg.rank(), b).cast::<u64>();
+    let words = EXTRA
+        .checked_add(extra.len())
+        .and_then(|w| w.checked_mul(8));
+    assert!(
+        words.is_some_and(|w| w <= seg.slot_len()),
+        "{} words in a slot of {} bytes",
+        extra.len(),
+        seg.slot_len()
+    );
+    for (i, &w) in extra.iter().enumerate() {
+        // SAFETY: word `EXTRA + i` of this rank's slot of the round, inside it (asserted above), only this rank's until the barrier below.
+        unsafe { head.add(EXTRA + i).write(w) };
+    }
     let arena = seg.arena_offset(ptr, bytes).map_or(0, |o| o as u64 + 1);
     // SAFETY: words 0 to 3 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
     unsafe { head.write(ptr as u64) };
@@ -146,6 +172,20 @@ fn exchange(
         arena: (0..seg.size()).map(|q| word(q, 2)).collect(),
         writable: (0..seg.size()).map(|q| word(q, 3) != 0).collect(),
     })
+}
+
+/// The first head word [`exchange_with`] publishes its `extra` words at.
+const EXTRA: usize = 4;
+
+/// Word `i` of the `extra` words rank `q` published in round `b`.
+///
+/// # Safety
+/// Rank `q` published at least `i + 1` extra words in round `b` with
+/// [`exchange_with`], whose barrier this rank passed, and this rank has not
+/// passed the barrier of the round after (when `q` may write them again).
+unsafe fn extra_word(seg: &Segment, b: usize, q: usize, i: usize) -> u64 {
+    // SAFETY: inside `q`'s slot (the caller: `q` wrote it there), written before the barrier, not rewritten before the round after next.
+    unsafe { seg.slot(q, b).cast::<u64>().add(EXTRA + i).read() }
 }
 
 impl Buffers {
@@ -534,6 +574,121 @@ pub(crate) fn all_to_all<T: Element>(
     let refused = peers(me, n).try_for_each(|q| {
         // SAFETY: block `q` of `recv` (inside it, checked above), ours; block `me` of `q`'s send buffer, of the agreed length.
         unsafe { bufs.read(seg, q, mine, blocks[q], block, stream) }
+    });
+    conclude(seg, b, refused.err(), deadline)
+}
+
+/// What the ranks of an all-to-all-v published in its first round
+/// ([`plan_all_to_all_v`]): the same on every rank but `bufs`' own view.
+pub(crate) struct PlanV {
+    /// The round the plan was published in.
+    b: usize,
+    bufs: Buffers,
+    /// The largest block any rank sends to a peer, in elements.
+    pub(crate) most: usize,
+    /// The largest receive buffer of any rank, in bytes: the call's size
+    /// for [`Segment::direct`].
+    pub(crate) bytes: usize,
+}
+
+/// The first round of an all-to-all-v on the segment: every rank publishes
+/// its send buffer, its largest block for a peer, its receive buffer's
+/// bytes and the offsets of its blocks in `send` (whose lengths are
+/// `send_counts`), passes a barrier, and reads every rank's.
+pub(crate) fn plan_all_to_all_v<T>(
+    seg: &mut Segment,
+    send: &[T],
+    send_counts: &[usize],
+    recv_bytes: usize,
+    deadline: Instant,
+) -> Result<PlanV, Stop> {
+    let (me, n) = (seg.rank(), seg.size());
+    assert_eq!(send_counts.len(), n, "a count per rank");
+    let most = (0..n)
+        .filter(|&q| q != me)
+        .map(|q| send_counts[q])
+        .max()
+        .unwrap_or(0);
+    let mut extra = vec![most as u64, recv_bytes as u64];
+    extra.extend(kernels::offsets(send_counts).iter().map(|&o| o as u64));
+    let b = seg.next_round();
+    let bufs = exchange_with(
+        seg,
+        b,
+        (send.as_ptr().cast(), size_of_val(send)),
+        false,
+        &extra,
+        deadline,
+    )?;
+    let all = |i: usize| {
+        (0..n)
+            // SAFETY: every rank published `2 + n` extra words in round `b`, whose barrier we just passed.
+            .map(|q| unsafe { extra_word(seg, b, q, i) } as usize)
+            .max()
+            .unwrap_or(0)
+    };
+    Ok(PlanV {
+        b,
+        most: all(0),
+        bytes: all(1),
+        bufs,
+    })
+}
+
+/// [`super::shared::all_to_all_v`] in single copies, in the round of its
+/// `plan`: this rank reads its block from every peer's `send` (at the
+/// offset the peer published) into block `q` of `recv` (`recv_counts[q]`
+/// elements; the counts agreed beforehand, so that rank `q`'s block for
+/// this rank has that many).
+pub(crate) fn all_to_all_v<T: Element>(
+    seg: &mut Segment,
+    plan: &PlanV,
+    (send, send_counts): (&[T], &[usize]),
+    (recv, recv_counts): (&mut [T], &[usize]),
+    deadline: Instant,
+) -> Result<Direct, Stop> {
+    let (me, n, b) = (seg.rank(), seg.size(), plan.b);
+    let (so, ro) = (kernels::offsets(send_counts), kernels::offsets(recv_counts));
+    assert_eq!(
+        send.len(),
+        so[n - 1] + send_counts[n - 1],
+        "the agreed send length"
+    );
+    assert_eq!(
+        recv.len(),
+        ro[n - 1] + recv_counts[n - 1],
+        "the agreed receive length"
+    );
+    // Only ranks with a block for this rank are read; the same choice on
+    // every rank needs every rank's senders: those with any peer block.
+    let senders = (0..n).filter(|&q| {
+        // SAFETY: word 0 of the plan's extra words, published by every rank in round `b`.
+        let most = unsafe { extra_word(seg, b, q, 0) };
+        most > 0
+    });
+    if !plan.bufs.readable(seg, senders, plan.bytes) {
+        return Ok(Direct::Slots);
+    }
+    let base = recv.as_mut_ptr();
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
+    // SAFETY: `send_counts[me]` elements at offset `so[me]` of `send` and `ro[me]` of `recv` (inside both: lengths asserted above), the second ours; `_fence` orders what it streams.
+    unsafe {
+        kernels::copy_to(
+            send[so[me]..].as_ptr(),
+            base.add(ro[me]),
+            send_counts[me],
+            stream,
+        )
+    };
+    let refused = peers(me, n).try_for_each(|q| {
+        // SAFETY: word `2 + me` of the plan's extra words: rank `q`'s offset of its block for this rank.
+        let at = unsafe { extra_word(seg, b, q, 2 + me) } as usize;
+        // SAFETY: block `q` of `recv` (inside it, asserted above), ours; rank `q`'s block for this rank lies at `at` in its send buffer with the agreed `recv_counts[q]` elements.
+        unsafe {
+            plan.bufs
+                .read(seg, q, at, base.add(ro[q]), recv_counts[q], stream)
+        }
     });
     conclude(seg, b, refused.err(), deadline)
 }

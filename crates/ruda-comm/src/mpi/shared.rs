@@ -407,6 +407,97 @@ pub(crate) fn all_to_all<T: Element>(
     Ok(())
 }
 
+/// Send block `q` of `send` (`send_counts[q]` elements, blocks in rank
+/// order) to rank `q`, and receive rank `q`'s block for this rank into
+/// block `q` of `recv` (`recv_counts[q]` elements). The counts agreed
+/// beforehand: `send_counts[q]` here is `recv_counts[me]` on rank `q`.
+///
+/// A first round publishes every rank's send buffer, block offsets, largest
+/// block for a peer and receive size ([`direct::plan_all_to_all_v`]). A
+/// call whose largest receive buffer is inside the cross-memory window, or
+/// whose senders' buffers are all shared buffers, then reads each block
+/// straight from its sender ([`direct::all_to_all_v`]). Otherwise the
+/// blocks go through the slots: each rank's slot is cut into a part per
+/// destination, and each round carries the next part of every block, in as
+/// many rounds as the largest block needs (the same number on every rank,
+/// from the plan).
+pub(crate) fn all_to_all_v<T: Element>(
+    seg: &mut Segment,
+    (send, send_counts): (&[T], &[usize]),
+    (recv, recv_counts): (&mut [T], &[usize]),
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let plan = direct::plan_all_to_all_v(seg, send, send_counts, size_of_val(recv), deadline)?;
+    if seg.direct(plan.bytes)
+        && direct::all_to_all_v(
+            seg,
+            &plan,
+            (send, send_counts),
+            (&mut *recv, recv_counts),
+            deadline,
+        )? == Direct::Done
+    {
+        return Ok(());
+    }
+    let (me, n) = (seg.rank(), seg.size());
+    let (so, ro) = (kernels::offsets(send_counts), kernels::offsets(recv_counts));
+    assert_eq!(
+        send.len(),
+        so[n - 1] + send_counts[n - 1],
+        "the agreed send length"
+    );
+    assert_eq!(
+        recv.len(),
+        ro[n - 1] + recv_counts[n - 1],
+        "the agreed receive length"
+    );
+    let part = block_elems::<T>(seg.slot_len(), n);
+    let stream = kernels::streams::<T>(recv.len());
+    let _fence = kernels::FenceOnExit(stream);
+    let base = recv.as_mut_ptr();
+    // SAFETY: `send_counts[me]` elements at `so[me]` of `send` and `ro[me]` of `recv` (lengths asserted above), the second ours; `_fence` orders what it streams.
+    unsafe {
+        kernels::copy_to(
+            send[so[me]..].as_ptr(),
+            base.add(ro[me]),
+            send_counts[me],
+            stream,
+        )
+    };
+    // The `k`-th part of a block of `len`: its start and length.
+    let piece = |k: usize, len: usize| {
+        let lo = (k * part).min(len);
+        (lo, (len - lo).min(part))
+    };
+    for k in 0..plan.most.div_ceil(part) {
+        let b = seg.next_round();
+        let slot = |q: usize| seg.slot(q, b).cast::<T>();
+        for p in (0..n).filter(|&p| p != me) {
+            let (lo, m) = piece(k, send_counts[p]);
+            // SAFETY: valid: part `p` of our slot holds `part >= m` elements (`n` parts fit the slot), `send[so[p] + lo..][..m]` lies in block `p` of `send`; unaliased: our slot is ours until the barrier.
+            unsafe { copy(send[so[p] + lo..].as_ptr(), slot(me).add(p * part), m) };
+        }
+        seg.barrier(deadline)?;
+        for q in (0..n).filter(|&q| q != me) {
+            let (lo, m) = piece(k, recv_counts[q]);
+            // Rank `q` wrote part `k` of its block for us (`recv_counts[q]`
+            // elements, agreed) before the barrier and writes this slot
+            // again only after the next round's barrier; `_fence` orders
+            // streamed stores.
+            // SAFETY: valid: `m` elements of part `me` of `q`'s slot and of block `q` of `recv` (asserted above); unaliased: `q` no longer writes it, `recv` is ours.
+            unsafe {
+                kernels::copy_to(
+                    slot(q).add(me * part).cast_const(),
+                    base.add(ro[q] + lo),
+                    m,
+                    stream,
+                )
+            };
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -1064,6 +1155,119 @@ mod tests {
                     "odd {odd:?} rank {r}: stranded only in place"
                 );
             }
+        }
+    }
+
+    /// Rank `q`'s block for rank `p` in the all-to-all-v tests: uneven,
+    /// empty ones included, some spanning many rounds of the tests' slots;
+    /// `seed / 7` scales them.
+    fn v_count(q: usize, p: usize, seed: usize) -> usize {
+        [0, 1, 513, 1500, 64, 3000, 17][(q * 3 + p + seed) % 7] * (1 + seed / 7)
+    }
+
+    /// Element `i` of rank `q`'s block for rank `p`: exact in f64.
+    fn v_value(q: usize, p: usize, i: usize) -> f64 {
+        value(q, p * 4001 + i)
+    }
+
+    /// Rank `r`'s send buffer and its counts, and its receive counts.
+    fn v_buffers(r: usize, n: usize, seed: usize) -> (Vec<f64>, Vec<usize>, Vec<usize>) {
+        let sc: Vec<usize> = (0..n).map(|p| v_count(r, p, seed)).collect();
+        let rc: Vec<usize> = (0..n).map(|q| v_count(q, r, seed)).collect();
+        let send = (0..n)
+            .flat_map(|p| (0..sc[p]).map(move |i| v_value(r, p, i)))
+            .collect();
+        (send, sc, rc)
+    }
+
+    /// What rank `r` must receive: every rank's block for it, in rank order.
+    fn v_expected(r: usize, n: usize, seed: usize) -> Vec<f64> {
+        (0..n)
+            .flat_map(|q| (0..v_count(q, r, seed)).map(move |i| v_value(q, r, i)))
+            .collect()
+    }
+
+    /// All-to-all-v over 1 to 5 ranks with uneven and empty blocks, through
+    /// the slots (many rounds of one-page slots), through single copies,
+    /// and with some calls in the window: every rank receives every block,
+    /// twice on the same segment.
+    #[test]
+    fn all_to_all_v_with_uneven_and_empty_blocks() {
+        for mode in MODES {
+            for n in 1..=5 {
+                for seed in 0..3 {
+                    let out = ranks(n, mode, move |r, seg| {
+                        let (send, sc, rc) = v_buffers(r, n, seed);
+                        let mut got = Vec::new();
+                        for _ in 0..2 {
+                            let mut recv = vec![f64::NAN; rc.iter().sum()];
+                            all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), deadline()).unwrap();
+                            got.push(recv);
+                        }
+                        got
+                    });
+                    for (r, got) in out.iter().enumerate() {
+                        let want = v_expected(r, n, seed);
+                        for recv in got {
+                            assert_eq!(recv, &want, "mode {mode:?} n {n} seed {seed} rank {r}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Senders whose buffers are all shared buffers are read through the
+    /// mapping in the plan's round (one round in all), from 64 KiB of the
+    /// largest receive buffer; one sender on ordinary memory sends the call
+    /// through the slots (more rounds), with the same result.
+    #[test]
+    fn all_to_all_v_reads_shared_senders_through_the_mapping() {
+        for plain in [None, Some(1)] {
+            let out = arena_ranks(3, 1 << 20, move |r, seg, arena| {
+                // Blocks of up to 12 000 × 8 bytes: receive buffers past 64 KiB.
+                let (own, sc, rc) = v_buffers(r, 3, 21);
+                let mut shared = arena.buffer::<f64>(own.len(), r).unwrap();
+                shared.copy_from_slice(&own);
+                let send: &[f64] = if plain == Some(r) { &own } else { &shared };
+                let mut recv = vec![0f64; rc.iter().sum()];
+                let before = seg.rounds();
+                all_to_all_v(seg, (send, &sc), (&mut recv, &rc), deadline()).unwrap();
+                (recv, seg.rounds() - before)
+            });
+            let most = (0..3)
+                .map(|r| v_expected(r, 3, 21).len() * 8)
+                .max()
+                .unwrap();
+            assert!(most >= 64 << 10, "{most} bytes");
+            for (r, (recv, rounds)) in out.iter().enumerate() {
+                assert_eq!(recv, &v_expected(r, 3, 21), "plain {plain:?} rank {r}");
+                if plain.is_none() {
+                    assert_eq!(*rounds, 1, "rank {r}: read in the plan's round");
+                } else {
+                    assert!(*rounds > 1, "rank {r}: through the slots");
+                }
+            }
+        }
+    }
+
+    /// A rank gone after the plan: its peers, still reading or copying,
+    /// name it at their deadline.
+    #[test]
+    fn all_to_all_v_names_a_rank_gone_after_the_plan() {
+        let out = ranks(3, None, |r, seg| {
+            let (send, sc, rc) = v_buffers(r, 3, 0);
+            let d = Instant::now() + Duration::from_millis(300);
+            if r == 1 {
+                return direct::plan_all_to_all_v(seg, &send, &sc, rc.iter().sum::<usize>() * 8, d)
+                    .map(|_| ());
+            }
+            let mut recv = vec![0f64; rc.iter().sum()];
+            all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), d)
+        });
+        assert_eq!(out[1], Ok(()), "its plan passed");
+        for r in [0, 2] {
+            assert_eq!(out[r], Err(Stop { missing: vec![1] }), "rank {r}");
         }
     }
 }

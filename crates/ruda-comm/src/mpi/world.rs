@@ -169,8 +169,8 @@ impl MpiWorldBuilder {
     /// - call records, and the data of small calls, go through the
     ///   segment: no MPI message per call;
     /// - all-reduce, reduce-scatter(-v), all-gather(-v), broadcast and
-    ///   all-to-all move their data through it (all-to-all-v,
-    ///   point-to-point calls and `split` go through MPI);
+    ///   all-to-all(-v) move their data through it (point-to-point calls
+    ///   and `split` go through MPI);
     /// - reductions run in rank order with the thread transport's kernels,
     ///   so a result has the same bits as on a [`crate::LocalWorld`];
     /// - a rank that does not come within the deadline (it died, or waits

@@ -56,7 +56,7 @@
 //!   `MpiWorldBuilder::shared_buffers`): all-reduces of shared buffers
 //!   (f32, f64, f16; sum, max, mean; empty to many slots long) have the
 //!   bits of the same call on ordinary memory; so do all-gathers,
-//!   reduce-scatters, broadcasts and all-to-alls of shared buffers inside
+//!   reduce-scatters, broadcasts and all-to-all(-v)s of shared buffers inside
 //!   and past the cross-memory window (read through the arenas' mapping);
 //!   one rank with ordinary memory among shared buffers, a split's arenas,
 //!   a full arena's error, and ranges given back. `die --shared-buffers` kills a rank among
@@ -460,16 +460,28 @@ fn moved_against_plain(
     let (me, n) = (comm.rank(), comm.size());
     let what = format!("{op} of {total} on rank {me} (plain here: {plain_here})");
     let block = total / n;
+    // All-to-all-v: rank q sends rank p `block` plus up to 2 × 4097 more
+    // (uneven, off cache lines), and nothing to itself.
+    let v = |q: usize, p: usize| {
+        if q == p {
+            0
+        } else {
+            block + (q + 2 * p) % 3 * 4097
+        }
+    };
+    let (sends, recvs): (Vec<usize>, Vec<usize>) = (0..n).map(|q| (v(me, q), v(q, me))).unzip();
     let (send_len, recv_len) = match op {
         "all-gather" => (block, block * n),
         "reduce-scatter" => (block * n, block),
         "broadcast" => (total, 0),
+        "all-to-all-v" => (sends.iter().sum(), recvs.iter().sum()),
         _ => (block * n, block * n),
     };
     let run = |send: &mut [f32], recv: &mut [f32]| match op {
         "all-gather" => comm.all_gather(send, recv),
         "reduce-scatter" => comm.reduce_scatter(send, recv, ReduceOp::Sum),
         "broadcast" => comm.broadcast(send, n - 1),
+        "all-to-all-v" => comm.all_to_all_v(send, &sends, recv, &recvs),
         _ => comm.all_to_all(send, recv),
     };
     let fill = |b: &mut [f32]| {
@@ -540,7 +552,13 @@ fn shared_buffers(world: &MpiCommunicator) -> Result<usize, String> {
     // (17.2 MB): shared buffers read through the arenas' mapping, and one
     // rank on ordinary memory.
     for total in [300_000usize, 4_300_000] {
-        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+        for op in [
+            "all-gather",
+            "reduce-scatter",
+            "broadcast",
+            "all-to-all",
+            "all-to-all-v",
+        ] {
             moved_against_plain(world, op, total, false)?;
             moved_against_plain(world, op, total, me == 0)?;
             passed += 2;
