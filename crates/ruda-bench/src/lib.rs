@@ -52,17 +52,22 @@ pub enum BenchOp {
     ReduceScatter,
     /// `all_to_all`.
     AllToAll,
+    /// `all_to_all_v` with every block the same size (the variable
+    /// exchange's own cost beside [`BenchOp::AllToAll`]: expert and
+    /// sequence parallelism call it with uneven blocks).
+    AllToAllV,
     /// `broadcast` from rank 0.
     Broadcast,
 }
 
 impl BenchOp {
     /// Every operation, in table order.
-    pub const ALL: [BenchOp; 5] = [
+    pub const ALL: [BenchOp; 6] = [
         BenchOp::AllReduce,
         BenchOp::AllGather,
         BenchOp::ReduceScatter,
         BenchOp::AllToAll,
+        BenchOp::AllToAllV,
         BenchOp::Broadcast,
     ];
 
@@ -73,6 +78,7 @@ impl BenchOp {
             BenchOp::AllGather => "all-gather",
             BenchOp::ReduceScatter => "reduce-scatter",
             BenchOp::AllToAll => "all-to-all",
+            BenchOp::AllToAllV => "all-to-all-v",
             BenchOp::Broadcast => "broadcast",
         }
     }
@@ -90,7 +96,10 @@ impl BenchOp {
         let n = n as f64;
         match self {
             BenchOp::AllReduce => 2.0 * (n - 1.0) / n,
-            BenchOp::AllGather | BenchOp::ReduceScatter | BenchOp::AllToAll => (n - 1.0) / n,
+            BenchOp::AllGather
+            | BenchOp::ReduceScatter
+            | BenchOp::AllToAll
+            | BenchOp::AllToAllV => (n - 1.0) / n,
             BenchOp::Broadcast => 1.0,
         }
     }
@@ -249,7 +258,7 @@ pub fn buffer_lens(op: BenchOp, n: usize, count: usize) -> (usize, usize) {
         BenchOp::AllReduce | BenchOp::Broadcast => (count, 0),
         BenchOp::AllGather => (block, count),
         BenchOp::ReduceScatter => (count, block),
-        BenchOp::AllToAll => (count, count),
+        BenchOp::AllToAll | BenchOp::AllToAllV => (count, count),
     }
 }
 
@@ -312,6 +321,10 @@ pub fn call<C: Communicator, T: Sample>(
         BenchOp::AllGather => comm.all_gather(send, recv),
         BenchOp::ReduceScatter => comm.reduce_scatter(send, recv, ReduceOp::Sum),
         BenchOp::AllToAll => comm.all_to_all(send, recv),
+        BenchOp::AllToAllV => {
+            let counts = vec![send.len() / comm.size().max(1); comm.size()];
+            comm.all_to_all_v(send, &counts, recv, &counts)
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The baseline: the same collective called directly on the MPI library
 //! (`MPI_Allreduce` in place, `MPI_Allgather`, `MPI_Reduce_scatter_block`,
-//! `MPI_Alltoall`, `MPI_Bcast`), timed, filled and checked exactly as ruda's
-//! own ([`super::measure_with`]).
+//! `MPI_Alltoall`, `MPI_Alltoallv` with equal blocks, `MPI_Bcast`), timed,
+//! filled and checked exactly as ruda's own ([`super::measure_with`]).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -68,6 +68,7 @@ pub fn measure_mpi_raw<T: Sample>(
         BenchOp::AllGather => OpKind::AllGather,
         BenchOp::ReduceScatter => OpKind::ReduceScatter,
         BenchOp::AllToAll => OpKind::AllToAll,
+        BenchOp::AllToAllV => OpKind::AllToAllV,
         BenchOp::Broadcast => OpKind::Broadcast,
     };
     let transport = |what: &str| CommError::Transport {
@@ -83,9 +84,19 @@ pub fn measure_mpi_raw<T: Sample>(
     let (comm, sum) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_SUM) };
     let n = world.size();
     let mut scratch: Vec<T> = Vec::new();
+    let (mut counts, mut displs): (Vec<c_int>, Vec<c_int>) = (Vec::new(), Vec::new());
     measure_with::<_, T, CommError>(world, op, bytes, settings, |send, recv| {
         let c = |len: usize| c_int::try_from(len).map_err(|_| transport("count exceeds a C int"));
         let block = c(recv.len() / n.max(1))?;
+        if op == BenchOp::AllToAllV {
+            // Equal blocks, as MPI_Alltoall's.
+            counts.clear();
+            counts.resize(n, block);
+            displs.clear();
+            for q in 0..n {
+                displs.push(c(q * (recv.len() / n.max(1)))?);
+            }
+        }
         let sp = send.as_mut_ptr() as *mut c_void;
         let rp = recv.as_mut_ptr() as *mut c_void;
         // SAFETY: every buffer has the length its count says (see
@@ -116,6 +127,17 @@ pub fn measure_mpi_raw<T: Sample>(
                     ffi::MPI_Reduce_scatter_block(sp, rp, c(recv.len())?, dt, sum, comm)
                 }
                 BenchOp::AllToAll => ffi::MPI_Alltoall(sp, block, dt, rp, block, dt, comm),
+                BenchOp::AllToAllV => ffi::MPI_Alltoallv(
+                    sp,
+                    counts.as_ptr(),
+                    displs.as_ptr(),
+                    dt,
+                    rp,
+                    counts.as_ptr(),
+                    displs.as_ptr(),
+                    dt,
+                    comm,
+                ),
             }
         };
         if rc == 0 {

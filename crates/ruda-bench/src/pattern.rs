@@ -59,7 +59,7 @@ pub fn fill<T: Sample>(op: BenchOp, rank: usize, n: usize, count: usize, send: &
                 *x = value(rank, block, j);
             }
         }
-        BenchOp::AllToAll => {
+        BenchOp::AllToAll | BenchOp::AllToAllV => {
             // Block `q` goes to rank `q`: index `(rank·n + q)·block + j`.
             for (i, x) in send.iter_mut().enumerate() {
                 let (q, j) = (i / block.max(1), i % block.max(1));
@@ -76,7 +76,7 @@ pub fn expected<T: Sample>(op: BenchOp, rank: usize, n: usize, count: usize, i: 
     match op {
         BenchOp::AllReduce | BenchOp::Broadcast | BenchOp::AllGather => at(i),
         BenchOp::ReduceScatter => value(rank, block, i),
-        BenchOp::AllToAll => {
+        BenchOp::AllToAll | BenchOp::AllToAllV => {
             // Element `j` of block `r` came from rank `r`'s block `rank`.
             let (r, j) = (i / block.max(1), i % block.max(1));
             value((r % PERIOD) * (n % PERIOD) + rank, block, j)
@@ -135,7 +135,7 @@ mod tests {
                             .collect(),
                         BenchOp::Broadcast => inputs[0].clone(),
                         BenchOp::AllGather => inputs.concat(),
-                        BenchOp::AllToAll => (0..n)
+                        BenchOp::AllToAll | BenchOp::AllToAllV => (0..n)
                             .flat_map(|r| inputs[r][rank * block..(rank + 1) * block].to_vec())
                             .collect(),
                     };

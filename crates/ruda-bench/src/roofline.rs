@@ -150,7 +150,7 @@ impl BenchOp {
         let (read, written) = match self {
             BenchOp::AllReduce if n <= 1.0 => (0.0, 0.0),
             BenchOp::Broadcast if n <= 1.0 => (0.0, 0.0),
-            BenchOp::AllReduce | BenchOp::AllToAll => (n * s, n * s),
+            BenchOp::AllReduce | BenchOp::AllToAll | BenchOp::AllToAllV => (n * s, n * s),
             BenchOp::AllGather => (s, n * s),
             BenchOp::ReduceScatter => (n * s, s),
             BenchOp::Broadcast => (s, (n - 1.0) * s),
@@ -171,7 +171,7 @@ impl BenchOp {
         match self {
             BenchOp::AllReduce | BenchOp::Broadcast => s,
             BenchOp::AllGather | BenchOp::ReduceScatter => s.saturating_add(block),
-            BenchOp::AllToAll => s.saturating_mul(2),
+            BenchOp::AllToAll | BenchOp::AllToAllV => s.saturating_mul(2),
         }
     }
 
@@ -193,7 +193,7 @@ impl BenchOp {
             BenchOp::ReduceScatter => StreamKernel::Add,
             BenchOp::AllGather => fan_of(n),
             BenchOp::Broadcast => fan_of(n.saturating_sub(1)),
-            BenchOp::AllToAll => StreamKernel::Copy,
+            BenchOp::AllToAll | BenchOp::AllToAllV => StreamKernel::Copy,
         }
     }
 }

@@ -248,7 +248,7 @@ fn measure_tensor<
             BenchOp::AllGather => TensorCollective::<Flex>::all_gather_float(&coll, x),
             BenchOp::ReduceScatter => TensorCollective::<Flex>::reduce_scatter_sum(&coll, x),
             BenchOp::Broadcast => BroadcastTensorCollective::<Flex>::broadcast_float(&coll, x, 0),
-            BenchOp::AllToAll => {
+            BenchOp::AllToAll | BenchOp::AllToAllV => {
                 VariableTensorCollective::<Flex>::all_to_all_v_float(&coll, x, &vec![count / n; n])
                     .map(|e| e.value)
             }

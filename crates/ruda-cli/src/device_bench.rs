@@ -170,7 +170,7 @@ fn measure_group<G: Group, T: Sample + burn_backend::Element>(
             BenchOp::AllGather => x.all_gather(g, 0)?,
             BenchOp::ReduceScatter => x.reduce_scatter(g, 0)?,
             BenchOp::Broadcast => x.broadcast(g, 0)?,
-            BenchOp::AllToAll => x.all_to_all(g, 0, &counts)?,
+            BenchOp::AllToAll | BenchOp::AllToAllV => x.all_to_all(g, 0, &counts)?,
         };
         sync(device)?;
         Ok(y)

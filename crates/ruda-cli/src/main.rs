@@ -438,6 +438,7 @@ enum OpArg {
     AllGather,
     ReduceScatter,
     AllToAll,
+    AllToAllV,
     Broadcast,
     All,
 }
@@ -509,6 +510,7 @@ fn ops(op: OpArg) -> Vec<BenchOp> {
         OpArg::AllGather => vec![BenchOp::AllGather],
         OpArg::ReduceScatter => vec![BenchOp::ReduceScatter],
         OpArg::AllToAll => vec![BenchOp::AllToAll],
+        OpArg::AllToAllV => vec![BenchOp::AllToAllV],
         OpArg::Broadcast => vec![BenchOp::Broadcast],
         OpArg::All => BenchOp::ALL.to_vec(),
     }

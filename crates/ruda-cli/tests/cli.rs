@@ -725,7 +725,7 @@ fn bench_json_follows_the_bandwidth_conventions() {
         );
         let bytes = r["bytes"].as_f64().unwrap();
         let moved = match r["op"].as_str().unwrap() {
-            "all-reduce" | "all-to-all" => 2.0 * 3.0 * bytes,
+            "all-reduce" | "all-to-all" | "all-to-all-v" => 2.0 * 3.0 * bytes,
             // S distinct bytes read, n·S written.
             "all-gather" => (1.0 + 3.0) * bytes,
             "reduce-scatter" => 4.0 * bytes,
@@ -751,7 +751,7 @@ fn bench_json_follows_the_bandwidth_conventions() {
         let n = 3.0;
         let factor = match r["op"].as_str().unwrap() {
             "all-reduce" => 2.0 * (n - 1.0) / n,
-            "all-gather" | "reduce-scatter" | "all-to-all" => (n - 1.0) / n,
+            "all-gather" | "reduce-scatter" | "all-to-all" | "all-to-all-v" => (n - 1.0) / n,
             "broadcast" => 1.0,
             other => panic!("unknown op {other}"),
         };

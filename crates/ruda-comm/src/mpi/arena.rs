@@ -207,7 +207,7 @@ impl Arena {
 /// place and writes the result into all of them, as ranks of a
 /// [`crate::LocalWorld`] do, with the same bits. A broadcast of 256 KiB or
 /// more is shared out likewise: rank `q` copies piece `q` of the root's
-/// buffer into every other rank's. All-gathers, all-to-alls, smaller
+/// buffer into every other rank's. All-gathers, all-to-all(-v)s, smaller
 /// broadcasts and reduce-scatters of 64 KiB or more read peers' shared
 /// buffers through the mapping (`memcpy`), where ordinary memory is read
 /// with cross-memory attach or through the slots. A call where some

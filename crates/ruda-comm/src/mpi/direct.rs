@@ -56,10 +56,10 @@ use crate::{Element, ReduceOp};
 
 /// The bytes a collective moves (its whole receive buffer, or a
 /// reduce-scatter's send buffer, or a broadcast's buffer: the same on every
-/// rank) from which the ranks of one host read their peers' buffers
-/// directly when they can
-/// ([`crate::MpiWorldBuilder::shared_memory_single_copy`]): all-gather(-v),
-/// all-to-all, broadcast and reduce-scatter(-v) of at least this many
+/// rank; for an all-to-all-v, the largest receive buffer of any rank) from
+/// which the ranks of one host read their peers' buffers directly when
+/// they can ([`crate::MpiWorldBuilder::shared_memory_single_copy`]):
+/// all-gather(-v), all-to-all(-v), broadcast and reduce-scatter(-v) of at least this many
 /// bytes and less than [`SINGLE_COPY_BELOW_BYTES`]. Smaller calls go
 /// through the segment's slots, whose one barrier costs less than the
 /// direct path's two and whose copies stay in cache.

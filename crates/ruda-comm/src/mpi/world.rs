@@ -265,8 +265,8 @@ impl MpiWorldBuilder {
     }
 
     /// Whether the ranks of a host's segment read their peers' buffers
-    /// directly (default `true`): an all-gather(-v), all-to-all, broadcast
-    /// or reduce-scatter(-v) of [`crate::SINGLE_COPY_FROM_BYTES`] (64 KiB)
+    /// directly (default `true`): an all-gather(-v), all-to-all(-v),
+    /// broadcast or reduce-scatter(-v) of [`crate::SINGLE_COPY_FROM_BYTES`] (64 KiB)
     /// to below [`crate::SINGLE_COPY_BELOW_BYTES`] (16 MiB) then moves each
     /// byte once, from the peer's buffer into the reader's, with Linux's
     /// cross-memory attach (`process_vm_readv`, as Open MPI's
