@@ -690,7 +690,7 @@ fn bench_json_follows_the_bandwidth_conventions() {
     assert_eq!(doc["ranks"], 3);
     assert_eq!(doc["dtype"], "f32");
     let rows = doc["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2 * 5, "five ops per size");
+    assert_eq!(rows.len(), 2 * 6, "six ops per size");
     for r in rows {
         for key in [
             "kind",

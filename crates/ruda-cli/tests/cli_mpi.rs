@@ -365,7 +365,7 @@ fn bench_over_mpi_on_shared_buffers() {
     };
     assert_eq!(doc["shared_buffers"], true);
     let rows = doc["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 15, "5 operations at 3 sizes");
+    assert_eq!(rows.len(), 18, "6 operations at 3 sizes");
     assert!(rows.iter().all(|r| r["wrong"] == 0));
 }
 
