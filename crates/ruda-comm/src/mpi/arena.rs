@@ -284,8 +284,10 @@ impl<T: Element> Drop for SharedBuffer<'_, T> {
 
 impl<T: Element + std::fmt::Debug> std::fmt::Debug for SharedBuffer<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // An empty buffer takes no range: no offset to show.
+        let offset = (self.off != EMPTY).then_some(self.off);
         f.debug_struct("SharedBuffer")
-            .field("offset", &self.off)
+            .field("offset", &offset)
             .field("len", &self.len)
             .finish_non_exhaustive()
     }
@@ -383,7 +385,17 @@ mod tests {
         let empty = a.buffer::<f64>(0, 0).unwrap();
         assert!(empty.is_empty() && empty.offset() == EMPTY);
         assert_eq!(a.free_bytes(), 4096);
-        drop(empty);
+        // `Debug` shows no offset for it, and a real one otherwise.
+        assert!(
+            format!("{empty:?}").contains("offset: None, len: 0"),
+            "{empty:?}"
+        );
+        let one = a.buffer::<f64>(1, 0).unwrap();
+        assert!(
+            format!("{one:?}").contains("offset: Some(0), len: 1"),
+            "{one:?}"
+        );
+        drop((empty, one));
         assert_eq!(a.free_bytes(), 4096);
         let bufs: Vec<_> = (0..4).map(|_| a.buffer::<f32>(1, 0).unwrap()).collect();
         assert_eq!(
