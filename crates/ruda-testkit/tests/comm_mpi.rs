@@ -490,11 +490,12 @@ fn a_rank_killed_among_shared_buffer_all_reduces_ends_the_job_naming_it() {
     );
 }
 
-/// Rank 1 stopped for 4 s among all-reduces of shared buffers with a 1 s
-/// deadline: wherever the stop lands, the job ends, its peers naming it, either as a `Timeout` at the call's
-/// first barrier (then the world aborts the job when dropped) or, inside
-/// the in-place reduction, by ending the job with exit code 75 (a peer may
-/// still write their buffers).
+/// Rank 1 stopped for 4 s among all-reduces and broadcasts of shared
+/// buffers with a 1 s deadline: wherever the stop lands, the job ends, its
+/// peers naming it, either as a `Timeout` at the call's first barrier (then
+/// the world aborts the job when dropped) or, inside a call whose peers
+/// write in place, by ending the job with exit code 75 (a peer may still
+/// write their buffers).
 #[test]
 fn a_rank_stalled_among_shared_buffer_all_reduces_is_named_and_the_job_ends() {
     for n in [2, 3] {
@@ -508,9 +509,11 @@ fn a_rank_stalled_among_shared_buffer_all_reduces_is_named_and_the_job_ends() {
         let stranded = t.contains(
             "rank(s) 1 (world rank 1) did not finish writing shared buffers in place within 1s",
         );
-        let timed_out = t.contains(
-            "rank 0: stall: all_reduce on rank 0 timed out after 1s: ranks [1] never arrived",
-        );
+        let timed_out = ["all_reduce", "broadcast"].iter().any(|op| {
+            t.contains(&format!(
+                "rank 0: stall: {op} on rank 0 timed out after 1s: ranks [1] never arrived"
+            ))
+        });
         assert!(stranded || timed_out, "{n} ranks:\n{t}");
         if stranded {
             assert_eq!(out.status.code(), Some(75), "{t}");

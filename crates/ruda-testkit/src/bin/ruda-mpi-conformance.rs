@@ -62,10 +62,10 @@
 //!   a full arena's error, and ranges given back. `die --shared-buffers` kills a rank among
 //!   all-reduces of shared buffers (in place on the peers' memory).
 //! - `stall` (its world has 64 MiB arenas and a 1 s deadline): rank 1 is stopped
-//!   (`SIGSTOP`) for 4 s among all-reduces of shared buffers; wherever the
+//!   (`SIGSTOP`) for 4 s among all-reduces and broadcasts of shared buffers; wherever the
 //!   stop lands, its peers end within their deadline, naming it (a
 //!   `Timeout` at the first barrier, or the end of the job with exit code
-//!   75 when it stopped inside the in-place reduction).
+//!   75 when it stopped inside a call whose peers write in place).
 //! - `soak [CALLS] [ELEMENTS]`: checked all-reduces in a loop (default 100
 //!   of 2^20 f32), for the namespace cluster's fault tests: a stall or
 //!   packet loss must leave every result right; a cut link or a killed
@@ -437,9 +437,15 @@ fn stall(world: &MpiCommunicator) -> Result<usize, String> {
             .spawn()
             .map_err(|e| e.to_string())?;
     }
+    // All-reduces and broadcasts (1 MiB: peers write in place) in turn.
     for i in 0..1_000_000u32 {
         v.fill(i as f32);
-        if let Err(e) = world.all_reduce(&mut v, ReduceOp::Max) {
+        let done = if i % 2 == 0 {
+            world.all_reduce(&mut v, ReduceOp::Max)
+        } else {
+            world.broadcast(&mut v, i as usize / 2 % world.size())
+        };
+        if let Err(e) = done {
             println!("rank {me}: stall: {e}");
             return Ok(1);
         }
