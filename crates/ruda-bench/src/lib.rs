@@ -292,6 +292,11 @@ pub fn measure<C: Communicator, T: Sample>(
     })
 }
 
+thread_local! {
+    /// The equal counts of [`BenchOp::AllToAllV`]'s calls on this thread.
+    static EQUAL_COUNTS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// One call of `op` as [`measure`] times it, on buffers laid out as
 /// [`buffer_lens`] says: all-reduce (a sum) and broadcast (from rank 0) in
 /// place on `send`.
@@ -321,10 +326,15 @@ pub fn call<C: Communicator, T: Sample>(
         BenchOp::AllGather => comm.all_gather(send, recv),
         BenchOp::ReduceScatter => comm.reduce_scatter(send, recv, ReduceOp::Sum),
         BenchOp::AllToAll => comm.all_to_all(send, recv),
-        BenchOp::AllToAllV => {
-            let counts = vec![send.len() / comm.size().max(1); comm.size()];
-            comm.all_to_all_v(send, &counts, recv, &counts)
-        }
+        BenchOp::AllToAllV => EQUAL_COUNTS.with_borrow_mut(|counts| {
+            // Kept between calls: the timed call allocates nothing, as the
+            // raw baseline's.
+            let n = comm.size();
+            counts.clear();
+            counts.resize(n, send.len() / n.max(1));
+            let counts: &[usize] = counts;
+            comm.all_to_all_v(send, counts, recv, counts)
+        }),
     }
 }
 

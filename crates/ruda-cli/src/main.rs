@@ -504,7 +504,10 @@ fn parse_grid(s: &str) -> Result<(usize, usize), String> {
     Ok((p, a))
 }
 
-fn ops(op: OpArg) -> Vec<BenchOp> {
+/// The operations `op` names. On tensors (`--tensor`, `--transport
+/// device`) all-to-all is the variable exchange itself, so `all` times it
+/// once there, as `all-to-all`.
+fn ops(op: OpArg, tensors: bool) -> Vec<BenchOp> {
     match op {
         OpArg::AllReduce => vec![BenchOp::AllReduce],
         OpArg::AllGather => vec![BenchOp::AllGather],
@@ -512,7 +515,10 @@ fn ops(op: OpArg) -> Vec<BenchOp> {
         OpArg::AllToAll => vec![BenchOp::AllToAll],
         OpArg::AllToAllV => vec![BenchOp::AllToAllV],
         OpArg::Broadcast => vec![BenchOp::Broadcast],
-        OpArg::All => BenchOp::ALL.to_vec(),
+        OpArg::All => BenchOp::ALL
+            .into_iter()
+            .filter(|&o| !(tensors && o == BenchOp::AllToAllV))
+            .collect(),
     }
 }
 
@@ -863,7 +869,7 @@ fn main() -> ExitCode {
                 }
             };
             let cfg = BenchConfig {
-                ops: ops(op),
+                ops: ops(op, tensor || on_device.is_some()),
                 dtype: dtype(d),
                 sizes,
                 ranks: ranks as usize,

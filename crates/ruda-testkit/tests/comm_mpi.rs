@@ -497,7 +497,7 @@ fn a_rank_killed_among_shared_buffer_all_reduces_ends_the_job_naming_it() {
 /// write in place, by ending the job with exit code 75 (a peer may still
 /// write their buffers).
 #[test]
-fn a_rank_stalled_among_shared_buffer_all_reduces_is_named_and_the_job_ends() {
+fn a_rank_stalled_among_shared_buffer_all_reduces_and_broadcasts_is_named_and_the_job_ends() {
     for n in [2, 3] {
         let Some((out, took)) = launch(n, &["stall"], false, Duration::from_secs(120)) else {
             return;

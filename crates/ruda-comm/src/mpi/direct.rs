@@ -27,11 +27,13 @@
 //!    passes a last barrier; if any rank's was, single copies go off on
 //!    every rank and the call runs again through the slots ([`Direct`]).
 //!
-//! Nobody but a rank writes its buffers, and only while it is in the call:
-//! a peer's buffers are only ever read. A rank whose last barrier fails
-//! (a peer gone: the same [`Stop`] on every rank, naming it) returns while
-//! a stalled peer might still read its buffers, which changes nothing in
-//! them; that peer then fails the same barrier.
+//! On the read path nobody but a rank writes its buffers, and only while
+//! it is in the call: a peer's buffers are only ever read. A rank whose
+//! last barrier fails (a peer gone: the same [`Stop`] on every rank,
+//! naming it) returns while a stalled peer might still read its buffers,
+//! which changes nothing in them; that peer then fails the same barrier.
+//! (A broadcast of shared buffers in place is the exception: see
+//! [`broadcast`].)
 //!
 //! All-reduce keeps the slots: its slot path already copies only peers'
 //! shares in and results out, and a direct version (each rank reducing its
@@ -115,30 +117,25 @@ struct Buffers {
     writable: Vec<bool>,
 }
 
-/// Publish this rank's buffer for the call (`bytes` at `ptr`) at the head
+/// Publish this rank's buffer `buf` for the call at the head
 /// of its slot `b` (word 0 its address, word 1 its refusal flag, cleared,
 /// word 2 its arena offset plus one, or 0, word 3 whether peers may write
 /// it), pass the barrier, and collect every rank's.
-fn exchange(
+fn exchange<T>(
     seg: &Segment,
     b: usize,
-    buf: (*const u8, usize),
+    buf: &[T],
     writable: bool,
     deadline: Instant,
 ) -> Result<Buffers, Stop> {
     exchange_with(seg, b, buf, writable, &[], deadline)
 }
 
-/// [`exchange`], publishing `extra` too, from word [`EXTRA`] of the head
-/// (peers read it with [`extra_word`] until the round after next).
-fn exchange_with(
-    seg: &Segment,
-    b: usize,
-    (ptr, bytes): (*const u8, usize),
-    writable: bool,
-    extra: &[u64],
-    deadline: Instant,
-) -> Result<Buffers, Stop> {
+/// Write what [`exchange_with`] publishes at the head of this rank's slot
+/// `b`, without the barrier (a test stands in for a rank that publishes
+/// and then stalls).
+pub(crate) fn publish<T>(seg: &Segment, b: usize, buf: &[T], writable: bool, extra: &[u64]) {
+    let (ptr, bytes) = (buf.as_ptr().cast::<u8>(), size_of_val(buf));
     let head = seg.slot(seg.rank(), b).cast::<u64>();
     let words = EXTRA
         .checked_add(extra.len())
@@ -150,11 +147,11 @@ fn exchange_with(
         seg.slot_len()
     );
     for (i, &w) in extra.iter().enumerate() {
-        // SAFETY: word `EXTRA + i` of this rank's slot of the round, inside it (asserted above), only this rank's until the barrier below.
+        // SAFETY: word `EXTRA + i` of this rank's slot of the round, inside it (asserted above), only this rank's until the round's barrier.
         unsafe { head.add(EXTRA + i).write(w) };
     }
     let arena = seg.arena_offset(ptr, bytes).map_or(0, |o| o as u64 + 1);
-    // SAFETY: words 0 to 3 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the barrier.
+    // SAFETY: words 0 to 3 of this rank's slot of the round (4 KiB aligned, a page or more), only this rank's until the round's barrier.
     unsafe { head.write(ptr as u64) };
     // SAFETY: as above.
     unsafe { head.add(1).write(0) };
@@ -162,6 +159,19 @@ fn exchange_with(
     unsafe { head.add(2).write(arena) };
     // SAFETY: as above.
     unsafe { head.add(3).write(u64::from(writable)) };
+}
+
+/// [`exchange`], publishing `extra` too, from word [`EXTRA`] of the head
+/// (peers read it with [`extra_word`] until the round after next).
+fn exchange_with<T>(
+    seg: &Segment,
+    b: usize,
+    buf: &[T],
+    writable: bool,
+    extra: &[u64],
+    deadline: Instant,
+) -> Result<Buffers, Stop> {
+    publish(seg, b, buf, writable, extra);
     seg.barrier(deadline)?;
     let word = |q: usize, i: usize| {
         // SAFETY: rank `q` wrote words 0, 2 and 3 before the barrier and writes them again only in a later round of this parity (`Segment::next_round`).
@@ -271,7 +281,7 @@ fn conclude(
 ) -> Result<Direct, Stop> {
     let (me, n) = (seg.rank(), seg.size());
     let head = seg.slot(me, b).cast::<u64>();
-    // SAFETY: word 1 of this rank's slot of the round: peers read only words 0 and 2 before the barrier below, word 1 after it.
+    // SAFETY: word 1 of this rank's slot of the round: before the barrier below peers read the other words of the head, word 1 only after it.
     unsafe { head.add(1).write(u64::from(refused.is_some())) };
     seg.barrier(deadline)?;
     let any = (0..n).any(|q| {
@@ -414,7 +424,7 @@ pub(crate) fn reduce_scatter<T: Element>(
     let _fence = kernels::FenceOnExit(stream);
     let b = seg.next_round();
     let bytes = size_of_val(send);
-    let bufs = exchange(seg, b, (send.as_ptr().cast(), bytes), false, deadline)?;
+    let bufs = exchange(seg, b, send, false, deadline)?;
     if !bufs.readable(seg, 0..seg.size(), bytes) {
         return Ok(Direct::Slots);
     }
@@ -443,13 +453,7 @@ pub(crate) fn all_gather<T: Element>(
     let base = recv.as_mut_ptr();
     let blocks: Vec<*mut T> = offsets.iter().map(|&o| base.wrapping_add(o)).collect();
     let b = seg.next_round();
-    let bufs = exchange(
-        seg,
-        b,
-        (send.as_ptr().cast(), size_of_val(send)),
-        false,
-        deadline,
-    )?;
+    let bufs = exchange(seg, b, send, false, deadline)?;
     // An empty block is read from nobody (its buffer takes no arena room).
     let needed = (0..n).filter(|&q| counts[q] > 0);
     if !bufs.readable(seg, needed, size_of_val(recv)) {
@@ -472,16 +476,19 @@ pub(crate) fn all_gather<T: Element>(
 /// peers' ordinary buffers: a peer that leaves the call at its deadline
 /// must not have its memory written after it returned.)
 ///
-/// Where every rank's `buf` is a shared buffer that its rank lets peers
-/// write (`writable`: not `staged`) and the broadcast is large enough for
+/// Where every rank's `buf` is a shared buffer that its rank (the root
+/// aside) lets peers write (`writable`: not `staged`) and the broadcast is
+/// large enough for
 /// the thread transport to share its copies (from 256 KiB:
 /// [`kernels::broadcast_pieces`]), the ranks share them here too: rank
 /// `q` copies piece `q` of the root's buffer into every other rank's
 /// buffer through its mapping, so that every core copies (at n = 2 the
 /// read-only path copies on one core of two: 1 MiB took 38–41 µs read,
-/// 16–24 µs in pieces, 20–25 µs on threads). A peer may then write this rank's buffer until
-/// the last barrier: if that barrier fails, this rank calls `stranded`
-/// (which ends the job), as [`super::shared::all_reduce`] in place does.
+/// 16–24 µs in pieces, 20–25 µs on threads). A peer may then write a
+/// non-root rank's buffer until the last barrier: if that barrier fails,
+/// such a rank calls `stranded` (which ends the job), as
+/// [`super::shared::all_reduce`] in place does; the root, whose buffer is
+/// only read, returns the `Stop` (and its own `writable` does not matter).
 pub(crate) fn broadcast<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
@@ -493,21 +500,17 @@ pub(crate) fn broadcast<T: Element>(
     let (me, n) = (seg.rank(), seg.size());
     let count = buf.len();
     let b = seg.next_round();
-    let bufs = exchange(
-        seg,
-        b,
-        (buf.as_ptr().cast(), size_of_val(buf)),
-        writable,
-        deadline,
-    )?;
+    let bufs = exchange(seg, b, buf, writable, deadline)?;
     // Every rank's buffer, if each is a shared buffer its rank lets peers
     // write: the same choice on every rank (every rank's flag and offset,
     // the agreed length, the arena size of the segment).
+    // The root's buffer is only read, so a root that refuses peers'
+    // writes (staged) does not keep the others from writing each other's.
     let own = buf.as_mut_ptr();
     let shared: Option<Vec<*mut T>> = (0..n)
         .map(|q| {
             let p = bufs.mapped::<T>(seg, q, 0, count)?.cast_mut();
-            bufs.writable[q].then_some(if q == me { own } else { p })
+            (q == root || bufs.writable[q]).then_some(if q == me { own } else { p })
         })
         .collect();
     if let Some(ptrs) = shared.filter(|_| n > 1 && kernels::shares_broadcast::<T>(count)) {
@@ -517,8 +520,16 @@ pub(crate) fn broadcast<T: Element>(
             // SAFETY: `lo..hi` of `count` elements of the root's buffer and of rank `d`'s, mapped here (checked above) or ours; unaliased as above.
             unsafe { kernels::copy(src.add(lo), ptrs[d].add(lo), hi - lo) };
         }
+        #[cfg(test)]
+        {
+            seg.in_place += 1;
+        }
         if let Err(stop) = seg.barrier(deadline) {
-            stranded(&stop);
+            // Nobody writes the root's buffer: a peer still reading it
+            // after the root returns changes nothing in it.
+            if me != root {
+                stranded(&stop);
+            }
             return Err(stop);
         }
         return Ok(Direct::Done);
@@ -557,13 +568,7 @@ pub(crate) fn all_to_all<T: Element>(
     let blocks: Vec<*mut T> = (0..n).map(|q| base.wrapping_add(q * block)).collect();
     let own = send[mine..mine + block].as_ptr();
     let b = seg.next_round();
-    let bufs = exchange(
-        seg,
-        b,
-        (send.as_ptr().cast(), size_of_val(send)),
-        false,
-        deadline,
-    )?;
+    let bufs = exchange(seg, b, send, false, deadline)?;
     if !bufs.readable(seg, 0..n, size_of_val(recv)) {
         return Ok(Direct::Slots);
     }
@@ -578,10 +583,53 @@ pub(crate) fn all_to_all<T: Element>(
     conclude(seg, b, refused.err(), deadline)
 }
 
+/// An all-to-all-v's blocks as this rank sees them: the counts it sends
+/// and receives, and where each block starts in its buffers.
+pub(crate) struct BlocksV<'a> {
+    pub(crate) send_counts: &'a [usize],
+    pub(crate) recv_counts: &'a [usize],
+    /// Where block `q` starts in `send`, and in `recv`.
+    pub(crate) send_at: Vec<usize>,
+    pub(crate) recv_at: Vec<usize>,
+}
+
+impl<'a> BlocksV<'a> {
+    /// The blocks of rank `me` of `n`, checked before any rank waits on
+    /// this one: a count per rank, buffers of the counts' totals, and its
+    /// block to itself as long as the one it receives from itself (the
+    /// records agreed on all this; a failed check is a bug, not a peer's
+    /// error).
+    pub(crate) fn new<T>(
+        (me, n): (usize, usize),
+        (send, send_counts): (&[T], &'a [usize]),
+        (recv, recv_counts): (&[T], &'a [usize]),
+    ) -> Self {
+        assert!(
+            send_counts.len() == n && recv_counts.len() == n,
+            "a count per rank"
+        );
+        let sum = |c: &[usize]| c.iter().sum::<usize>();
+        assert_eq!(send.len(), sum(send_counts), "the agreed send length");
+        assert_eq!(recv.len(), sum(recv_counts), "the agreed receive length");
+        assert_eq!(
+            send_counts[me], recv_counts[me],
+            "rank {me}'s block to itself"
+        );
+        BlocksV {
+            send_counts,
+            recv_counts,
+            send_at: kernels::offsets(send_counts),
+            recv_at: kernels::offsets(recv_counts),
+        }
+    }
+}
+
 /// What the ranks of an all-to-all-v published in its first round
 /// ([`plan_all_to_all_v`]): the same on every rank but `bufs`' own view.
 pub(crate) struct PlanV {
-    /// The round the plan was published in.
+    /// The round the plan was published in (no other round may start
+    /// before the call reads the plan's words: [`all_to_all_v`] runs right
+    /// after it).
     b: usize,
     bufs: Buffers,
     /// The largest block any rank sends to a peer, in elements.
@@ -593,33 +641,25 @@ pub(crate) struct PlanV {
 
 /// The first round of an all-to-all-v on the segment: every rank publishes
 /// its send buffer, its largest block for a peer, its receive buffer's
-/// bytes and the offsets of its blocks in `send` (whose lengths are
-/// `send_counts`), passes a barrier, and reads every rank's.
+/// bytes and the offsets of its blocks in `send`, passes a barrier, and
+/// reads every rank's.
 pub(crate) fn plan_all_to_all_v<T>(
     seg: &mut Segment,
     send: &[T],
-    send_counts: &[usize],
+    blocks: &BlocksV<'_>,
     recv_bytes: usize,
     deadline: Instant,
 ) -> Result<PlanV, Stop> {
     let (me, n) = (seg.rank(), seg.size());
-    assert_eq!(send_counts.len(), n, "a count per rank");
     let most = (0..n)
         .filter(|&q| q != me)
-        .map(|q| send_counts[q])
+        .map(|q| blocks.send_counts[q])
         .max()
         .unwrap_or(0);
     let mut extra = vec![most as u64, recv_bytes as u64];
-    extra.extend(kernels::offsets(send_counts).iter().map(|&o| o as u64));
+    extra.extend(blocks.send_at.iter().map(|&o| o as u64));
     let b = seg.next_round();
-    let bufs = exchange_with(
-        seg,
-        b,
-        (send.as_ptr().cast(), size_of_val(send)),
-        false,
-        &extra,
-        deadline,
-    )?;
+    let bufs = exchange_with(seg, b, send, false, &extra, deadline)?;
     let all = |i: usize| {
         (0..n)
             // SAFETY: every rank published `2 + n` extra words in round `b`, whose barrier we just passed.
@@ -643,22 +683,12 @@ pub(crate) fn plan_all_to_all_v<T>(
 pub(crate) fn all_to_all_v<T: Element>(
     seg: &mut Segment,
     plan: &PlanV,
-    (send, send_counts): (&[T], &[usize]),
-    (recv, recv_counts): (&mut [T], &[usize]),
+    (send, recv): (&[T], &mut [T]),
+    blocks: &BlocksV<'_>,
     deadline: Instant,
 ) -> Result<Direct, Stop> {
     let (me, n, b) = (seg.rank(), seg.size(), plan.b);
-    let (so, ro) = (kernels::offsets(send_counts), kernels::offsets(recv_counts));
-    assert_eq!(
-        send.len(),
-        so[n - 1] + send_counts[n - 1],
-        "the agreed send length"
-    );
-    assert_eq!(
-        recv.len(),
-        ro[n - 1] + recv_counts[n - 1],
-        "the agreed receive length"
-    );
+    let (count, so, ro) = (blocks.recv_counts, &blocks.send_at, &blocks.recv_at);
     // Only ranks with a block for this rank are read; the same choice on
     // every rank needs every rank's senders: those with any peer block.
     let senders = (0..n).filter(|&q| {
@@ -672,22 +702,15 @@ pub(crate) fn all_to_all_v<T: Element>(
     let base = recv.as_mut_ptr();
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
-    // SAFETY: `send_counts[me]` elements at offset `so[me]` of `send` and `ro[me]` of `recv` (inside both: lengths asserted above), the second ours; `_fence` orders what it streams.
-    unsafe {
-        kernels::copy_to(
-            send[so[me]..].as_ptr(),
-            base.add(ro[me]),
-            send_counts[me],
-            stream,
-        )
-    };
+    // SAFETY: `count[me]` elements (this rank's block to itself, as long as the one it sends itself: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (their lengths are the counts' totals), the second ours; `_fence` orders what it streams.
+    unsafe { kernels::copy_to(send[so[me]..].as_ptr(), base.add(ro[me]), count[me], stream) };
     let refused = peers(me, n).try_for_each(|q| {
         // SAFETY: word `2 + me` of the plan's extra words: rank `q`'s offset of its block for this rank.
         let at = unsafe { extra_word(seg, b, q, 2 + me) } as usize;
-        // SAFETY: block `q` of `recv` (inside it, asserted above), ours; rank `q`'s block for this rank lies at `at` in its send buffer with the agreed `recv_counts[q]` elements.
+        // SAFETY: block `q` of `recv` (inside it: offsets of counts totalling its length), ours; rank `q`'s block for this rank lies at `at` in its send buffer with the agreed `count[q]` elements.
         unsafe {
             plan.bufs
-                .read(seg, q, at, base.add(ro[q]), recv_counts[q], stream)
+                .read(seg, q, at, base.add(ro[q]), count[q], stream)
         }
     });
     conclude(seg, b, refused.err(), deadline)
@@ -726,6 +749,17 @@ mod tests {
     /// What rank `r` of 2 holds after `op` on the two-rank tests' inputs
     /// (rank `q`'s element `i` is `q * 10_000 + i`; blocks of 3000 and 5000,
     /// a broadcast of 4000 from rank 1, all-to-all blocks of 4000).
+    /// What rank `q` sends rank `p` in the two-rank all-to-all-v tests.
+    const V_COUNTS: [[usize; 2]; 2] = [[1000, 3000], [2000, 5000]];
+
+    /// Rank `r`'s send and receive counts in those tests.
+    fn v_counts(r: usize) -> (Vec<usize>, Vec<usize>) {
+        (
+            V_COUNTS[r].to_vec(),
+            (0..2).map(|q| V_COUNTS[q][r]).collect(),
+        )
+    }
+
     fn expected(op: &str, r: usize) -> Vec<f32> {
         let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
         match op {
@@ -740,6 +774,12 @@ mod tests {
                     .collect()
             }
             "broadcast" => (0..4000).map(|i| v(1, i)).collect(),
+            "all-to-all-v" => (0..2)
+                .flat_map(|q| {
+                    let at: usize = V_COUNTS[q][..r].iter().sum();
+                    (0..V_COUNTS[q][r]).map(move |i| v(q, at + i))
+                })
+                .collect(),
             _ => (0..2)
                 .flat_map(|q| (0..4000).map(move |i| v(q, r * 4000 + i)))
                 .collect(),
@@ -791,7 +831,13 @@ mod tests {
     /// read directly no more; the next call is right too.
     #[test]
     fn a_refused_read_sends_the_call_through_the_slots_on_every_rank() {
-        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+        for op in [
+            "all-gather",
+            "reduce-scatter",
+            "broadcast",
+            "all-to-all",
+            "all-to-all-v",
+        ] {
             let segs = pair([gone(), cma::pid()]);
             let handles: Vec<_> = segs
                 .into_iter()
@@ -826,6 +872,20 @@ mod tests {
                                     .unwrap();
                                 b
                             }
+                            "all-to-all-v" => {
+                                let (sc, rc) = v_counts(r);
+                                let send: Vec<f32> =
+                                    (0..sc.iter().sum()).map(|i| v(r, i)).collect();
+                                let mut recv = vec![0f32; rc.iter().sum()];
+                                shared::all_to_all_v(
+                                    &mut seg,
+                                    (&send, &sc),
+                                    (&mut recv, &rc),
+                                    deadline,
+                                )
+                                .unwrap();
+                                recv
+                            }
                             _ => {
                                 let send: Vec<f32> = (0..8000).map(|i| v(r, i)).collect();
                                 let mut recv = vec![0f32; 8000];
@@ -858,7 +918,13 @@ mod tests {
     /// with the right result, uneven blocks included.
     #[test]
     fn shared_buffers_are_read_through_the_arenas_mapping() {
-        for op in ["all-gather", "reduce-scatter", "broadcast", "all-to-all"] {
+        for op in [
+            "all-gather",
+            "reduce-scatter",
+            "broadcast",
+            "all-to-all",
+            "all-to-all-v",
+        ] {
             let handles: Vec<_> = arena_pair(1 << 20, Some(gone()))
                 .into_iter()
                 .enumerate()
@@ -894,6 +960,26 @@ mod tests {
                                     broadcast(&mut seg, &mut b, 1, deadline, true, |_| {}),
                                     b.to_vec(),
                                 )
+                            }
+                            "all-to-all-v" => {
+                                let (sc, rc) = v_counts(r);
+                                let mut send = room(sc.iter().sum());
+                                send.iter_mut().enumerate().for_each(|(i, x)| *x = v(r, i));
+                                let mut recv = room(rc.iter().sum());
+                                let blocks = BlocksV::new((r, 2), (&send, &sc), (&recv, &rc));
+                                let bytes = size_of_val(&*recv);
+                                let d =
+                                    plan_all_to_all_v(&mut seg, &send, &blocks, bytes, deadline)
+                                        .and_then(|plan| {
+                                            all_to_all_v(
+                                                &mut seg,
+                                                &plan,
+                                                (&send, &mut recv),
+                                                &blocks,
+                                                deadline,
+                                            )
+                                        });
+                                (d, recv.to_vec())
                             }
                             _ => {
                                 let mut send = room(8000);

@@ -187,6 +187,10 @@ pub(crate) struct Segment {
     /// reduction (a slot's size, at most [`SCRATCH_MAX`], made with
     /// `single_copy`): process memory, not the segment's.
     scratch: Vec<u64>,
+    /// Calls this rank ran writing peers' shared buffers in place (a test
+    /// tells that path by it).
+    #[cfg(test)]
+    pub(crate) in_place: u64,
 }
 
 // SAFETY: the mapping is plain shared memory, valid wherever this value
@@ -411,6 +415,8 @@ impl Segment {
             arenas,
             arena,
             episode: Cell::new(0),
+            #[cfg(test)]
+            in_place: 0,
             round: 0,
             calls: 0,
             patience,

@@ -20,10 +20,11 @@
 //! died, or is stuck elsewhere) fails the barrier on every rank, which
 //! return a [`Stop`] naming it. The caller's buffers are only ever written
 //! by their own rank (peers at most read them, on the direct path), so
-//! nothing writes them after the call returns, except in an all-reduce of
-//! shared buffers ([`super::arena`]): peers write those in place, and a
-//! rank whose last barrier fails there ends the job rather than return
-//! ([`all_reduce_in_arenas`]).
+//! nothing writes them after the call returns, except in an all-reduce,
+//! or a broadcast of 256 KiB or more, of shared buffers
+//! ([`super::arena`]): peers write those in place, and a rank whose last
+//! barrier fails there ends the job rather than return
+//! ([`all_reduce_in_arenas`], [`direct::broadcast`]).
 
 use std::time::Instant;
 
@@ -204,6 +205,10 @@ fn all_reduce_in_arenas<T: Element>(
     // Between the barriers rank `q` alone touches share `q` of every buffer (shares are whole lines), and every buffer is its rank's `&mut` for the call; the kernel reads each tile of every input before it writes it.
     // SAFETY: `lo..hi` of `buf.len()` elements of every rank's buffer, mapped here and aligned (offsets are whole lines of 4 KiB aligned arenas); unaliased as above.
     unsafe { kernels::reduce(&ins, &outs, hi - lo, op) };
+    #[cfg(test)]
+    {
+        seg.in_place += 1;
+    }
     if let Err(stop) = seg.barrier(deadline) {
         stranded(&stop);
         return Err(stop);
@@ -427,35 +432,20 @@ pub(crate) fn all_to_all_v<T: Element>(
     (recv, recv_counts): (&mut [T], &[usize]),
     deadline: Instant,
 ) -> Result<(), Stop> {
-    let plan = direct::plan_all_to_all_v(seg, send, send_counts, size_of_val(recv), deadline)?;
+    let (me, n) = (seg.rank(), seg.size());
+    let blocks = direct::BlocksV::new((me, n), (send, send_counts), (&*recv, recv_counts));
+    let plan = direct::plan_all_to_all_v(seg, send, &blocks, size_of_val(recv), deadline)?;
     if seg.direct(plan.bytes)
-        && direct::all_to_all_v(
-            seg,
-            &plan,
-            (send, send_counts),
-            (&mut *recv, recv_counts),
-            deadline,
-        )? == Direct::Done
+        && direct::all_to_all_v(seg, &plan, (send, &mut *recv), &blocks, deadline)? == Direct::Done
     {
         return Ok(());
     }
-    let (me, n) = (seg.rank(), seg.size());
-    let (so, ro) = (kernels::offsets(send_counts), kernels::offsets(recv_counts));
-    assert_eq!(
-        send.len(),
-        so[n - 1] + send_counts[n - 1],
-        "the agreed send length"
-    );
-    assert_eq!(
-        recv.len(),
-        ro[n - 1] + recv_counts[n - 1],
-        "the agreed receive length"
-    );
+    let (so, ro) = (&blocks.send_at, &blocks.recv_at);
     let part = block_elems::<T>(seg.slot_len(), n);
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
     let base = recv.as_mut_ptr();
-    // SAFETY: `send_counts[me]` elements at `so[me]` of `send` and `ro[me]` of `recv` (lengths asserted above), the second ours; `_fence` orders what it streams.
+    // SAFETY: `send_counts[me]` elements (as many as `recv_counts[me]`: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (their lengths are the counts' totals), the second ours; `_fence` orders what it streams.
     unsafe {
         kernels::copy_to(
             send[so[me]..].as_ptr(),
@@ -484,7 +474,7 @@ pub(crate) fn all_to_all_v<T: Element>(
             // elements, agreed) before the barrier and writes this slot
             // again only after the next round's barrier; `_fence` orders
             // streamed stores.
-            // SAFETY: valid: `m` elements of part `me` of `q`'s slot and of block `q` of `recv` (asserted above); unaliased: `q` no longer writes it, `recv` is ours.
+            // SAFETY: valid: `m` elements of part `me` of `q`'s slot and of block `q` of `recv` (inside it: offsets of counts totalling its length); unaliased: `q` no longer writes it, `recv` is ours.
             unsafe {
                 kernels::copy_to(
                     slot(q).add(me * part).cast_const(),
@@ -1065,9 +1055,9 @@ mod tests {
 
     /// Broadcasts of shared buffers on 1 to 5 ranks from every root, from
     /// empty to past 256 KiB (where the ranks write their pieces into
-    /// their peers, as on threads) and to 1.2 MB, twice on the same
-    /// buffers: every rank ends with the root's bits; the root's buffer is
-    /// unchanged.
+    /// their peers, as on threads, even when the root refuses peers'
+    /// writes) and to 1.2 MB, twice on the same buffers: every rank ends
+    /// with the root's bits, and the calls from 256 KiB ran in place.
     #[test]
     fn shared_buffers_broadcast_in_place_from_every_root() {
         for n in 1..=5 {
@@ -1079,10 +1069,19 @@ mod tests {
                         for round in 0..2 {
                             let mine = |i: usize| inexact(r, i + round);
                             buf.iter_mut().enumerate().for_each(|(i, x)| *x = mine(i));
-                            broadcast(seg, &mut buf, root, deadline(), true, |_| {
+                            // The second time the root refuses peers' writes: its buffer is only read.
+                            let writable = round == 0 || r != root;
+                            let before = seg.in_place;
+                            broadcast(seg, &mut buf, root, deadline(), writable, |_| {
                                 panic!("stranded")
                             })
                             .unwrap();
+                            let in_place = n > 1 && len * 4 >= 256 << 10;
+                            assert_eq!(
+                                seg.in_place - before,
+                                u64::from(in_place),
+                                "n {n} len {len} root {root}"
+                            );
                             for (i, &x) in buf.iter().enumerate() {
                                 let want = inexact(root, i + round);
                                 assert_eq!(
@@ -1101,58 +1100,53 @@ mod tests {
         }
     }
 
-    /// A rank whose buffer is ordinary memory, or that refuses peers'
-    /// writes (a staged world), keeps a 1.2 MB broadcast on the read-only
-    /// path: with one writer's stall after the first barrier, its peers
-    /// get the `Stop` and are not stranded; with every rank's buffer
-    /// shared and writable they are (a peer may still write theirs).
+    /// A broadcast of 1.2 MB from rank 1 on 3 ranks, one of which (`stalled`)
+    /// publishes its buffer, passes the first barrier and stalls. In place
+    /// (every buffer shared, every non-root rank writable) the other
+    /// non-root rank is stranded (a peer may still write its buffer) and
+    /// the root is not (nobody writes its buffer); both return the `Stop`.
+    /// A non-root rank whose buffer is ordinary memory, or that refuses
+    /// peers' writes (a staged world), keeps the call on the read-only
+    /// path: nobody is stranded.
     #[test]
     fn a_stalled_writer_strands_a_broadcast_in_place_and_only_that() {
-        // (rank that refuses writes or whose buffer is plain, plain?)
-        for (odd, plain) in [(None, false), (Some(2), true), (Some(0), false)] {
+        // (stalled rank, rank that refuses writes or whose buffer is plain, plain?)
+        let cases = [
+            (1, None, false),
+            (2, None, false),
+            (1, Some(2), true),
+            (1, Some(0), false),
+        ];
+        for (stalled, odd, plain) in cases {
             let out = arena_ranks(3, 2 << 20, move |r, seg, arena| {
                 let len = 300_000;
                 let mut shared = arena.buffer::<f32>(len, r).unwrap();
                 let mut own = vec![0f32; len];
                 let here = odd == Some(r);
                 let buf: &mut [f32] = if here && plain { &mut own } else { &mut shared };
+                let writable = !here || plain;
                 let d = Instant::now() + Duration::from_millis(300);
-                if r == 1 {
-                    // The root: publish as `direct::exchange` does, pass
-                    // the first barrier, stall.
+                if r == stalled {
                     let b = seg.next_round();
-                    let off = seg.arena_offset(buf.as_ptr().cast(), len * 4).unwrap();
-                    let head = seg.slot(1, b).cast::<u64>();
-                    for (w, v) in [buf.as_ptr() as u64, 0, off as u64 + 1, 1]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        // SAFETY: words 0 to 3 of this rank's slot of the round, as in `direct::exchange`.
-                        unsafe { head.add(w).write(v) };
-                    }
+                    direct::publish(seg, b, buf, writable, &[]);
                     seg.barrier(d).unwrap();
                     std::thread::sleep(Duration::from_millis(700));
-                    return (
-                        Err(Stop {
-                            missing: Vec::new(),
-                        }),
-                        0,
-                    );
+                    return (Ok(()), 0);
                 }
                 let mut stranded = 0;
-                let got = broadcast(seg, buf, 1, d, !here || plain, |_| stranded += 1);
+                let got = broadcast(seg, buf, 1, d, writable, |_| stranded += 1);
                 (got, stranded)
             });
-            for r in [0, 2] {
-                assert_eq!(
-                    out[r].0,
-                    Err(Stop { missing: vec![1] }),
-                    "odd {odd:?} rank {r}"
-                );
-                let want = usize::from(odd.is_none());
+            let case = format!("stalled {stalled} odd {odd:?}");
+            for r in (0..3).filter(|&r| r != stalled) {
+                let stop = Stop {
+                    missing: vec![stalled],
+                };
+                assert_eq!(out[r].0, Err(stop), "{case} rank {r}");
+                let want = usize::from(odd.is_none() && r != 1);
                 assert_eq!(
                     out[r].1, want,
-                    "odd {odd:?} rank {r}: stranded only in place"
+                    "{case} rank {r}: stranded only in place, never the root"
                 );
             }
         }
@@ -1251,23 +1245,32 @@ mod tests {
         }
     }
 
-    /// A rank gone after the plan: its peers, still reading or copying,
-    /// name it at their deadline.
+    /// A rank gone after the plan: its peers, reading its buffer directly
+    /// or copying through the slots, name it at their deadline.
     #[test]
     fn all_to_all_v_names_a_rank_gone_after_the_plan() {
-        let out = ranks(3, None, |r, seg| {
-            let (send, sc, rc) = v_buffers(r, 3, 0);
-            let d = Instant::now() + Duration::from_millis(300);
-            if r == 1 {
-                return direct::plan_all_to_all_v(seg, &send, &sc, rc.iter().sum::<usize>() * 8, d)
-                    .map(|_| ());
+        for mode in MODES {
+            let out = ranks(3, mode, |r, seg| {
+                let (send, sc, rc) = v_buffers(r, 3, 21);
+                let mut recv = vec![0f64; rc.iter().sum()];
+                let d = Instant::now() + Duration::from_millis(300);
+                if r == 1 {
+                    let blocks = direct::BlocksV::new((1, 3), (&send, &sc), (&recv, &rc));
+                    let plan = direct::plan_all_to_all_v(seg, &send, &blocks, recv.len() * 8, d);
+                    // Its buffer stays alive while peers may still read it.
+                    std::thread::sleep(Duration::from_millis(600));
+                    return plan.map(|_| ());
+                }
+                all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), d)
+            });
+            assert_eq!(out[1], Ok(()), "mode {mode:?}: its plan passed");
+            for r in [0, 2] {
+                assert_eq!(
+                    out[r],
+                    Err(Stop { missing: vec![1] }),
+                    "mode {mode:?} rank {r}"
+                );
             }
-            let mut recv = vec![0f64; rc.iter().sum()];
-            all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), d)
-        });
-        assert_eq!(out[1], Ok(()), "its plan passed");
-        for r in [0, 2] {
-            assert_eq!(out[r], Err(Stop { missing: vec![1] }), "rank {r}");
         }
     }
 }

@@ -246,7 +246,8 @@ impl MpiWorldBuilder {
     /// offered only where every host has them). Rank 0's setting
     /// holds for every rank of a communicator. Worlds built with
     /// [`Self::staged`] get arenas too, but their all-reduces keep the
-    /// slots (no peer may write a buffer a `Timeout` hands back).
+    /// slots and their broadcasts read the root's buffer (no peer may write
+    /// a buffer a `Timeout` hands back).
     ///
     /// # Example
     /// ```no_run
