@@ -749,6 +749,15 @@ mod tests {
     /// What rank `r` of 2 holds after `op` on the two-rank tests' inputs
     /// (rank `q`'s element `i` is `q * 10_000 + i`; blocks of 3000 and 5000,
     /// a broadcast of 4000 from rank 1, all-to-all blocks of 4000).
+    /// The collectives that read peers' buffers directly.
+    const OPS: [&str; 5] = [
+        "all-gather",
+        "reduce-scatter",
+        "broadcast",
+        "all-to-all",
+        "all-to-all-v",
+    ];
+
     /// What rank `q` sends rank `p` in the two-rank all-to-all-v tests.
     const V_COUNTS: [[usize; 2]; 2] = [[1000, 3000], [2000, 5000]];
 
@@ -831,13 +840,7 @@ mod tests {
     /// read directly no more; the next call is right too.
     #[test]
     fn a_refused_read_sends_the_call_through_the_slots_on_every_rank() {
-        for op in [
-            "all-gather",
-            "reduce-scatter",
-            "broadcast",
-            "all-to-all",
-            "all-to-all-v",
-        ] {
+        for op in OPS {
             let segs = pair([gone(), cma::pid()]);
             let handles: Vec<_> = segs
                 .into_iter()
@@ -918,13 +921,7 @@ mod tests {
     /// with the right result, uneven blocks included.
     #[test]
     fn shared_buffers_are_read_through_the_arenas_mapping() {
-        for op in [
-            "all-gather",
-            "reduce-scatter",
-            "broadcast",
-            "all-to-all",
-            "all-to-all-v",
-        ] {
+        for op in OPS {
             let handles: Vec<_> = arena_pair(1 << 20, Some(gone()))
                 .into_iter()
                 .enumerate()
