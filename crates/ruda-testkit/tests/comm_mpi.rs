@@ -492,10 +492,11 @@ fn a_rank_killed_among_shared_buffer_all_reduces_ends_the_job_naming_it() {
 
 /// Rank 1 stopped for 4 s among all-reduces and broadcasts of shared
 /// buffers with a 1 s deadline: wherever the stop lands, the job ends, its
-/// peers naming it, either as a `Timeout` at the call's first barrier (then
-/// the world aborts the job when dropped) or, inside a call whose peers
-/// write in place, by ending the job with exit code 75 (a peer may still
-/// write their buffers).
+/// peers naming it, either as a `Timeout` (at the call's first barrier, or
+/// on a broadcast's root, whose buffer nobody writes; then the world aborts
+/// the job when dropped) or, inside a call whose peers write in place, by
+/// ending the job with exit code 75 (a peer may still write their
+/// buffers).
 #[test]
 fn a_rank_stalled_among_shared_buffer_all_reduces_and_broadcasts_is_named_and_the_job_ends() {
     for n in [2, 3] {

@@ -43,8 +43,8 @@
 //! against 1.8–2.1 ms at 16 MiB). Broadcast reads only too: a root that
 //! wrote half of each peer's buffer (`process_vm_writev`) was twice as
 //! fast on 2 processes, but could write into a peer that had already left
-//! the call at its deadline. On shared buffers that every rank lets its peers
-//! write, a broadcast from 256 KiB writes into its peers after all, in
+//! the call at its deadline. On shared buffers that every non-root rank lets
+//! its peers write, a broadcast from 256 KiB writes into its peers after all, in
 //! pieces as on threads ([`broadcast`]): a peer that leaves the call early
 //! is then a stranded call that ends the job, as in the all-reduce in
 //! place of [`super::shared`].
@@ -526,7 +526,10 @@ pub(crate) fn broadcast<T: Element>(
         }
         if let Err(stop) = seg.barrier(deadline) {
             // Nobody writes the root's buffer: a peer still reading it
-            // after the root returns changes nothing in it.
+            // after the root returns changes nothing in it, and whatever
+            // it copies from a buffer the root has reused lands only in
+            // non-root ranks, which fail this same barrier (its verdict is
+            // the same on every rank) and are stranded.
             if me != root {
                 stranded(&stop);
             }
@@ -584,13 +587,17 @@ pub(crate) fn all_to_all<T: Element>(
 }
 
 /// An all-to-all-v's blocks as this rank sees them: the counts it sends
-/// and receives, and where each block starts in its buffers.
+/// and receives, where each block starts in its buffers, and the buffers'
+/// lengths, checked once by [`BlocksV::new`] and again (cheaply) by every
+/// function that copies with them ([`BlocksV::fits`]).
 pub(crate) struct BlocksV<'a> {
-    pub(crate) send_counts: &'a [usize],
-    pub(crate) recv_counts: &'a [usize],
+    send_counts: &'a [usize],
+    recv_counts: &'a [usize],
     /// Where block `q` starts in `send`, and in `recv`.
-    pub(crate) send_at: Vec<usize>,
-    pub(crate) recv_at: Vec<usize>,
+    send_at: Vec<usize>,
+    recv_at: Vec<usize>,
+    /// The lengths of `send` and `recv` it was made for.
+    lens: (usize, usize),
 }
 
 impl<'a> BlocksV<'a> {
@@ -620,7 +627,24 @@ impl<'a> BlocksV<'a> {
             recv_counts,
             send_at: kernels::offsets(send_counts),
             recv_at: kernels::offsets(recv_counts),
+            lens: (send.len(), recv.len()),
         }
+    }
+
+    /// Assert that `send` and `recv` have the lengths these blocks were
+    /// made for, so that copies at their offsets stay inside them.
+    pub(crate) fn fits<T>(&self, send: &[T], recv: &[T]) {
+        assert_eq!((send.len(), recv.len()), self.lens, "the blocks' buffers");
+    }
+
+    /// The counts this rank sends, and receives.
+    pub(crate) fn counts(&self) -> (&'a [usize], &'a [usize]) {
+        (self.send_counts, self.recv_counts)
+    }
+
+    /// Where each block starts in `send`, and in `recv`.
+    pub(crate) fn offsets(&self) -> (&[usize], &[usize]) {
+        (&self.send_at, &self.recv_at)
     }
 }
 
@@ -651,13 +675,15 @@ pub(crate) fn plan_all_to_all_v<T>(
     deadline: Instant,
 ) -> Result<PlanV, Stop> {
     let (me, n) = (seg.rank(), seg.size());
+    assert_eq!(send.len(), blocks.lens.0, "the blocks' send buffer");
+    let ((send_counts, _), (send_at, _)) = (blocks.counts(), blocks.offsets());
     let most = (0..n)
         .filter(|&q| q != me)
-        .map(|q| blocks.send_counts[q])
+        .map(|q| send_counts[q])
         .max()
         .unwrap_or(0);
     let mut extra = vec![most as u64, recv_bytes as u64];
-    extra.extend(blocks.send_at.iter().map(|&o| o as u64));
+    extra.extend(send_at.iter().map(|&o| o as u64));
     let b = seg.next_round();
     let bufs = exchange_with(seg, b, send, false, &extra, deadline)?;
     let all = |i: usize| {
@@ -688,7 +714,8 @@ pub(crate) fn all_to_all_v<T: Element>(
     deadline: Instant,
 ) -> Result<Direct, Stop> {
     let (me, n, b) = (seg.rank(), seg.size(), plan.b);
-    let (count, so, ro) = (blocks.recv_counts, &blocks.send_at, &blocks.recv_at);
+    blocks.fits(send, recv);
+    let ((_, count), (so, ro)) = (blocks.counts(), blocks.offsets());
     // Only ranks with a block for this rank are read; the same choice on
     // every rank needs every rank's senders: those with any peer block.
     let senders = (0..n).filter(|&q| {
@@ -702,7 +729,7 @@ pub(crate) fn all_to_all_v<T: Element>(
     let base = recv.as_mut_ptr();
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
-    // SAFETY: `count[me]` elements (this rank's block to itself, as long as the one it sends itself: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (their lengths are the counts' totals), the second ours; `_fence` orders what it streams.
+    // SAFETY: `count[me]` elements (this rank's block to itself, as long as the one it sends itself: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (`fits`: lengths the counts' totals), the second ours; `_fence` orders what it streams.
     unsafe { kernels::copy_to(send[so[me]..].as_ptr(), base.add(ro[me]), count[me], stream) };
     let refused = peers(me, n).try_for_each(|q| {
         // SAFETY: word `2 + me` of the plan's extra words: rank `q`'s offset of its block for this rank.
@@ -746,9 +773,6 @@ mod tests {
         segs
     }
 
-    /// What rank `r` of 2 holds after `op` on the two-rank tests' inputs
-    /// (rank `q`'s element `i` is `q * 10_000 + i`; blocks of 3000 and 5000,
-    /// a broadcast of 4000 from rank 1, all-to-all blocks of 4000).
     /// The collectives that read peers' buffers directly.
     const OPS: [&str; 5] = [
         "all-gather",
@@ -769,6 +793,10 @@ mod tests {
         )
     }
 
+    /// What rank `r` of 2 holds after `op` on the two-rank tests' inputs
+    /// (rank `q`'s element `i` is `q * 10_000 + i`; blocks of 3000 and 5000,
+    /// a broadcast of 4000 from rank 1, all-to-all blocks of 4000,
+    /// all-to-all-v blocks of [`V_COUNTS`]).
     fn expected(op: &str, r: usize) -> Vec<f32> {
         let v = |q: usize, i: usize| (q * 10_000 + i) as f32;
         match op {

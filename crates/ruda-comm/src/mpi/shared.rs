@@ -23,8 +23,9 @@
 //! nothing writes them after the call returns, except in an all-reduce,
 //! or a broadcast of 256 KiB or more, of shared buffers
 //! ([`super::arena`]): peers write those in place, and a rank whose last
-//! barrier fails there ends the job rather than return
-//! ([`all_reduce_in_arenas`], [`direct::broadcast`]).
+//! barrier fails there ends the job rather than return (not a broadcast's
+//! root, whose buffer is only read: [`all_reduce_in_arenas`],
+//! [`direct::broadcast`]).
 
 use std::time::Instant;
 
@@ -323,9 +324,9 @@ pub(crate) fn all_gather<T: Element>(
 }
 
 /// Copy `root`'s `buf` to every rank's. On shared buffers from 256 KiB,
-/// peers may write this rank's `buf` ([`direct::broadcast`]; not where
-/// `!writable`), and `stranded` is called if the call's last barrier
-/// fails.
+/// peers may write this rank's `buf` ([`direct::broadcast`]; not where a
+/// non-root rank is `!writable`), and a non-root rank calls `stranded` if
+/// the call's last barrier fails.
 pub(crate) fn broadcast<T: Element>(
     seg: &mut Segment,
     buf: &mut [T],
@@ -440,7 +441,8 @@ pub(crate) fn all_to_all_v<T: Element>(
     {
         return Ok(());
     }
-    let (so, ro) = (&blocks.send_at, &blocks.recv_at);
+    blocks.fits(send, recv);
+    let (so, ro) = blocks.offsets();
     let part = block_elems::<T>(seg.slot_len(), n);
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
@@ -1102,7 +1104,8 @@ mod tests {
 
     /// A broadcast of 1.2 MB from rank 1 on 3 ranks, one of which (`stalled`)
     /// publishes its buffer, passes the first barrier and stalls. In place
-    /// (every buffer shared, every non-root rank writable) the other
+    /// (every buffer shared, every non-root rank writable, whether or not
+    /// the root is) the other
     /// non-root rank is stranded (a peer may still write its buffer) and
     /// the root is not (nobody writes its buffer); both return the `Stop`.
     /// A non-root rank whose buffer is ordinary memory, or that refuses
@@ -1116,6 +1119,8 @@ mod tests {
             (2, None, false),
             (1, Some(2), true),
             (1, Some(0), false),
+            // A root that refuses peers' writes: still in place.
+            (2, Some(1), false),
         ];
         for (stalled, odd, plain) in cases {
             let out = arena_ranks(3, 2 << 20, move |r, seg, arena| {
@@ -1143,7 +1148,8 @@ mod tests {
                     missing: vec![stalled],
                 };
                 assert_eq!(out[r].0, Err(stop), "{case} rank {r}");
-                let want = usize::from(odd.is_none() && r != 1);
+                let in_place = odd.is_none() || (odd == Some(1) && !plain);
+                let want = usize::from(in_place && r != 1);
                 assert_eq!(
                     out[r].1, want,
                     "{case} rank {r}: stranded only in place, never the root"
@@ -1246,29 +1252,50 @@ mod tests {
     }
 
     /// A rank gone after the plan: its peers, reading its buffer directly
-    /// or copying through the slots, name it at their deadline.
+    /// or copying through the slots (told apart by the rounds they ran),
+    /// name it at their deadline.
     #[test]
     fn all_to_all_v_names_a_rank_gone_after_the_plan() {
-        for mode in MODES {
-            let out = ranks(3, mode, |r, seg| {
-                let (send, sc, rc) = v_buffers(r, 3, 21);
+        // Seed 0: receive buffers inside the window of the third mode;
+        // seed 21: past it.
+        for (mode, seed) in MODES.into_iter().flat_map(|m| [(m, 0), (m, 21)]) {
+            let out = ranks(3, mode, move |r, seg| {
+                let (send, sc, rc) = v_buffers(r, 3, seed);
                 let mut recv = vec![0f64; rc.iter().sum()];
                 let d = Instant::now() + Duration::from_millis(300);
+                let before = seg.rounds();
                 if r == 1 {
                     let blocks = direct::BlocksV::new((1, 3), (&send, &sc), (&recv, &rc));
                     let plan = direct::plan_all_to_all_v(seg, &send, &blocks, recv.len() * 8, d);
                     // Its buffer stays alive while peers may still read it.
                     std::thread::sleep(Duration::from_millis(600));
-                    return plan.map(|_| ());
+                    return (plan.map(|_| ()), 1);
                 }
-                all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), d)
+                let got = all_to_all_v(seg, (&send, &sc), (&mut recv, &rc), d);
+                (got, seg.rounds() - before)
             });
-            assert_eq!(out[1], Ok(()), "mode {mode:?}: its plan passed");
+            // Direct (the plan's round alone) where the largest receive
+            // buffer is inside the mode's window, else a slot round too.
+            let most = (0..3)
+                .map(|r| v_expected(r, 3, seed).len() * 8)
+                .max()
+                .unwrap();
+            let direct = mode.is_some_and(|(from, below)| (from..below).contains(&most));
+            assert_eq!(
+                out[1].0,
+                Ok(()),
+                "mode {mode:?} seed {seed}: its plan passed"
+            );
             for r in [0, 2] {
                 assert_eq!(
-                    out[r],
+                    out[r].0,
                     Err(Stop { missing: vec![1] }),
-                    "mode {mode:?} rank {r}"
+                    "mode {mode:?} seed {seed} rank {r}"
+                );
+                assert_eq!(
+                    out[r].1,
+                    if direct { 1 } else { 2 },
+                    "mode {mode:?} seed {seed} rank {r}: rounds"
                 );
             }
         }

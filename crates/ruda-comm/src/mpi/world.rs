@@ -245,9 +245,11 @@ impl MpiWorldBuilder {
     /// [`crate::SharedBufferError::NoArena`]; across hosts, arenas are
     /// offered only where every host has them). Rank 0's setting
     /// holds for every rank of a communicator. Worlds built with
-    /// [`Self::staged`] get arenas too, but their all-reduces keep the
-    /// slots and their broadcasts read the root's buffer (no peer may write
-    /// a buffer a `Timeout` hands back).
+    /// [`Self::staged`] get arenas too, but no peer writes their buffers
+    /// (no peer may write a buffer a `Timeout` hands back): their
+    /// all-reduces keep the slots, and their broadcasts read the root's
+    /// buffer, unless the staged rank is the root, whose buffer nobody
+    /// writes anyway.
     ///
     /// # Example
     /// ```no_run
