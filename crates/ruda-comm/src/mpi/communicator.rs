@@ -347,8 +347,8 @@ impl MpiCommunicator {
     }
 
     /// An in-place all-reduce or broadcast of shared buffers
-    /// ([`SharedBuffer`]) whose last barrier failed: a stalled peer may still write this rank's
-    /// buffer, so no error can be handed back. Say which call and which
+    /// ([`SharedBuffer`]) whose last barrier failed: a stalled peer may
+    /// still write this rank's buffer, so no error can be handed back. Say which call and which
     /// ranks, and end the job as a data phase past its deadline does
     /// ([`super::watchdog::EXIT_DATA_TIMEOUT`]); returns only if MPI was
     /// finalised meanwhile.

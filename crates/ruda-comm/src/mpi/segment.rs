@@ -530,16 +530,16 @@ impl Segment {
         b
     }
 
-    /// Start a round: the slot buffer (0 or 1) it uses. A rank writes its
-    /// slot of round `r` only after passing the barriers of round `r − 1`,
-    /// which every rank enters only after its last access to the buffers of
-    /// round `r − 2`, the same parity.
     /// Rounds run so far (a test tells a path by them).
     #[cfg(test)]
     pub(crate) fn rounds(&self) -> u64 {
         self.round
     }
 
+    /// Start a round: the slot buffer (0 or 1) it uses. A rank writes its
+    /// slot of round `r` only after passing the barriers of round `r − 1`,
+    /// which every rank enters only after its last access to the buffers of
+    /// round `r − 2`, the same parity.
     pub(crate) fn next_round(&mut self) -> usize {
         let b = (self.round % 2) as usize;
         self.round += 1;

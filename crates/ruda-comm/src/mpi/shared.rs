@@ -380,37 +380,10 @@ pub(crate) fn all_to_all<T: Element>(
     {
         return Ok(());
     }
-    let (me, n) = (seg.rank(), seg.size());
-    let k = block_elems::<T>(seg.slot_len(), n);
-    let stream = kernels::streams::<T>(recv.len());
-    let _fence = kernels::FenceOnExit(stream);
-    let mut off = 0;
-    while off < block {
-        let m = k.min(block - off);
-        let b = seg.next_round();
-        let slot = |q: usize| seg.slot(q, b).cast::<T>();
-        for q in 0..n {
-            // SAFETY: valid: block `q` of our slot holds `k >= m` elements, `send[q * block + off..][..m]` is in `send`; unaliased: our slot is ours until the barrier.
-            unsafe { copy(send[q * block + off..].as_ptr(), slot(me).add(q * k), m) };
-        }
-        seg.barrier(deadline)?;
-        for q in 0..n {
-            // Rank `q` wrote its block for us before the barrier and writes
-            // it again only after the next round's barrier; `_fence` orders
-            // streamed stores.
-            // SAFETY: valid: `m` elements of `q`'s block and of our `recv` block; unaliased: `q` no longer writes it, `recv` is ours.
-            unsafe {
-                kernels::copy_to(
-                    slot(q).add(me * k).cast_const(),
-                    recv[q * block + off..].as_mut_ptr(),
-                    m,
-                    stream,
-                )
-            };
-        }
-        off += m;
-    }
-    Ok(())
+    let n = seg.size();
+    let counts = vec![block; n];
+    let blocks = direct::BlocksV::new((seg.rank(), n), (send, &counts), (&*recv, &counts));
+    blocks_through_slots(seg, (send, recv), &blocks, block, deadline)
 }
 
 /// Send block `q` of `send` (`send_counts[q]` elements, blocks in rank
@@ -441,13 +414,30 @@ pub(crate) fn all_to_all_v<T: Element>(
     {
         return Ok(());
     }
+    blocks_through_slots(seg, (send, recv), &blocks, plan.most, deadline)
+}
+
+/// The slot path of an all-to-all(-v) with `blocks`: this rank copies its
+/// block to itself, then in round `k` copies part `k` of its block for
+/// each peer `p` into part `p` of its slot, passes the barrier, and copies
+/// part `k` of each peer's block for it out of part `me` of that peer's
+/// slot, in as many rounds as `most` (the largest block any rank sends a
+/// peer: the same on every rank) needs.
+fn blocks_through_slots<T: Element>(
+    seg: &mut Segment,
+    (send, recv): (&[T], &mut [T]),
+    blocks: &direct::BlocksV<'_>,
+    most: usize,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let (me, n) = (seg.rank(), seg.size());
     blocks.fits(send, recv);
-    let (so, ro) = blocks.offsets();
+    let ((send_counts, recv_counts), (so, ro)) = (blocks.counts(), blocks.offsets());
     let part = block_elems::<T>(seg.slot_len(), n);
     let stream = kernels::streams::<T>(recv.len());
     let _fence = kernels::FenceOnExit(stream);
     let base = recv.as_mut_ptr();
-    // SAFETY: `send_counts[me]` elements (as many as `recv_counts[me]`: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (their lengths are the counts' totals), the second ours; `_fence` orders what it streams.
+    // SAFETY: `send_counts[me]` elements (as many as `recv_counts[me]`: `BlocksV::new`) at `so[me]` of `send` and `ro[me]` of `recv`, inside both (`fits`: lengths the counts' totals), the second ours; `_fence` orders what it streams.
     unsafe {
         kernels::copy_to(
             send[so[me]..].as_ptr(),
@@ -461,7 +451,7 @@ pub(crate) fn all_to_all_v<T: Element>(
         let lo = (k * part).min(len);
         (lo, (len - lo).min(part))
     };
-    for k in 0..plan.most.div_ceil(part) {
+    for k in 0..most.div_ceil(part) {
         let b = seg.next_round();
         let slot = |q: usize| seg.slot(q, b).cast::<T>();
         for p in (0..n).filter(|&p| p != me) {

@@ -182,7 +182,8 @@ impl MpiWorldBuilder {
     ///   [`MpiWorld`] then aborts the job. The one exception is an
     ///   all-reduce (or a broadcast of 256 KiB or more) of shared buffers
     ///   ([`Self::shared_buffers`]), which peers write in place: a rank
-    ///   that loses a peer midway ends the job (exit code 75) instead.
+    ///   that loses a peer midway ends the job (exit code 75) instead,
+    ///   except a broadcast's root, whose buffer nobody writes.
     ///
     /// Across hosts, see [`Self::hierarchical`].
     ///
