@@ -253,29 +253,44 @@ impl Modes {
                 pieces[run].push(piece);
             }
         }
+        let sub = sub_run(fields, run_len);
+        let h = plan.complex_len();
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
                 || {
                     (
                         plan.make_input_vec(),
-                        plan.make_output_vec(),
+                        vec![Complex::new(T::zero(), T::zero()); sub * fields * h],
                         plan.make_scratch_vec(),
                     )
                 },
-                |(buf, spec, scratch), (run, mut pieces)| {
+                |(buf, spectra, scratch), (run, mut pieces)| {
                     let k0 = run * run_len;
-                    for k in k0..(k0 + run_len).min(k_len) {
-                        for field in 0..fields {
+                    let k_end = (k0 + run_len).min(k_len);
+                    // A few latitudes at a time: every row's spectrum
+                    // first, then each order's values of them, written
+                    // in one stretch of its block (row by row, the values
+                    // of one row went to as many blocks as there are
+                    // orders, a line each).
+                    for ks in (k0..k_end).step_by(sub) {
+                        let rows = ((ks + sub).min(k_end) - ks) * fields;
+                        for (r, spec) in spectra.chunks_exact_mut(h).take(rows).enumerate() {
+                            let (k, field) = (ks + r / fields, r % fields);
                             let row = &input[(field * k_len + k) * n..(field * k_len + k + 1) * n];
                             buf.copy_from_slice(row);
                             plan.process_with_scratch(buf, spec, scratch)
                                 .expect("buffers made by the plan");
-                            let at = (k - k0) * cols + 2 * field;
-                            for ((piece, c), &(f, edge)) in
-                                pieces.iter_mut().zip(spec.iter()).zip(&factors)
-                            {
-                                piece[at] = (c.re * f).into();
-                                piece[at + 1] = if edge { 0.0 } else { (c.im * f).into() };
+                        }
+                        // Row `r` is latitude `ks + r / fields`, field
+                        // `r % fields`: at `2 r` from the sub-run's start.
+                        let at = (ks - k0) * cols;
+                        for (m, (piece, &(f, edge))) in pieces.iter_mut().zip(&factors).enumerate()
+                        {
+                            let out = &mut piece[at..at + 2 * rows];
+                            for (o, spec) in out.chunks_exact_mut(2).zip(spectra.chunks_exact(h)) {
+                                let c = spec[m];
+                                o[0] = (c.re * f).into();
+                                o[1] = if edge { 0.0 } else { (c.im * f).into() };
                             }
                         }
                     }
@@ -324,28 +339,47 @@ impl Modes {
                 pieces[run].push(piece);
             }
         }
+        let sub = sub_run(fields, run_len);
+        let h = plan.complex_len();
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
-                || (plan.make_input_vec(), plan.make_scratch_vec()),
-                |(spec, scratch), (run, mut pieces)| {
+                || {
+                    (
+                        vec![Complex::new(T::zero(), T::zero()); sub * fields * h],
+                        plan.make_scratch_vec(),
+                    )
+                },
+                |(spectra, scratch), (run, mut pieces)| {
                     let k0 = run * run_len;
-                    for k in k0..(k0 + run_len).min(k_len) {
-                        for (field, piece) in pieces.iter_mut().enumerate() {
-                            let at = (k * fields + field) * 2;
-                            spec[given..].fill(Complex::new(T::zero(), T::zero()));
-                            for ((c, block), &(f, edge)) in
-                                spec.iter_mut().zip(blocks).zip(&factors)
+                    let k_end = (k0 + run_len).min(k_len);
+                    // A few latitudes at a time, as in `forward_orders`:
+                    // each order's values of them read in one stretch of
+                    // its block into every row's spectrum, then the rows
+                    // transformed.
+                    for ks in (k0..k_end).step_by(sub) {
+                        let rows = ((ks + sub).min(k_end) - ks) * fields;
+                        // Row `r` is latitude `ks + r / fields`, field
+                        // `r % fields`: at `2 r` from the sub-run's start
+                        // (`(k fields + field) 2` in a block).
+                        let at = ks * fields * 2;
+                        for (m, (block, &(f, edge))) in
+                            blocks.iter().zip(&factors).enumerate().take(given)
+                        {
+                            for (v, spec) in block[at..at + 2 * rows]
+                                .chunks_exact(2)
+                                .zip(spectra.chunks_exact_mut(h))
                             {
-                                let im = if edge {
-                                    T::zero()
-                                } else {
-                                    narrow(block[at + 1]) * f
-                                };
-                                *c = Complex::new(narrow(block[at]) * f, im);
+                                let im = if edge { T::zero() } else { narrow(v[1]) * f };
+                                spec[m] = Complex::new(narrow(v[0]) * f, im);
                             }
+                        }
+                        for (r, spec) in spectra.chunks_exact_mut(h).take(rows).enumerate() {
+                            let (k, field) = (ks + r / fields, r % fields);
+                            spec[given..].fill(Complex::new(T::zero(), T::zero()));
                             // Each row is initialised here, then
                             // overwritten whole by the FFT.
-                            let row = zeroed_piece(&mut piece[(k - k0) * n..(k - k0 + 1) * n]);
+                            let row =
+                                zeroed_piece(&mut pieces[field][(k - k0) * n..(k - k0 + 1) * n]);
                             plan.process_with_scratch(spec, row, scratch)
                                 .expect("real edge orders and buffers of the plan's lengths");
                         }
@@ -432,6 +466,19 @@ impl Modes {
         });
         out
     }
+}
+
+/// Rows whose spectra [`Modes::forward_orders`] and
+/// [`Modes::inverse_orders`] hold at once (about 180 KB of `f64` spectra
+/// at 1440 longitudes): a task's latitudes are taken a few at a time, so
+/// that each order's values of them are one stretch of its block.
+const SPECTRA_ROWS: usize = 16;
+
+/// Latitudes per sub-run of a task of `run_len` latitudes with `fields`
+/// fields: [`SPECTRA_ROWS`] rows, at least one latitude. Which sub-run
+/// transforms a row does not change its values.
+fn sub_run(fields: usize, run_len: usize) -> usize {
+    (SPECTRA_ROWS / fields.max(1)).clamp(1, run_len.max(1))
 }
 
 /// Latitudes per task of [`Modes::forward_orders`] and
@@ -718,13 +765,21 @@ mod tests {
     /// The FFT straight into order blocks equals the rows-first kernel's
     /// values rearranged, widened to f64: more orders than the length has
     /// (zero past N/2), latitude counts that are and are not a multiple of
-    /// the run, one and three fields, and no fields; in blocks of a pool
-    /// that held NaNs.
+    /// the run, one and three fields, and no fields; runs taken a few
+    /// latitudes at a time with a shorter last group (5 fields: 3 at a
+    /// time out of 8), and one at a time (17 fields, past
+    /// `SPECTRA_ROWS`); in blocks of a pool that held NaNs.
     #[test]
     fn forward_orders_rearranges_the_rows_first_kernel() {
-        for (n, mmax, fields, k_len) in
-            [(16, 12, 3, 11), (15, 8, 1, 16), (8, 5, 2, 1), (8, 5, 0, 4)]
-        {
+        assert!(sub_run(5, 8) == 3 && sub_run(17, 8) == 1 && sub_run(1, 8) == 8);
+        for (n, mmax, fields, k_len) in [
+            (16, 12, 3, 11),
+            (15, 8, 1, 16),
+            (8, 5, 2, 1),
+            (8, 5, 0, 4),
+            (10, 6, 5, 70),
+            (12, 7, 17, 5),
+        ] {
             let m = Modes::analysis(n, mmax, SpectralLayout::RowsFirst);
             let x = sample(fields * k_len * n, 7);
             let rows = m.forward(&x, fields, k_len);
@@ -771,7 +826,9 @@ mod tests {
     /// of the same values: more orders than the length has, fewer (the
     /// spectrum past them zeroed on every row, after the FFT of the row
     /// before used it as scratch), latitude counts that are and are not a
-    /// multiple of the run, 1 to 3 fields.
+    /// multiple of the run, 1 to 3 fields, and as in
+    /// `forward_orders_rearranges_the_rows_first_kernel` runs taken a few
+    /// latitudes or one at a time (5 and 17 fields).
     #[test]
     fn inverse_orders_equals_the_rows_first_inverse() {
         for (n, mmax, fields, k_len) in [
@@ -780,6 +837,8 @@ mod tests {
             (8, 5, 2, 1),
             (16, 5, 3, 11),
             (15, 3, 2, 9),
+            (10, 6, 5, 70),
+            (12, 7, 17, 5),
         ] {
             let m = Modes::synthesis(n, mmax, SpectralLayout::RowsFirst);
             // [fields, k, m, 2] rows and the same values as [k, fields, 2]
