@@ -253,37 +253,37 @@ impl Modes {
                 pieces[run].push(piece);
             }
         }
-        let sub = sub_run(fields, run_len);
         let h = plan.complex_len();
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
                 || {
                     (
                         plan.make_input_vec(),
-                        vec![Complex::new(T::zero(), T::zero()); sub * fields * h],
+                        vec![Complex::new(T::zero(), T::zero()); SPECTRA_ROWS * h],
                         plan.make_scratch_vec(),
                     )
                 },
                 |(buf, spectra, scratch), (run, mut pieces)| {
                     let k0 = run * run_len;
                     let k_end = (k0 + run_len).min(k_len);
-                    // A few latitudes at a time: every row's spectrum
-                    // first, then each order's values of them, written
-                    // in one stretch of its block (row by row, the values
-                    // of one row went to as many blocks as there are
-                    // orders, a line each).
-                    for ks in (k0..k_end).step_by(sub) {
-                        let rows = ((ks + sub).min(k_end) - ks) * fields;
-                        for (r, spec) in spectra.chunks_exact_mut(h).take(rows).enumerate() {
-                            let (k, field) = (ks + r / fields, r % fields);
+                    // The run's rows in groups of `SPECTRA_ROWS`: every
+                    // row's spectrum first, then each order's values of
+                    // them, written in one stretch of its block (row by
+                    // row, the values of one row went to as many blocks as
+                    // there are orders, a line each).
+                    for (g0, rows) in row_groups(k0 * fields, k_end * fields) {
+                        let spectra = &mut spectra[..rows * h];
+                        for (g, spec) in (g0..).zip(spectra.chunks_exact_mut(h)) {
+                            let (k, field) = (g / fields, g % fields);
                             let row = &input[(field * k_len + k) * n..(field * k_len + k + 1) * n];
                             buf.copy_from_slice(row);
                             plan.process_with_scratch(buf, spec, scratch)
                                 .expect("buffers made by the plan");
                         }
-                        // Row `r` is latitude `ks + r / fields`, field
-                        // `r % fields`: at `2 r` from the sub-run's start.
-                        let at = (ks - k0) * cols;
+                        // Row `g` (latitude `g / fields`, field `g %
+                        // fields`) is at `2 g` of a block, whose run's
+                        // piece starts at row `k0 · fields`.
+                        let at = (g0 - k0 * fields) * 2;
                         for (m, (piece, &(f, edge))) in pieces.iter_mut().zip(&factors).enumerate()
                         {
                             let out = &mut piece[at..at + 2 * rows];
@@ -339,33 +339,27 @@ impl Modes {
                 pieces[run].push(piece);
             }
         }
-        let sub = sub_run(fields, run_len);
         let h = plan.complex_len();
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
                 || {
                     (
-                        vec![Complex::new(T::zero(), T::zero()); sub * fields * h],
+                        vec![Complex::new(T::zero(), T::zero()); SPECTRA_ROWS * h],
                         plan.make_scratch_vec(),
                     )
                 },
                 |(spectra, scratch), (run, mut pieces)| {
                     let k0 = run * run_len;
                     let k_end = (k0 + run_len).min(k_len);
-                    // A few latitudes at a time, as in `forward_orders`:
+                    // The run's rows in groups, as in `forward_orders`:
                     // each order's values of them read in one stretch of
                     // its block into every row's spectrum, then the rows
-                    // transformed.
-                    for ks in (k0..k_end).step_by(sub) {
-                        let rows = ((ks + sub).min(k_end) - ks) * fields;
-                        // Row `r` is latitude `ks + r / fields`, field
-                        // `r % fields`: at `2 r` from the sub-run's start
-                        // (`(k fields + field) 2` in a block).
-                        let at = ks * fields * 2;
-                        for (m, (block, &(f, edge))) in
-                            blocks.iter().zip(&factors).enumerate().take(given)
-                        {
-                            for (v, spec) in block[at..at + 2 * rows]
+                    // transformed. Row `g` (latitude `g / fields`, field
+                    // `g % fields`) is at `2 g` of a block.
+                    for (g0, rows) in row_groups(k0 * fields, k_end * fields) {
+                        let spectra = &mut spectra[..rows * h];
+                        for (m, (block, &(f, edge))) in blocks.iter().zip(&factors).enumerate() {
+                            for (v, spec) in block[2 * g0..2 * (g0 + rows)]
                                 .chunks_exact(2)
                                 .zip(spectra.chunks_exact_mut(h))
                             {
@@ -373,8 +367,8 @@ impl Modes {
                                 spec[m] = Complex::new(narrow(v[0]) * f, im);
                             }
                         }
-                        for (r, spec) in spectra.chunks_exact_mut(h).take(rows).enumerate() {
-                            let (k, field) = (ks + r / fields, r % fields);
+                        for (g, spec) in (g0..).zip(spectra.chunks_exact_mut(h)) {
+                            let (k, field) = (g / fields, g % fields);
                             spec[given..].fill(Complex::new(T::zero(), T::zero()));
                             // Each row is initialised here, then
                             // overwritten whole by the FFT.
@@ -388,8 +382,9 @@ impl Modes {
             )
         });
         // The tasks covered every run of every field's rows (`k0..k0 +
-        // run_len` over `runs` runs is `0..k_len`), each row initialised
-        // by `zeroed_piece`; a panic in a task reaches here as a panic, and
+        // run_len` over `runs` runs is `0..k_len`, and a run's groups its
+        // rows `k0 · fields..k_end · fields`), each row initialised by
+        // `zeroed_piece`; a panic in a task reaches here as a panic, and
         // the room is freed uninitialised.
         // SAFETY: valid: every element of the room was initialised above.
         unsafe { out.assume_init() }
@@ -469,16 +464,20 @@ impl Modes {
 }
 
 /// Rows whose spectra [`Modes::forward_orders`] and
-/// [`Modes::inverse_orders`] hold at once (about 180 KB of `f64` spectra
-/// at 1440 longitudes): a task's latitudes are taken a few at a time, so
-/// that each order's values of them are one stretch of its block.
+/// [`Modes::inverse_orders`] hold at once, whatever the number of fields
+/// (about 180 KB of `f64` spectra at 1440 longitudes): a task's rows are
+/// taken in groups of this many, so that each order's values of a group
+/// are one stretch of its block.
 const SPECTRA_ROWS: usize = 16;
 
-/// Latitudes per sub-run of a task of `run_len` latitudes with `fields`
-/// fields: [`SPECTRA_ROWS`] rows, at least one latitude. Which sub-run
+/// The groups of rows `from..to` (row `g`: latitude `g / fields`, field
+/// `g % fields`, in a block's `[k, fields, 2]` order): the first row of
+/// each and its length, [`SPECTRA_ROWS`] but the last. Which group
 /// transforms a row does not change its values.
-fn sub_run(fields: usize, run_len: usize) -> usize {
-    (SPECTRA_ROWS / fields.max(1)).clamp(1, run_len.max(1))
+fn row_groups(from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> {
+    (from..to)
+        .step_by(SPECTRA_ROWS)
+        .map(move |g0| (g0, SPECTRA_ROWS.min(to - g0)))
 }
 
 /// Latitudes per task of [`Modes::forward_orders`] and
@@ -765,20 +764,39 @@ mod tests {
     /// The FFT straight into order blocks equals the rows-first kernel's
     /// values rearranged, widened to f64: more orders than the length has
     /// (zero past N/2), latitude counts that are and are not a multiple of
-    /// the run, one and three fields, and no fields; runs taken a few
-    /// latitudes at a time with a shorter last group (5 fields: 3 at a
-    /// time out of 8), and one at a time (17 fields, past
-    /// `SPECTRA_ROWS`); in blocks of a pool that held NaNs.
+    /// the run, one and three fields, no fields and no latitudes; on two
+    /// threads, runs whose rows make several groups of `SPECTRA_ROWS`
+    /// with a shorter last one (5 fields × 8 latitudes: 16, 16, 8), and
+    /// groups that split a latitude's fields (17 fields); in blocks of a
+    /// pool that held NaNs.
     #[test]
     fn forward_orders_rearranges_the_rows_first_kernel() {
-        assert!(sub_run(5, 8) == 3 && sub_run(17, 8) == 1 && sub_run(1, 8) == 8);
+        on_two_threads(forward_orders_cases);
+    }
+
+    /// The rayon pool of the tests of the order blocks, whose tasks' runs
+    /// (`latitude_run`) depend on its size: two threads, as on the
+    /// development machine.
+    fn on_two_threads(f: impl FnOnce() + Send) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("a pool of two threads");
+        pool.install(|| {
+            assert_eq!((latitude_run(70), latitude_run(20)), (8, 3));
+            f()
+        });
+    }
+
+    fn forward_orders_cases() {
         for (n, mmax, fields, k_len) in [
             (16, 12, 3, 11),
             (15, 8, 1, 16),
             (8, 5, 2, 1),
             (8, 5, 0, 4),
+            (8, 5, 2, 0),
             (10, 6, 5, 70),
-            (12, 7, 17, 5),
+            (12, 7, 17, 20),
         ] {
             let m = Modes::analysis(n, mmax, SpectralLayout::RowsFirst);
             let x = sample(fields * k_len * n, 7);
@@ -826,19 +844,27 @@ mod tests {
     /// of the same values: more orders than the length has, fewer (the
     /// spectrum past them zeroed on every row, after the FFT of the row
     /// before used it as scratch), latitude counts that are and are not a
-    /// multiple of the run, 1 to 3 fields, and as in
-    /// `forward_orders_rearranges_the_rows_first_kernel` runs taken a few
-    /// latitudes or one at a time (5 and 17 fields).
+    /// multiple of the run, 1 to 3 fields, no latitudes, and as in
+    /// `forward_orders_rearranges_the_rows_first_kernel` several groups of
+    /// rows in a run and groups that split a latitude's fields, with fewer
+    /// orders than the spectrum holds too (each group's spectra zeroed
+    /// past them again after the group before used them).
     #[test]
     fn inverse_orders_equals_the_rows_first_inverse() {
+        on_two_threads(inverse_orders_cases);
+    }
+
+    fn inverse_orders_cases() {
         for (n, mmax, fields, k_len) in [
             (16, 12, 3, 11),
             (15, 8, 1, 16),
             (8, 5, 2, 1),
             (16, 5, 3, 11),
             (15, 3, 2, 9),
+            (8, 5, 2, 0),
             (10, 6, 5, 70),
-            (12, 7, 17, 5),
+            (10, 4, 5, 70),
+            (12, 7, 17, 20),
         ] {
             let m = Modes::synthesis(n, mmax, SpectralLayout::RowsFirst);
             // [fields, k, m, 2] rows and the same values as [k, fields, 2]
@@ -863,6 +889,14 @@ mod tests {
             assert_eq!(want.len(), got.len());
             for (i, (w, g)) in want.iter().zip(&got).enumerate() {
                 assert_eq!(w.to_bits(), g.to_bits(), "n {n} fields {fields} at {i}");
+            }
+            // In f32, narrowing the blocks' values as it reads them.
+            let rows32: Vec<f32> = rows.iter().map(|&v| v as f32).collect();
+            let want32 = m.inverse(&rows32, fields, k_len);
+            let got32 = m.inverse_orders(&blocks, fields, k_len, |v| v as f32);
+            assert_eq!(want32.len(), got32.len());
+            for (i, (w, g)) in want32.iter().zip(&got32).enumerate() {
+                assert_eq!(w.to_bits(), g.to_bits(), "f32 n {n} fields {fields} at {i}");
             }
             assert!(m.inverse_orders::<f64>(&[], 0, k_len, |v| v).is_empty());
         }
