@@ -254,12 +254,14 @@ impl Modes {
             }
         }
         let h = plan.complex_len();
+        // A group's rows, at most: no more than a run has.
+        let held = SPECTRA_ROWS.min(run_len * fields);
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
                 || {
                     (
                         plan.make_input_vec(),
-                        vec![Complex::new(T::zero(), T::zero()); SPECTRA_ROWS * h],
+                        vec![Complex::new(T::zero(), T::zero()); held * h],
                         plan.make_scratch_vec(),
                     )
                 },
@@ -340,11 +342,13 @@ impl Modes {
             }
         }
         let h = plan.complex_len();
+        // A group's rows, at most: no more than a run has.
+        let held = SPECTRA_ROWS.min(run_len * fields);
         timed(Stage::Fourier, || {
             pieces.into_par_iter().enumerate().for_each_init(
                 || {
                     (
-                        vec![Complex::new(T::zero(), T::zero()); SPECTRA_ROWS * h],
+                        vec![Complex::new(T::zero(), T::zero()); held * h],
                         plan.make_scratch_vec(),
                     )
                 },

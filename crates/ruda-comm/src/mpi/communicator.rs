@@ -348,10 +348,10 @@ impl MpiCommunicator {
 
     /// An in-place all-reduce or broadcast of shared buffers
     /// ([`SharedBuffer`]) whose last barrier failed: a stalled peer may
-    /// still write this rank's buffer, so no error can be handed back. Say which call and which
-    /// ranks, and end the job as a data phase past its deadline does
-    /// ([`super::watchdog::EXIT_DATA_TIMEOUT`]); returns only if MPI was
-    /// finalised meanwhile.
+    /// still write this rank's buffer, so no error can be handed back. Say
+    /// which call and which ranks, and end the job as a data phase past its
+    /// deadline does ([`super::watchdog::EXIT_DATA_TIMEOUT`]); returns only
+    /// if MPI was finalised meanwhile.
     fn stranded(&self, op: OpKind, seq: u64, stop: &Stop) {
         self.session.mark_broken();
         let world = |q: usize| self.world_ranks.get(q).copied().unwrap_or(q);
